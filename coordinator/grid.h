@@ -1,0 +1,57 @@
+// Grid files: parsing, validation (every key, with did-you-mean), expansion into
+// cells (product of axes + include - exclude), effective configs, stable cell ids.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace attnsweep {
+
+using json = nlohmann::json;
+
+// Bad input: one line per problem, each "FILE: JSON.PATH: what was expected".
+// The CLI prints every line and exits 2.
+struct InputError : std::runtime_error {
+  std::vector<std::string> problems;
+  explicit InputError(std::vector<std::string> p);
+};
+
+struct Resources {
+  int gpus_per_cell = 1;
+  double timeout_s = 0;   // 0: no timeout
+  int retries = -1;       // -1: not given in the grid (the CLI default applies)
+};
+
+struct Cell {
+  std::string id;         // 16 hex digits, content hash of canonical(config)
+  json config;            // effective config: defaults + fixed + cell values, non-applying keys dropped
+  double est_cost_s = 0;  // estimate_cost_s(config)
+};
+
+struct Grid {
+  std::string file;
+  std::string name;
+  json source;            // the grid as given
+  Resources resources;
+  std::vector<Cell> cells;  // in expansion order, duplicates merged
+  std::string hash;         // hash over the sorted cell ids (independent of formatting)
+};
+
+Grid load_grid(const std::string& path);                                  // throws InputError
+Grid parse_grid(const std::string& text, const std::string& file_label);  // throws InputError
+
+// A single cell file (`attnsweep train CELL.json`): validated like a grid cell,
+// returns the effective config. Throws InputError.
+json load_cell_config(const std::string& path);
+json effective_config(const json& cell_values, const std::string& file_label);
+
+// Canonical JSON text (sorted keys, canonical numbers, no whitespace) and its id.
+std::string canonical_json(const json& config);
+std::string cell_id(const json& config);
+
+std::string sha256_hex(const std::string& data);
+
+}  // namespace attnsweep

@@ -1,0 +1,36 @@
+// `attnsweep aggregate DIR`: runs/*.h5 -> DIR/aggregate.h5 + DIR/summary.csv, with
+// log-log fits of every norm against prompt_length per group of the other parameters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attnsweep {
+
+struct AggregateOptions {
+  int64_t fit_min_n = 0;           // fit only cells with prompt_length in [min, max]
+  int64_t fit_max_n = INT64_MAX;
+};
+
+struct Fit {
+  std::string metric;              // attn_fro, jac_fro, ...
+  std::string group;               // "activation=poly degree=3 scale=inv_sqrt_n task=norm_probe"
+  double slope = 0, intercept = 0, r2 = 0;
+  int64_t points = 0;              // cells in the fit
+  int64_t n_min = 0, n_max = 0;    // prompt_length range used
+};
+
+struct AggregateResult {
+  int64_t cells = 0;
+  std::vector<std::string> skipped;   // "runs/x.h5: reason"
+  std::vector<Fit> fits;
+};
+
+// Throws std::runtime_error when DIR has no runs/ folder.
+AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& opt);
+
+// Ordinary least squares of log(y) on log(x) (points with x, y > 0).
+Fit fit_loglog(const std::vector<double>& x, const std::vector<double>& y);
+
+}  // namespace attnsweep

@@ -1,0 +1,58 @@
+// One HDF5 file per cell (contract.md "Per-cell result file"): written by the child
+// that ran the cell, to a temporary name, flushed, fsync'd and renamed, so a file
+// under runs/ exists only when complete.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace attnsweep {
+
+using json = nlohmann::json;
+
+struct ResultDataset {
+  std::string path;                 // e.g. "/train/loss", "/probe/attn_fro"
+  std::vector<uint64_t> shape;      // product == data size
+  std::variant<std::vector<float>, std::vector<double>, std::vector<int64_t>> data;
+  std::string description;          // stored as the dataset's `description` attribute
+};
+
+struct CellResult {
+  std::string cell_id;
+  json config;                         // effective config (stored as canonical JSON text)
+  std::string status = "complete";     // complete | diverged
+  int64_t diverged_at_step = -1;
+  std::string device = "cpu";
+  double wall_seconds = 0;
+  std::string started, finished;       // ISO 8601 UTC
+  std::map<std::string, double> final_metrics;  // attributes of /final
+  std::vector<ResultDataset> datasets;
+};
+
+// Writes `path` atomically (PATH.tmp.<pid> -> fsync -> rename -> fsync dir).
+// Throws std::runtime_error with the HDF5 error context on failure; leaves no file.
+void write_cell_file(const std::string& path, const CellResult& result);
+
+// Summary read back: root attributes and /final.
+struct CellSummary {
+  std::string cell_id;
+  json config;
+  std::string status;
+  int64_t diverged_at_step = -1;
+  std::string device;
+  double wall_seconds = 0;
+  std::map<std::string, double> final_metrics;
+};
+
+// Reads the summary; throws std::runtime_error naming the file and what is wrong.
+CellSummary read_cell_summary(const std::string& path);
+
+// True when `path` is a readable result file for `expected_id` with a final status.
+bool cell_file_valid(const std::string& path, const std::string& expected_id, std::string* why = nullptr);
+
+}  // namespace attnsweep
