@@ -1,0 +1,326 @@
+// attnsweep: one binary, one subcommand per verb of contract.md. Thin: parsing of the
+// command line here, the work in coordinator/, worker/ and results/.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/program_options.hpp>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "coordinator/grid.h"
+#include "coordinator/status.h"
+#include "coordinator/sweep.h"
+#include "results/aggregate.h"
+#include "worker/run_cell.h"
+
+namespace po = boost::program_options;
+using namespace attnsweep;
+
+int cmd_attention(int argc, char** argv);  // app/cmd_attention.cpp
+
+namespace {
+
+constexpr int kExitOk = 0, kExitUsage = 2;
+
+const char* kUsage =
+    "attnsweep " ATTNSWEEP_VERSION ": sweeps of attention activations x prompt lengths, on MPI and Slurm\n"
+    "\n"
+    "usage: attnsweep COMMAND [ARGS] (attnsweep COMMAND --help for its options)\n"
+    "\n"
+    "  plan GRID.json [--json]           validate and expand a grid: one line per cell, then the total\n"
+    "  run GRID.json --out DIR [...]     run every cell (local slots, or every rank of mpirun/srun)\n"
+    "  train CELL.json --out FILE.h5     run one cell in this process\n"
+    "  status DIR [--json]               done / diverged / failed / pending, ETA\n"
+    "  aggregate DIR                     DIR/aggregate.h5 + DIR/summary.csv, log-log fits\n"
+    "  attention IN.h5 --out OUT.h5 ...  one attention forward + backward, for checking numerics\n"
+    "\n"
+    "exit codes: 0 finished, 1 cells failed, 2 bad usage or input, 75 interrupted (resumable)\n";
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cur = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string suggestion(const std::string& word, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = std::max<size_t>(1, word.size() / 3) + 1;
+  for (const std::string& k : known) {
+    const size_t d = edit_distance(word, k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  return best;
+}
+
+// Parses a subcommand's options; on error prints one line naming the problem, returns false.
+bool parse(const std::string& cmd, int argc, char** argv, const po::options_description& desc,
+           const po::positional_options_description& pos, po::variables_map& vm) {
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
+    if (vm.count("help")) return true;
+    po::notify(vm);
+    return true;
+  } catch (const po::unknown_option& e) {
+    std::string name = e.get_option_name();
+    std::vector<std::string> known;
+    for (const auto& o : desc.options()) known.push_back("--" + o->long_name());
+    const std::string s = suggestion(name, known);
+    std::fprintf(stderr, "attnsweep %s: %s: unknown option%s\n", cmd.c_str(), name.c_str(),
+                 s.empty() ? "" : (" (did you mean " + s + "?)").c_str());
+  } catch (const po::too_many_positional_options_error&) {
+    std::fprintf(stderr, "attnsweep %s: too many arguments (see attnsweep %s --help)\n", cmd.c_str(), cmd.c_str());
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "attnsweep %s: %s\n", cmd.c_str(), e.what());
+  }
+  return false;
+}
+
+bool help(const po::variables_map& vm, const char* synopsis, const po::options_description& desc) {
+  if (!vm.count("help")) return false;
+  std::cout << "usage: " << synopsis << "\n\n" << desc << "\n";
+  return true;
+}
+
+void print_problems(const InputError& e) {
+  for (const std::string& p : e.problems) std::fprintf(stderr, "%s\n", p.c_str());
+}
+
+std::string format_value(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+int cmd_plan(int argc, char** argv) {
+  po::options_description desc("options");
+  std::string grid_path;
+  desc.add_options()("help,h", "this help")("json", "print the cells as one JSON array")(
+      "grid", po::value(&grid_path)->required(), "the grid file");
+  po::positional_options_description pos;
+  pos.add("grid", 1);
+  po::variables_map vm;
+  if (!parse("plan", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm, "attnsweep plan GRID.json [--json]", desc)) return kExitOk;
+  Grid grid;
+  try {
+    grid = load_grid(grid_path);
+  } catch (const InputError& e) {
+    print_problems(e);
+    return kExitUsage;
+  }
+  if (vm.count("json")) {
+    json cells = json::array();
+    for (const Cell& c : grid.cells) cells.push_back({{"id", c.id}, {"config", c.config}, {"est_cost_s", c.est_cost_s}});
+    std::cout << json({{"name", grid.name}, {"grid_hash", grid.hash}, {"cells", cells}}).dump(2) << "\n";
+    return kExitOk;
+  }
+  double total_cost = 0;
+  for (const Cell& c : grid.cells) {
+    std::string line = c.id;
+    for (const auto& [k, v] : c.config.items()) line += " " + k + "=" + format_value(v);
+    std::cout << line << "\n";
+    total_cost += c.est_cost_s;
+  }
+  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds)\n", grid.cells.size(), grid.name.c_str(),
+              total_cost);
+  return kExitOk;
+}
+
+int cmd_run(int argc, char** argv) {
+  RunOptions opt;
+  std::string grid_path;
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help")("grid", po::value(&grid_path)->required(), "the grid file")(
+      "out", po::value(&opt.out_dir)->required(), "results directory (created; resumed when it exists)")(
+      "workers", po::value(&opt.workers), "CPU worker slots per rank (default: the machine's cores)")(
+      "device", po::value(&opt.device)->default_value("auto"), "auto | cpu | cuda (auto: cuda when a GPU is visible)")(
+      "threads", po::value(&opt.threads), "threads per cell (default: cores / slots)")(
+      "retries", po::value(&opt.retries), "retries of a failed cell (default: the grid's resources.retries, else 2)")(
+      "timeout-s", po::value(&opt.timeout_s), "kill an attempt after this many seconds (default: the grid's, else none)")(
+      "backoff-s", po::value(&opt.backoff_s)->default_value(2.0), "delay before the first retry, doubling after")(
+      "progress-every-s", po::value(&opt.progress_every_s)->default_value(30.0),
+      "seconds between progress lines when stderr is not a terminal")(
+      "no-resume", "recompute every cell, also those with a valid result")(
+      "force", "resume although the grid differs from the directory's manifest");
+  po::positional_options_description pos;
+  pos.add("grid", 1);
+  po::variables_map vm;
+  if (!parse("run", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm, "attnsweep run GRID.json --out DIR [options]", desc)) return kExitOk;
+  opt.resume = !vm.count("no-resume");
+  opt.force = vm.count("force") > 0;
+  if (opt.device != "auto" && opt.device != "cpu" && opt.device != "cuda") {
+    std::fprintf(stderr, "attnsweep run: --device: expected auto, cpu or cuda, got \"%s\"\n", opt.device.c_str());
+    return kExitUsage;
+  }
+  if (vm.count("workers") && opt.workers < 1) {
+    std::fprintf(stderr, "attnsweep run: --workers: expected an integer >= 1, got %d\n", opt.workers);
+    return kExitUsage;
+  }
+  if (vm.count("threads") && opt.threads < 1) {
+    std::fprintf(stderr, "attnsweep run: --threads: expected an integer >= 1, got %d\n", opt.threads);
+    return kExitUsage;
+  }
+  if (vm.count("retries") && opt.retries < 0) {
+    std::fprintf(stderr, "attnsweep run: --retries: expected an integer >= 0, got %d\n", opt.retries);
+    return kExitUsage;
+  }
+  if (vm.count("timeout-s") && opt.timeout_s <= 0) {
+    std::fprintf(stderr, "attnsweep run: --timeout-s: expected a number > 0, got %g\n", opt.timeout_s);
+    return kExitUsage;
+  }
+  if (opt.backoff_s < 0) {
+    std::fprintf(stderr, "attnsweep run: --backoff-s: expected a number >= 0, got %g\n", opt.backoff_s);
+    return kExitUsage;
+  }
+  if (std::filesystem::exists(opt.out_dir) && !std::filesystem::is_directory(opt.out_dir)) {
+    std::fprintf(stderr, "attnsweep run: --out %s: exists and is not a directory\n", opt.out_dir.c_str());
+    return kExitUsage;
+  }
+  Grid grid;
+  try {
+    grid = load_grid(grid_path);
+  } catch (const InputError& e) {
+    print_problems(e);
+    return kExitUsage;
+  }
+  return run_sweep(grid, opt);
+}
+
+std::atomic<int> g_train_stop{0};
+void on_train_signal(int sig) { g_train_stop.store(sig); }
+
+int cmd_train(int argc, char** argv) {
+  std::string cell_path, out;
+  RunCellOptions opt;
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help")("cell", po::value(&cell_path)->required(), "the cell file")(
+      "out", po::value(&out)->required(), "result file to write (atomically)")(
+      "device", po::value(&opt.device)->default_value("cpu"), "cpu | cuda")(
+      "threads", po::value(&opt.threads)->default_value(1), "threads");
+  po::positional_options_description pos;
+  pos.add("cell", 1);
+  po::variables_map vm;
+  if (!parse("train", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm, "attnsweep train CELL.json --out FILE.h5 [--device cpu|cuda] [--threads T]", desc)) return kExitOk;
+  if (opt.device != "cpu" && opt.device != "cuda") {
+    std::fprintf(stderr, "attnsweep train: --device: expected cpu or cuda, got \"%s\"\n", opt.device.c_str());
+    return kExitUsage;
+  }
+  if (opt.threads < 1) {
+    std::fprintf(stderr, "attnsweep train: --threads: expected an integer >= 1, got %d\n", opt.threads);
+    return kExitUsage;
+  }
+  json config;
+  try {
+    config = load_cell_config(cell_path);
+  } catch (const InputError& e) {
+    print_problems(e);
+    return kExitUsage;
+  }
+  if (const char* a = std::getenv("ATTNSWEEP_ATTEMPT")) opt.attempt = std::max(1, std::atoi(a));
+  struct sigaction sa {};
+  sa.sa_handler = on_train_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
+  opt.stop = &g_train_stop;
+  return run_cell(cell_id(config), config, out, opt);
+}
+
+int cmd_aggregate(int argc, char** argv) {
+  std::string dir;
+  AggregateOptions opt;
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help")("dir", po::value(&dir)->required(), "results directory")(
+      "fit-min-n", po::value(&opt.fit_min_n), "fit only cells with prompt_length >= this")(
+      "fit-max-n", po::value(&opt.fit_max_n), "fit only cells with prompt_length <= this");
+  po::positional_options_description pos;
+  pos.add("dir", 1);
+  po::variables_map vm;
+  if (!parse("aggregate", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm, "attnsweep aggregate DIR [--fit-min-n N] [--fit-max-n N]", desc)) return kExitOk;
+  AggregateResult r;
+  try {
+    r = aggregate_dir(dir, opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnsweep aggregate: %s\n", e.what());
+    return kExitUsage;
+  }
+  for (const std::string& s : r.skipped) std::fprintf(stderr, "attnsweep aggregate: skipped %s\n", s.c_str());
+  if (!r.fits.empty()) {
+    std::printf("log-log fits against prompt_length (slope of log norm vs log N):\n");
+    std::printf("%-9s %-58s %8s %8s %7s %5s %11s\n", "metric", "group", "slope", "+-95%", "r2", "cells", "N range");
+    for (const Fit& f : r.fits) {
+      char range[32];
+      std::snprintf(range, sizeof range, "%lld..%lld", static_cast<long long>(f.n_min), static_cast<long long>(f.n_max));
+      std::printf("%-9s %-58s %8.3f %8.3f %7.4f %5lld %11s\n", f.metric.c_str(), f.group.c_str(), f.slope,
+                  f.slope_ci95, f.r2, static_cast<long long>(f.points), range);
+    }
+  }
+  std::printf("aggregated %lld cells%s -> %s/aggregate.h5, %s/summary.csv\n", static_cast<long long>(r.cells),
+              r.skipped.empty() ? "" : (" (" + std::to_string(r.skipped.size()) + " files skipped)").c_str(),
+              dir.c_str(), dir.c_str());
+  return kExitOk;
+}
+
+int cmd_status(int argc, char** argv) {
+  std::string dir;
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help")("dir", po::value(&dir)->required(), "results directory")(
+      "json", "print one JSON object");
+  po::positional_options_description pos;
+  pos.add("dir", 1);
+  po::variables_map vm;
+  if (!parse("status", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm, "attnsweep status DIR [--json]", desc)) return kExitOk;
+  try {
+    return print_status(dir, vm.count("json") > 0);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnsweep status: %s\n", e.what());
+    return kExitUsage;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return kExitUsage;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (cmd == "--version") {
+    std::printf("attnsweep %s\n", ATTNSWEEP_VERSION);
+    return kExitOk;
+  }
+  try {
+    if (cmd == "plan") return cmd_plan(argc - 1, argv + 1);
+    if (cmd == "run") return cmd_run(argc - 1, argv + 1);
+    if (cmd == "train") return cmd_train(argc - 1, argv + 1);
+    if (cmd == "aggregate") return cmd_aggregate(argc - 1, argv + 1);
+    if (cmd == "status") return cmd_status(argc - 1, argv + 1);
+    if (cmd == "attention") return cmd_attention(argc - 1, argv + 1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnsweep %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+  const std::string s = suggestion(cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit", "report"});
+  std::fprintf(stderr, "attnsweep: %s: unknown command%s (see attnsweep --help)\n", cmd.c_str(),
+               s.empty() ? "" : (" (did you mean \"" + s + "\"?)").c_str());
+  return kExitUsage;
+}

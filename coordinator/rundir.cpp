@@ -1,0 +1,131 @@
+#include "coordinator/rundir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "worker/run_cell.h"
+
+namespace attnsweep {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string errno_text() { return std::strerror(errno); }
+
+void fsync_dir(const std::string& path) {
+  const std::string dir = fs::path(path).parent_path().string();
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+}  // namespace
+
+std::string hostname() {
+  char buf[256] = {0};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+void atomic_write_text(const std::string& path, const std::string& text, bool durable) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(path + ": cannot write (" + errno_text() + ")");
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0) {
+      const std::string err = errno_text();
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error(path + ": cannot write (" + err + ")");
+    }
+    off += static_cast<size_t>(n);
+  }
+  if ((durable && ::fsync(fd) != 0) || ::close(fd) != 0) {
+    const std::string err = errno_text();
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(path + ": cannot write (" + err + ")");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = errno_text();
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(path + ": cannot rename into place (" + err + ")");
+  }
+  if (durable) fsync_dir(path);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot read file (" + errno_text() + ")");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void make_dirs(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) throw std::runtime_error(path + ": cannot create directory (" + ec.message() + ")");
+  if (!fs::is_directory(path)) throw std::runtime_error(path + ": exists and is not a directory");
+}
+
+RunDir::RunDir(std::string dir) : dir_(std::move(dir)) {
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+}
+
+RunDir::~RunDir() {
+  if (events_) std::fclose(events_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+void RunDir::open_and_lock() {
+  make_dirs(dir_);
+  const std::string lock = dir_ + "/run.lock";
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) throw std::runtime_error(lock + ": cannot open (" + errno_text() + ")");
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    std::string holder;
+    try {
+      holder = read_text(lock);
+    } catch (...) {
+    }
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw std::runtime_error(dir_ + ": another attnsweep run is using this directory (" +
+                             (holder.empty() ? std::string("holder unknown") : holder) + ")");
+  }
+  const std::string me = "pid " + std::to_string(::getpid()) + " on host " + hostname() + "\n";
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0) {
+    // The lock itself is what matters; the text only helps a person.
+  }
+  for (const char* sub : {"runs", "logs", "cells", "checkpoints"}) make_dirs(dir_ + "/" + sub);
+  events_ = std::fopen((dir_ + "/events.jsonl").c_str(), "a");
+  if (!events_) throw std::runtime_error(dir_ + "/events.jsonl: cannot open (" + errno_text() + ")");
+}
+
+void RunDir::append_event(json event) {
+  if (!events_) return;
+  json line = {{"time", iso_utc_now()}};
+  line.update(event);
+  const std::string text = line.dump() + "\n";
+  std::fwrite(text.data(), 1, text.size(), events_);
+  std::fflush(events_);
+}
+
+void RunDir::write_status(const json& status) {
+  atomic_write_text(dir_ + "/status.json", status.dump(2) + "\n", /*durable=*/false);
+}
+
+}  // namespace attnsweep

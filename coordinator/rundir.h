@@ -1,0 +1,47 @@
+// The results directory's bookkeeping (contract.md "Results directory"): manifest,
+// lock, status.json, events.jsonl, and the cell files handed to the children.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <string>
+
+namespace attnsweep {
+
+using json = nlohmann::json;
+
+// Writes text to path via a temporary file, fsync and rename (and fsyncs the folder
+// when durable). Throws std::runtime_error naming the path.
+void atomic_write_text(const std::string& path, const std::string& text, bool durable = true);
+std::string read_text(const std::string& path);  // throws std::runtime_error naming the path
+void make_dirs(const std::string& path);          // throws std::runtime_error naming the path
+
+class RunDir {
+ public:
+  explicit RunDir(std::string dir);
+  ~RunDir();
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  std::string runs(const std::string& id) const { return dir_ + "/runs/" + id + ".h5"; }
+  std::string cell_file(const std::string& id) const { return dir_ + "/cells/" + id + ".json"; }
+  std::string log(const std::string& id) const { return dir_ + "/logs/" + id + ".log"; }
+
+  // Creates the folders and takes the run lock (flock on DIR/run.lock, released by the
+  // kernel when this process dies, so a killed run never leaves a stale lock).
+  // Throws std::runtime_error naming the pid and host of the run holding it.
+  void open_and_lock();
+  void append_event(json event);  // adds "time"; one line, flushed
+  void write_status(const json& status);
+
+ private:
+  std::string dir_;
+  int lock_fd_ = -1;
+  std::FILE* events_ = nullptr;
+};
+
+std::string hostname();
+
+}  // namespace attnsweep

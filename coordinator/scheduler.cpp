@@ -1,0 +1,101 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace attnsweep {
+
+const char* state_name(CellState s) {
+  switch (s) {
+    case CellState::pending: return "pending";
+    case CellState::running: return "running";
+    case CellState::complete: return "complete";
+    case CellState::diverged: return "diverged";
+    case CellState::failed: return "failed";
+  }
+  return "?";
+}
+
+const char* outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::complete: return "complete";
+    case Outcome::diverged: return "diverged";
+    case Outcome::failed: return "failed";
+    case Outcome::interrupted: return "interrupted";
+  }
+  return "?";
+}
+
+Scheduler::Scheduler(std::vector<double> est_cost, SchedulerConfig cfg) : cfg_(cfg) {
+  cells_.resize(est_cost.size());
+  for (size_t i = 0; i < est_cost.size(); ++i) cells_[i].cost = est_cost[i];
+  order_.resize(cells_.size());
+  std::iota(order_.begin(), order_.end(), size_t{0});
+  std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return cells_[a].cost > cells_[b].cost; });
+  counts_[static_cast<int>(CellState::pending)] = cells_.size();
+}
+
+void Scheduler::set_state(size_t i, CellState s) {
+  --counts_[static_cast<int>(cells_[i].state)];
+  cells_[i].state = s;
+  ++counts_[static_cast<int>(s)];
+}
+
+void Scheduler::mark_finished(size_t i, CellState s) { set_state(i, s); }
+
+std::optional<size_t> Scheduler::next(double now) {
+  while (first_open_ < order_.size() && cells_[order_[first_open_]].state != CellState::pending) ++first_open_;
+  for (size_t k = first_open_; k < order_.size(); ++k) {
+    Entry& e = cells_[order_[k]];
+    if (e.state == CellState::pending && e.not_before <= now) {
+      set_state(order_[k], CellState::running);
+      ++e.attempts;
+      return order_[k];
+    }
+  }
+  return std::nullopt;
+}
+
+Decision Scheduler::on_result(size_t i, Outcome o, double now, const std::string& reason) {
+  Entry& e = cells_[i];
+  Decision d;
+  switch (o) {
+    case Outcome::complete: set_state(i, CellState::complete); d.kind = Decision::done; break;
+    case Outcome::diverged: set_state(i, CellState::diverged); d.kind = Decision::done; break;
+    case Outcome::interrupted:
+      // Not the cell's fault: give the attempt back, run it again from the start.
+      --e.attempts;
+      set_state(i, CellState::pending);
+      first_open_ = 0;
+      d.kind = Decision::requeued;
+      break;
+    case Outcome::failed:
+      e.last_error = reason;
+      if (e.attempts > cfg_.retries) {
+        set_state(i, CellState::failed);
+        d.kind = Decision::failed;
+      } else {
+        const double wait = std::min(cfg_.backoff_max_s, cfg_.backoff_s * std::pow(2.0, e.attempts - 1));
+        e.not_before = now + wait;
+        set_state(i, CellState::pending);
+        first_open_ = 0;
+        d.kind = Decision::retry;
+        d.retry_at = e.not_before;
+      }
+      break;
+  }
+  return d;
+}
+
+double Scheduler::next_ready_time() const {
+  double t = std::numeric_limits<double>::infinity();
+  for (size_t k = first_open_; k < order_.size(); ++k) {
+    const Entry& e = cells_[order_[k]];
+    if (e.state == CellState::pending) t = std::min(t, e.not_before);
+  }
+  return t;
+}
+
+}  // namespace attnsweep

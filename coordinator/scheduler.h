@@ -1,0 +1,65 @@
+// The scheduling policy, with no transport: which cell runs next, and what a finished
+// attempt means (done, retry after a back-off, failed for good). Unit-tested alone.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnsweep {
+
+enum class CellState { pending, running, complete, diverged, failed };
+enum class Outcome { complete, diverged, failed, interrupted };
+
+const char* state_name(CellState s);
+const char* outcome_name(Outcome o);
+
+struct SchedulerConfig {
+  int retries = 2;             // attempts after the first
+  double backoff_s = 2.0;      // before the first retry; doubles each retry
+  double backoff_max_s = 60.0;
+};
+
+struct Decision {
+  enum Kind { done, retry, failed, requeued } kind = done;
+  double retry_at = 0;  // retry: not before this time
+};
+
+class Scheduler {
+ public:
+  Scheduler(std::vector<double> est_cost, SchedulerConfig cfg);
+
+  // A cell already finished before this run (resume): never handed out.
+  void mark_finished(size_t i, CellState s);
+  // Longest estimated cost first among pending cells whose back-off has passed.
+  std::optional<size_t> next(double now);
+  Decision on_result(size_t i, Outcome o, double now, const std::string& reason = "");
+
+  CellState state(size_t i) const { return cells_[i].state; }
+  int attempts(size_t i) const { return cells_[i].attempts; }
+  const std::string& last_error(size_t i) const { return cells_[i].last_error; }
+  size_t size() const { return cells_.size(); }
+  size_t count(CellState s) const { return counts_[static_cast<int>(s)]; }
+  bool all_terminal() const { return count(CellState::pending) == 0 && count(CellState::running) == 0; }
+  // Earliest time a pending cell becomes ready (infinity when none is pending).
+  double next_ready_time() const;
+
+ private:
+  struct Entry {
+    double cost = 0;
+    CellState state = CellState::pending;
+    int attempts = 0;       // attempts started (interrupted ones are given back)
+    double not_before = 0;
+    std::string last_error;
+  };
+  void set_state(size_t i, CellState s);
+  std::vector<Entry> cells_;
+  std::vector<size_t> order_;  // by cost, descending; ties in grid order
+  size_t first_open_ = 0;      // order_[0, first_open_) holds no pending cell (reset on a requeue)
+  size_t counts_[5] = {0, 0, 0, 0, 0};
+  SchedulerConfig cfg_;
+};
+
+}  // namespace attnsweep

@@ -1,0 +1,129 @@
+#include "coordinator/status.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+
+#include "coordinator/rundir.h"
+#include "results/cell_file.h"
+
+namespace attnsweep {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// True when a run holds DIR's lock right now.
+bool run_active(const std::string& dir) {
+  const int fd = ::open((dir + "/run.lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool busy = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
+  ::close(fd);
+  return busy;
+}
+
+std::string tail_lines(const std::string& path, int n) {
+  std::string text;
+  try {
+    text = read_text(path);
+  } catch (...) {
+    return "";
+  }
+  size_t pos = text.size();
+  while (pos > 0 && text[pos - 1] == '\n') --pos;
+  int seen = 0;
+  size_t start = pos;
+  while (start > 0) {
+    if (text[start - 1] == '\n' && ++seen == n) break;
+    --start;
+  }
+  return text.substr(start, pos - start);
+}
+
+}  // namespace
+
+int print_status(const std::string& dir, bool as_json) {
+  const std::string manifest_path = dir + "/manifest.json";
+  if (!fs::exists(manifest_path)) throw std::runtime_error(dir + ": no manifest.json (is this a results directory?)");
+  const json manifest = json::parse(read_text(manifest_path));
+  const size_t total = manifest.value("cells", size_t{0});
+
+  // The files are the truth for finished cells; status.json adds what only the run knows.
+  size_t complete = 0, diverged = 0;
+  std::set<std::string> done_ids;
+  for (const auto& e : fs::directory_iterator(dir + "/runs")) {
+    if (e.path().extension() != ".h5") continue;
+    try {
+      const CellSummary s = read_cell_summary(e.path().string());
+      (s.status == "diverged" ? diverged : complete)++;
+      done_ids.insert(s.cell_id);
+    } catch (...) {
+    }
+  }
+  json st = json::object();
+  if (fs::exists(dir + "/status.json")) {
+    try {
+      st = json::parse(read_text(dir + "/status.json"));
+    } catch (...) {
+    }
+  }
+  const bool active = run_active(dir);
+  std::string state = active ? "running" : st.value("state", std::string("not started"));
+  if (!active && state == "running") state = "stopped (the run ended without finishing: rerun to resume)";
+  json failed = json::array();
+  if (st.contains("failed_cells"))
+    for (const json& f : st["failed_cells"])
+      if (!done_ids.count(f.value("cell_id", ""))) failed.push_back(f);
+  const size_t running = active ? st.value("running", size_t{0}) : 0;
+  const size_t finished = complete + diverged + failed.size();
+  const size_t pending = total > finished + running ? total - finished - running : 0;
+
+  json out = {{"dir", dir},
+              {"grid", manifest.value("grid_name", std::string())},
+              {"state", state},
+              {"total", total},
+              {"complete", complete},
+              {"diverged", diverged},
+              {"failed", failed.size()},
+              {"running", running},
+              {"pending", pending},
+              {"rate_cells_per_s", st.value("rate_cells_per_s", 0.0)},
+              {"eta_s", active && st.contains("eta_s") ? st["eta_s"] : json(nullptr)},
+              {"failed_cells", failed}};
+  if (as_json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s: grid %s, %s\n", dir.c_str(), out["grid"].get<std::string>().c_str(), state.c_str());
+  std::printf("  %zu cells: %zu complete, %zu diverged, %zu failed, %zu running, %zu pending\n", total, complete,
+              diverged, failed.size(), running, pending);
+  if (active) {
+    const json eta = out["eta_s"];
+    std::printf("  %.2f cells/s, ETA %s\n", out["rate_cells_per_s"].get<double>(),
+                eta.is_number() ? (std::to_string(std::lround(eta.get<double>())) + " s").c_str() : "?");
+  }
+  for (const json& f : failed) {
+    const std::string id = f.value("cell_id", "");
+    std::printf("  failed %s: %s\n", id.c_str(), f.value("reason", "").c_str());
+    const std::string tail = tail_lines(dir + "/logs/" + id + ".log", 3);
+    if (!tail.empty()) {
+      size_t p = 0;
+      while (p < tail.size()) {
+        size_t q = tail.find('\n', p);
+        if (q == std::string::npos) q = tail.size();
+        std::printf("    | %s\n", tail.substr(p, q - p).c_str());
+        p = q + 1;
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace attnsweep

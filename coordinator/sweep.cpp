@@ -1,0 +1,736 @@
+#include "coordinator/sweep.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "coordinator/messages.h"
+#include "coordinator/process.h"
+#include "coordinator/rundir.h"
+#include "coordinator/scheduler.h"
+#include "kernels/device.h"
+#include "results/cell_file.h"
+#include "worker/run_cell.h"
+
+namespace attnsweep {
+
+namespace fs = std::filesystem;
+
+// ---- signals: a flag and a self-pipe, so the loops sleep until something happens ----
+namespace {
+
+std::atomic<int> g_signal{0};
+int g_wake[2] = {-1, -1};
+
+void wake() {
+  if (g_wake[1] >= 0) {
+    const char c = 1;
+    if (::write(g_wake[1], &c, 1) < 0) { /* pipe full: already awake */ }
+  }
+}
+void on_stop_signal(int sig) {
+  g_signal.store(sig);
+  wake();
+}
+void on_sigchld(int) { wake(); }
+
+void install_signal_handlers() {
+  if (g_wake[0] < 0) {
+    if (::pipe2(g_wake, O_NONBLOCK | O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
+  sa.sa_handler = on_sigchld;
+  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  ::sigaction(SIGCHLD, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+// Sleeps until a signal/child event or the timeout.
+void wait_for_event(double timeout_s) {
+  pollfd p{g_wake[0], POLLIN, 0};
+  const int ms = static_cast<int>(std::clamp(timeout_s * 1000.0, 0.0, 1000.0));
+  ::poll(&p, 1, ms);
+  char buf[64];
+  while (::read(g_wake[0], buf, sizeof buf) > 0) {
+  }
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string fmt_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  return buf;
+}
+
+// ---- MPI helpers ----------------------------------------------------------------------
+void mpi_send(int dest, int tag, const json& payload) {
+  const std::string text = payload.dump();
+  MPI_Send(text.data(), static_cast<int>(text.size()), MPI_CHAR, dest, tag, MPI_COMM_WORLD);
+}
+
+struct Message {
+  int source = -1, tag = -1;
+  json payload;
+};
+
+std::optional<Message> mpi_poll(int source) {
+  int flag = 0;
+  MPI_Status st;
+  MPI_Iprobe(source, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
+  if (!flag) return std::nullopt;
+  int count = 0;
+  MPI_Get_count(&st, MPI_CHAR, &count);
+  std::string text(static_cast<size_t>(count), '\0');
+  MPI_Recv(text.data(), count, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  Message m;
+  m.source = st.MPI_SOURCE;
+  m.tag = st.MPI_TAG;
+  m.payload = text.empty() ? json::object() : json::parse(text);
+  return m;
+}
+
+// ---- what a rank runs -----------------------------------------------------------------
+struct Assignment {
+  size_t index = 0;
+  std::string id;
+  int attempt = 1;
+  double timeout_s = 0;
+};
+
+struct AttemptResult {
+  size_t index = 0;
+  std::string id;
+  int attempt = 1;
+  Outcome outcome = Outcome::failed;
+  std::string reason;
+  double wall_s = 0;
+  int rank = 0, slot = 0;
+  std::string host;
+};
+
+json to_json(const AttemptResult& r) {
+  return {{"index", r.index}, {"id", r.id},   {"attempt", r.attempt}, {"outcome", outcome_name(r.outcome)},
+          {"reason", r.reason}, {"wall_s", r.wall_s}, {"rank", r.rank}, {"slot", r.slot}, {"host", r.host}};
+}
+
+AttemptResult result_from_json(const json& j) {
+  AttemptResult r;
+  r.index = j.at("index").get<size_t>();
+  r.id = j.at("id").get<std::string>();
+  r.attempt = j.at("attempt").get<int>();
+  const std::string o = j.at("outcome").get<std::string>();
+  r.outcome = o == "complete"   ? Outcome::complete
+              : o == "diverged" ? Outcome::diverged
+              : o == "interrupted" ? Outcome::interrupted
+                                   : Outcome::failed;
+  r.reason = j.value("reason", "");
+  r.wall_s = j.value("wall_s", 0.0);
+  r.rank = j.value("rank", 0);
+  r.slot = j.value("slot", 0);
+  r.host = j.value("host", "");
+  return r;
+}
+
+// The worker slots of one rank: children running `attnsweep train`.
+class LocalSlots {
+ public:
+  LocalSlots(const RunDir& paths, int count, std::vector<std::string> gpus, std::string device, int threads, int rank)
+      : paths_(paths), slots_(static_cast<size_t>(count)), gpus_(std::move(gpus)), device_(std::move(device)),
+        threads_(threads), rank_(rank), host_(hostname()), exe_(self_executable()) {}
+
+  int free() const {
+    return static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.pid == 0; }));
+  }
+  bool busy() const { return free() < static_cast<int>(slots_.size()); }
+  int size() const { return static_cast<int>(slots_.size()); }
+
+  // Starts the attempt on a free slot; a failure to start is reported as a failed attempt.
+  std::optional<AttemptResult> launch(const Assignment& a, double now) {
+    size_t k = 0;
+    while (k < slots_.size() && slots_[k].pid != 0) ++k;
+    if (k == slots_.size()) throw std::logic_error("launch with no free slot");
+    ChildSpec spec;
+    spec.argv = {exe_, "train", paths_.cell_file(a.id), "--out", paths_.runs(a.id), "--device", device_,
+                 "--threads", std::to_string(threads_)};
+    spec.env = {{"ATTNSWEEP_ATTEMPT", std::to_string(a.attempt)},
+                {"OMP_NUM_THREADS", std::to_string(threads_)},
+                {"OPENBLAS_NUM_THREADS", std::to_string(threads_)}};
+    if (!gpus_.empty()) spec.env.push_back({"CUDA_VISIBLE_DEVICES", gpus_[k % gpus_.size()]});
+    spec.log_path = paths_.log(a.id);
+    spec.log_header = "=== attnsweep: cell " + a.id + " attempt " + std::to_string(a.attempt) + " on " + host_ +
+                      " rank " + std::to_string(rank_) + " slot " + std::to_string(k) + " at " + iso_utc_now() + " ===";
+    Slot& s = slots_[k];
+    try {
+      s.pid = spawn_child(spec);
+    } catch (const std::exception& e) {
+      s = Slot{};
+      AttemptResult r = base_result(a, static_cast<int>(k));
+      r.reason = std::string("could not start: ") + e.what();
+      return r;
+    }
+    s.a = a;
+    s.started = now;
+    s.deadline = a.timeout_s > 0 ? now + a.timeout_s : std::numeric_limits<double>::infinity();
+    return std::nullopt;
+  }
+
+  // Reaps finished children and enforces timeouts.
+  std::vector<AttemptResult> poll(double now) {
+    std::vector<AttemptResult> out;
+    for (;;) {
+      const ChildExit e = reap_child();
+      if (e.pid == 0) break;
+      for (size_t k = 0; k < slots_.size(); ++k) {
+        if (slots_[k].pid != e.pid) continue;
+        out.push_back(finish(k, e, now));
+        slots_[k] = Slot{};
+      }
+    }
+    for (Slot& s : slots_) {
+      if (s.pid == 0) continue;
+      if (!s.timed_out && now >= s.deadline) {
+        // A hung cell: TERM first (a trainer checkpoints and leaves), KILL if it lingers.
+        s.timed_out = true;
+        signal_child(s.pid, SIGTERM);
+        s.kill_at = now + 2.0;
+      } else if (s.timed_out && now >= s.kill_at) {
+        signal_child(s.pid, SIGKILL);
+        s.kill_at = std::numeric_limits<double>::infinity();
+      }
+    }
+    return out;
+  }
+
+  void forward(int sig) {
+    for (Slot& s : slots_)
+      if (s.pid != 0) {
+        s.stopped = true;
+        signal_child(s.pid, sig);
+      }
+  }
+
+  double next_deadline() const {
+    double t = std::numeric_limits<double>::infinity();
+    for (const Slot& s : slots_)
+      if (s.pid != 0) t = std::min(t, s.timed_out ? s.kill_at : s.deadline);
+    return t;
+  }
+
+ private:
+  struct Slot {
+    pid_t pid = 0;
+    Assignment a;
+    double started = 0, deadline = 0, kill_at = 0;
+    bool timed_out = false, stopped = false;
+  };
+
+  AttemptResult base_result(const Assignment& a, int slot) const {
+    AttemptResult r;
+    r.index = a.index;
+    r.id = a.id;
+    r.attempt = a.attempt;
+    r.rank = rank_;
+    r.slot = slot;
+    r.host = host_;
+    return r;
+  }
+
+  AttemptResult finish(size_t k, const ChildExit& e, double now) const {
+    const Slot& s = slots_[k];
+    AttemptResult r = base_result(s.a, static_cast<int>(k));
+    r.wall_s = now - s.started;
+    if (s.timed_out) {
+      r.outcome = Outcome::failed;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "timed out after %.1f s", s.a.timeout_s);
+      r.reason = buf;
+    } else if (e.exited && e.code == 0) {
+      try {
+        const CellSummary sum = read_cell_summary(paths_.runs(s.a.id));
+        r.outcome = sum.status == "diverged" ? Outcome::diverged : Outcome::complete;
+      } catch (const std::exception& ex) {
+        r.outcome = Outcome::failed;
+        r.reason = std::string("exit code 0 but no valid result: ") + ex.what();
+      }
+    } else if (e.exited && e.code == 75) {
+      r.outcome = Outcome::interrupted;
+      r.reason = "interrupted by a signal";
+    } else {
+      r.outcome = s.stopped ? Outcome::interrupted : Outcome::failed;
+      r.reason = describe_exit(e);
+    }
+    return r;
+  }
+
+  const RunDir& paths_;
+  std::vector<Slot> slots_;
+  std::vector<std::string> gpus_;
+  std::string device_;
+  int threads_;
+  int rank_;
+  std::string host_;
+  std::string exe_;
+};
+
+// ---- the rank's device and slots ------------------------------------------------------
+struct RankSetup {
+  std::string device;             // cpu | cuda
+  int slots = 1;
+  int threads = 1;
+  std::vector<std::string> gpus;  // CUDA_VISIBLE_DEVICES value per slot (cuda)
+};
+
+RankSetup setup_rank(const RunOptions& opt) {
+  RankSetup r;
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int ngpu = cuda_device_count();
+  if (opt.device == "cuda" && ngpu == 0)
+    throw std::runtime_error(std::string("--device cuda: ") +
+                             (cuda_backend_built() ? "no CUDA device is visible" : "this build has no CUDA backend"));
+  r.device = (opt.device == "cuda" || (opt.device == "auto" && ngpu > 0)) ? "cuda" : "cpu";
+  if (r.device == "cuda") {
+    // One slot per visible GPU; keep the launcher's numbering if it set one.
+    std::vector<std::string> visible;
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+      std::stringstream ss(v);
+      for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty()) visible.push_back(item);
+    }
+    for (int g = 0; g < ngpu; ++g) r.gpus.push_back(g < static_cast<int>(visible.size()) ? visible[g] : std::to_string(g));
+    r.slots = ngpu;
+  } else {
+    r.slots = opt.workers > 0 ? opt.workers : cores;
+  }
+  r.threads = opt.threads > 0 ? opt.threads : std::max(1, cores / r.slots);
+  return r;
+}
+
+// ---- rank 0: the coordinator ----------------------------------------------------------
+class Coordinator {
+ public:
+  Coordinator(const Grid& grid, const RunOptions& opt, RunDir& rd, int world, LocalSlots& local, int retries,
+              double timeout_s)
+      : grid_(grid), opt_(opt), rd_(rd), world_(world), local_(local),
+        sched_(costs(grid), SchedulerConfig{retries, opt.backoff_s, 60.0}), timeout_s_(timeout_s),
+        requests_(static_cast<size_t>(world), 0), shutdown_sent_(static_cast<size_t>(world), false),
+        bye_(static_cast<size_t>(world), false), tty_(::isatty(2) != 0) {}
+
+  void mark_finished(size_t i, CellState s) {
+    sched_.mark_finished(i, s);
+    ++resumed_;
+  }
+
+  int run() {
+    t0_ = now_s();
+    last_line_ = t0_;
+    rd_.append_event({{"event", "sweep_started"}, {"grid", grid_.name}, {"cells", grid_.cells.size()},
+                      {"already_done", resumed_}, {"ranks", world_}, {"host", hostname()}, {"pid", ::getpid()}});
+    bool stopping = false, finishing = false;
+    int stop_signal = 0;
+    for (;;) {
+      const double now = now_s();
+      if (const int sig = g_signal.load(); sig != 0 && !stopping) {
+        stopping = true;
+        stop_signal = sig;
+        std::fprintf(stderr, "%sattnsweep: signal %d: no new cells; stopping the running ones\n", tty_ ? "\n" : "", sig);
+        rd_.append_event({{"event", "stop_requested"}, {"signal", sig}});
+        local_.forward(SIGTERM);
+        shutdown_all();
+      }
+      for (const AttemptResult& r : local_.poll(now)) handle(r, now);
+      if (world_ > 1) drain_messages(now, stopping || finishing);
+      if (!stopping && !finishing) assign(now);
+      if (!stopping && !finishing && sched_.all_terminal()) {
+        finishing = true;
+        shutdown_all();
+      }
+      if ((stopping || finishing) && !local_.busy() && all_bye()) break;
+      report(now, false);
+      double wait = world_ > 1 ? 0.002 : 0.25;
+      wait = std::min(wait, std::max(0.0, local_.next_deadline() - now));
+      if (!stopping && !finishing) wait = std::min(wait, std::max(0.0, sched_.next_ready_time() - now));
+      wait_for_event(wait);
+    }
+    const bool interrupted = stopping && !sched_.all_terminal();
+    const int code = interrupted ? 75 : (sched_.count(CellState::failed) > 0 ? 1 : 0);
+    report(now_s(), true, interrupted ? "interrupted" : "finished");
+    rd_.append_event({{"event", "sweep_finished"},
+                      {"complete", sched_.count(CellState::complete)},
+                      {"diverged", sched_.count(CellState::diverged)},
+                      {"failed", sched_.count(CellState::failed)},
+                      {"pending", sched_.count(CellState::pending)},
+                      {"exit_code", code},
+                      {"signal", stop_signal}});
+    return code;
+  }
+
+ private:
+  static std::vector<double> costs(const Grid& g) {
+    std::vector<double> c;
+    for (const Cell& cell : g.cells) c.push_back(cell.est_cost_s);
+    return c;
+  }
+
+  Assignment next_assignment(size_t i) const {
+    Assignment a;
+    a.index = i;
+    a.id = grid_.cells[i].id;
+    a.attempt = sched_.attempts(i);
+    a.timeout_s = timeout_s_;
+    return a;
+  }
+
+  void started(const Assignment& a, int rank) {
+    rd_.append_event({{"event", "started"}, {"cell_id", a.id}, {"attempt", a.attempt}, {"rank", rank}});
+  }
+
+  void assign(double now) {
+    while (local_.free() > 0) {
+      const auto i = sched_.next(now);
+      if (!i) break;
+      const Assignment a = next_assignment(*i);
+      started(a, 0);
+      if (auto fail = local_.launch(a, now)) handle(*fail, now);
+    }
+    for (int r = 1; r < world_; ++r) {
+      while (requests_[r] > 0 && !shutdown_sent_[r]) {
+        const auto i = sched_.next(now);
+        if (!i) return;
+        const Assignment a = next_assignment(*i);
+        started(a, r);
+        mpi_send(r, kTagAssign, {{"index", a.index}, {"id", a.id}, {"attempt", a.attempt}, {"timeout_s", a.timeout_s}});
+        --requests_[r];
+      }
+    }
+  }
+
+  void drain_messages(double now, bool stopping) {
+    while (auto m = mpi_poll(MPI_ANY_SOURCE)) {
+      switch (m->tag) {
+        case kTagRequest:
+          if (!stopping) ++requests_[m->source];
+          break;
+        case kTagResult: handle(result_from_json(m->payload), now); break;
+        case kTagBye:
+          bye_[m->source] = true;
+          requests_[m->source] = 0;
+          if (!shutdown_sent_[m->source]) {  // a rank that stopped on its own signal
+            mpi_send(m->source, kTagShutdown, json::object());
+            shutdown_sent_[m->source] = true;
+          }
+          break;
+        default:
+          std::fprintf(stderr, "attnsweep: rank 0: unexpected message '%s' from rank %d\n", tag_name(m->tag), m->source);
+      }
+    }
+  }
+
+  void shutdown_all() {
+    for (int r = 1; r < world_; ++r)
+      if (!shutdown_sent_[r]) {
+        mpi_send(r, kTagShutdown, json::object());
+        shutdown_sent_[r] = true;
+      }
+  }
+
+  bool all_bye() const {
+    for (int r = 1; r < world_; ++r)
+      if (!bye_[r]) return false;
+    return true;
+  }
+
+  void handle(const AttemptResult& r, double now) {
+    const Decision d = sched_.on_result(r.index, r.outcome, now, r.reason);
+    json where = {{"cell_id", r.id}, {"attempt", r.attempt}, {"rank", r.rank}, {"slot", r.slot}, {"host", r.host}};
+    switch (d.kind) {
+      case Decision::done:
+        ++finished_now_;
+        where.update({{"event", "finished"}, {"status", outcome_name(r.outcome)}, {"wall_s", r.wall_s}});
+        break;
+      case Decision::retry:
+        where.update({{"event", "retried"}, {"reason", r.reason}, {"retry_in_s", d.retry_at - now}});
+        break;
+      case Decision::failed:
+        ++finished_now_;
+        where.update({{"event", "failed"}, {"reason", r.reason}});
+        std::fprintf(stderr, "%sattnsweep: cell %s failed after %d attempt%s: %s (log: %s)\n", tty_ ? "\n" : "",
+                     r.id.c_str(), r.attempt, r.attempt == 1 ? "" : "s", r.reason.c_str(), rd_.log(r.id).c_str());
+        break;
+      case Decision::requeued: where.update({{"event", "preempted"}, {"reason", r.reason}}); break;
+    }
+    rd_.append_event(where);
+  }
+
+  void report(double now, bool final, const char* state = "running") {
+    const size_t total = sched_.size();
+    const size_t done = sched_.count(CellState::complete) + sched_.count(CellState::diverged);
+    const size_t failed = sched_.count(CellState::failed);
+    const size_t running = sched_.count(CellState::running), pending = sched_.count(CellState::pending);
+    const double elapsed = now - t0_;
+    const double rate = elapsed > 0 ? static_cast<double>(finished_now_) / elapsed : 0.0;
+    const double eta = rate > 0 ? static_cast<double>(running + pending) / rate : NAN;
+    if (final || now - last_status_ >= 1.0) {
+      last_status_ = now;
+      json failed_cells = json::array();
+      for (size_t i = 0; i < total; ++i)
+        if (sched_.state(i) == CellState::failed)
+          failed_cells.push_back({{"cell_id", grid_.cells[i].id}, {"reason", sched_.last_error(i)}});
+      json st = {{"state", state},
+                 {"grid", grid_.name},
+                 {"total", total},
+                 {"complete", sched_.count(CellState::complete)},
+                 {"diverged", sched_.count(CellState::diverged)},
+                 {"failed", failed},
+                 {"running", running},
+                 {"pending", pending},
+                 {"done_before_this_run", resumed_},
+                 {"started", started_iso_},
+                 {"updated", iso_utc_now()},
+                 {"elapsed_s", elapsed},
+                 {"rate_cells_per_s", rate},
+                 {"eta_s", std::isfinite(eta) ? json(eta) : json(nullptr)},
+                 {"ranks", world_},
+                 {"host", hostname()},
+                 {"pid", ::getpid()},
+                 {"failed_cells", failed_cells}};
+      try {
+        rd_.write_status(st);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "attnsweep: %s\n", e.what());
+      }
+    }
+    char line[256];
+    std::snprintf(line, sizeof line, "%zu/%zu done, %zu failed, %zu running, %.2f cells/s, ETA %s", done + failed,
+                  total, failed, running, rate, final ? "0:00:00" : fmt_duration(eta).c_str());
+    if (tty_ && (final || now - last_line_ >= 0.2)) {
+      last_line_ = now;
+      std::fprintf(stderr, "\r\033[K[attnsweep] %s", line);
+      if (final) std::fprintf(stderr, "\n");
+    } else if (!tty_ && !final && now - last_line_ >= opt_.progress_every_s) {
+      last_line_ = now;
+      std::fprintf(stderr, "attnsweep: %s\n", line);
+    }
+    if (final) {
+      std::fprintf(stderr,
+                   "attnsweep: %s: %zu cells: %zu complete, %zu diverged, %zu failed, %zu not run; %zu run now in %.1f s "
+                   "-> %s\n",
+                   state, total, sched_.count(CellState::complete), sched_.count(CellState::diverged), failed,
+                   pending + running, finished_now_, elapsed, rd_.dir().c_str());
+    }
+  }
+
+  const Grid& grid_;
+  const RunOptions& opt_;
+  RunDir& rd_;
+  int world_;
+  LocalSlots& local_;
+  Scheduler sched_;
+  double timeout_s_;
+  std::vector<int> requests_;
+  std::vector<bool> shutdown_sent_, bye_;
+  bool tty_;
+  size_t resumed_ = 0, finished_now_ = 0;
+  double t0_ = 0, last_status_ = -1e9, last_line_ = 0;
+  std::string started_iso_ = iso_utc_now();
+};
+
+// ---- ranks > 0: slots only ------------------------------------------------------------
+int worker_loop(LocalSlots& local, int rank) {
+  int outstanding = 0;
+  bool stopping = false, shutdown = false, bye_sent = false;
+  for (;;) {
+    const double now = now_s();
+    if (g_signal.load() != 0 && !stopping) {
+      stopping = true;
+      local.forward(SIGTERM);
+    }
+    for (const AttemptResult& r : local.poll(now)) mpi_send(0, kTagResult, to_json(r));
+    while (auto m = mpi_poll(0)) {
+      if (m->tag == kTagAssign) {
+        --outstanding;
+        Assignment a;
+        a.index = m->payload.at("index").get<size_t>();
+        a.id = m->payload.at("id").get<std::string>();
+        a.attempt = m->payload.at("attempt").get<int>();
+        a.timeout_s = m->payload.at("timeout_s").get<double>();
+        if (stopping) {
+          AttemptResult r;
+          r.index = a.index;
+          r.id = a.id;
+          r.attempt = a.attempt;
+          r.outcome = Outcome::interrupted;
+          r.reason = "rank stopping";
+          r.rank = rank;
+          mpi_send(0, kTagResult, to_json(r));
+        } else if (auto fail = local.launch(a, now)) {
+          mpi_send(0, kTagResult, to_json(*fail));
+        }
+      } else if (m->tag == kTagShutdown) {
+        shutdown = true;
+        if (!stopping) {
+          stopping = true;
+          local.forward(SIGTERM);  // nothing runs on a normal end; on a stop, children checkpoint and leave
+        }
+      }
+    }
+    if (!stopping) {
+      while (outstanding < local.free()) {
+        mpi_send(0, kTagRequest, json::object());
+        ++outstanding;
+      }
+    }
+    if (stopping && !local.busy() && !bye_sent) {
+      mpi_send(0, kTagBye, json::object());
+      bye_sent = true;
+    }
+    if (bye_sent && shutdown) return 0;
+    wait_for_event(0.002);
+  }
+}
+
+// Prepares the directory on rank 0: lock, manifest, cell files, finished cells.
+// Returns the indices already finished (with their state). Throws InputError for a
+// refused resume, std::runtime_error for I/O problems.
+std::vector<std::pair<size_t, CellState>> prepare_dir(const Grid& grid, const RunOptions& opt, RunDir& rd) {
+  rd.open_and_lock();
+  const std::string manifest = rd.dir() + "/manifest.json";
+  if (fs::exists(manifest)) {
+    json old;
+    try {
+      old = json::parse(read_text(manifest));
+    } catch (const std::exception& e) {
+      throw InputError({manifest + ": unreadable manifest (" + std::string(e.what()) + ")"});
+    }
+    const std::string old_hash = old.value("grid_hash", "");
+    if (old_hash != grid.hash && !opt.force)
+      throw InputError({manifest + ": grid_hash: this directory holds a different grid (" + old_hash.substr(0, 16) +
+                        ", now " + grid.hash.substr(0, 16) +
+                        "); use --force to resume with the changed grid, or another --out"});
+  }
+  json m = {{"grid", grid.source},       {"grid_file", grid.file}, {"grid_name", grid.name},
+            {"grid_hash", grid.hash},    {"cells", grid.cells.size()},
+            {"attnsweep_version", ATTNSWEEP_VERSION}, {"written", iso_utc_now()}};
+  atomic_write_text(manifest, m.dump(2) + "\n");
+
+  std::vector<std::pair<size_t, CellState>> finished;
+  for (size_t i = 0; i < grid.cells.size(); ++i) {
+    const Cell& c = grid.cells[i];
+    const std::string cell_path = rd.cell_file(c.id);
+    const std::string text = c.config.dump(2) + "\n";
+    bool same = false;
+    if (fs::exists(cell_path)) {
+      try {
+        same = read_text(cell_path) == text;
+      } catch (...) {
+      }
+    }
+    if (!same) atomic_write_text(cell_path, text, /*durable=*/false);
+    const std::string result = rd.runs(c.id);
+    if (!opt.resume || !fs::exists(result)) continue;
+    std::string why;
+    if (cell_file_valid(result, c.id, &why)) {
+      const CellSummary s = read_cell_summary(result);
+      finished.push_back({i, s.status == "diverged" ? CellState::diverged : CellState::complete});
+    } else {
+      // Never trust, never delete: keep the bad file aside for a post-mortem, recompute.
+      const std::string aside = result + ".invalid";
+      std::error_code ec;
+      fs::rename(result, aside, ec);
+      rd.append_event({{"event", "invalid_result"}, {"cell_id", c.id}, {"reason", why}, {"moved_to", aside}});
+      std::fprintf(stderr, "attnsweep: %s: %s; moved to %s, recomputing\n", result.c_str(), why.c_str(), aside.c_str());
+    }
+  }
+  return finished;
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+int run_sweep(const Grid& grid, const RunOptions& opt) {
+  const bool mpi = launched_by_mpi();
+  int rank = 0, world = 1;
+  if (mpi) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+  }
+  auto finish = [&](int code) {
+    if (mpi) MPI_Finalize();
+    return code;
+  };
+
+  install_signal_handlers();
+  RunDir rd(opt.out_dir);
+  const int retries = opt.retries >= 0 ? opt.retries : (grid.resources.retries >= 0 ? grid.resources.retries : 2);
+  const double timeout_s = opt.timeout_s >= 0 ? opt.timeout_s : grid.resources.timeout_s;
+
+  // Rank 0 prepares the directory; everyone learns whether to go on.
+  int setup_code = 0;
+  std::vector<std::pair<size_t, CellState>> finished;
+  std::string setup_error;
+  RankSetup rs;
+  try {
+    rs = setup_rank(opt);
+  } catch (const std::exception& e) {
+    setup_error = e.what();
+    setup_code = 2;
+  }
+  if (rank == 0 && setup_code == 0) {
+    try {
+      finished = prepare_dir(grid, opt, rd);
+    } catch (const InputError& e) {
+      setup_error = e.what();
+      setup_code = 2;
+    } catch (const std::exception& e) {
+      setup_error = e.what();
+      setup_code = 2;
+    }
+  }
+  if (mpi) MPI_Allreduce(MPI_IN_PLACE, &setup_code, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (setup_code != 0) {
+    if (!setup_error.empty()) std::fprintf(stderr, "attnsweep run: %s\n", setup_error.c_str());
+    return finish(setup_code);
+  }
+
+  LocalSlots local(rd, rs.slots, rs.gpus, rs.device, rs.threads, rank);
+  if (rank != 0) return finish(worker_loop(local, rank));
+
+  std::fprintf(stderr, "attnsweep: %s: %zu cells (%zu already done), %d rank%s, %d %s slot%s per rank, %d thread%s per cell\n",
+               grid.name.c_str(), grid.cells.size(), finished.size(), world, world == 1 ? "" : "s", rs.slots,
+               rs.device.c_str(), rs.slots == 1 ? "" : "s", rs.threads, rs.threads == 1 ? "" : "s");
+  Coordinator coord(grid, opt, rd, world, local, retries, timeout_s);
+  for (const auto& [i, s] : finished) coord.mark_finished(i, s);
+  return finish(coord.run());
+}
+
+}  // namespace attnsweep

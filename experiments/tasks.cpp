@@ -1,0 +1,39 @@
+#include "experiments/task.h"
+
+#include <stdexcept>
+
+namespace attnsweep {
+
+ActivationSpec activation_spec_of(const json& config) {
+  ActivationSpec spec;
+  const std::string act = config.value("activation", std::string("softmax"));
+  if (act == "softmax") spec.activation = Activation::softmax;
+  else if (act == "poly") spec.activation = Activation::poly;
+  else if (act == "relu") spec.activation = Activation::relu;
+  else if (act == "sigmoid") spec.activation = Activation::sigmoid;
+  else throw std::runtime_error("activation: unknown value \"" + act + "\"");
+  spec.degree = config.value("degree", 1);
+  if (config.contains("scale")) {
+    const json& s = config["scale"];
+    if (s.is_number()) {
+      spec.scale = ScaleKind::value;
+      spec.scale_value = s.get<double>();
+    } else {
+      const std::string name = s.get<std::string>();
+      if (name == "none") spec.scale = ScaleKind::none;
+      else if (name == "inv_sqrt_n") spec.scale = ScaleKind::inv_sqrt_n;
+      else if (name == "inv_n") spec.scale = ScaleKind::inv_n;
+      else throw std::runtime_error("scale: unknown value \"" + name + "\"");
+    }
+  }
+  return spec;
+}
+
+TaskOutput run_task(const json& config, const TaskContext& ctx) {
+  const std::string task = config.at("task").get<std::string>();
+  if (task == "norm_probe") return run_norm_probe(config, ctx);
+  if (task == "synthetic") return run_synthetic(config, ctx);
+  throw std::runtime_error("task: \"" + task + "\" is not implemented");
+}
+
+}  // namespace attnsweep

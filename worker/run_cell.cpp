@@ -1,0 +1,79 @@
+#include "worker/run_cell.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+
+#include "experiments/task.h"
+#include "results/cell_file.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace attnsweep {
+
+std::string iso_utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int run_cell(const std::string& cell_id, const json& config, const std::string& out_path,
+             const RunCellOptions& opt) {
+  const int threads = opt.threads > 0 ? opt.threads : 1;
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+
+  TaskContext ctx;
+  ctx.device = opt.device;
+  ctx.threads = threads;
+  ctx.attempt = opt.attempt;
+  ctx.stop = opt.stop;
+
+  CellResult res;
+  res.cell_id = cell_id;
+  res.config = config;
+  res.device = opt.device;
+  res.started = iso_utc_now();
+  const auto t0 = std::chrono::steady_clock::now();
+  TaskOutput out;
+  try {
+    out = run_task(config, ctx);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), e.what());
+    return 1;
+  }
+  if (out.status == "interrupted") {
+    std::fprintf(stderr, "attnsweep train: cell %s interrupted by a signal\n", cell_id.c_str());
+    return 75;
+  }
+  res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.finished = iso_utc_now();
+  res.status = out.status;
+  res.diverged_at_step = out.diverged_at_step;
+  res.final_metrics = out.final_metrics;
+  for (TaskSeries& s : out.series) {
+    ResultDataset d;
+    d.path = s.path;
+    d.shape = s.shape;
+    d.data = std::move(s.data);
+    d.description = s.description;
+    res.datasets.push_back(std::move(d));
+  }
+  try {
+    write_cell_file(out_path, res);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnsweep train: cell %s: cannot write %s: %s\n", cell_id.c_str(), out_path.c_str(),
+                 e.what());
+    return 1;
+  }
+  std::printf("cell %s %s in %.3f s\n", cell_id.c_str(), res.status.c_str(), res.wall_seconds);
+  return 0;
+}
+
+}  // namespace attnsweep
