@@ -27,7 +27,14 @@ struct ParamSpec {
   std::function<bool(const json& cfg)> applies;
   // Default for a cell (null json = no default: the key is required when it applies).
   std::function<json(const json& cfg)> default_value;
+  // Cross-field check of an applying key's canonical value against the whole effective
+  // config (e.g. a prompt length the task cannot make): "" when fine, else the problem.
+  std::function<std::string(const json& value, const json& cfg)> check;
 };
+
+// `applies`, `default_value` and `check` see the effective config being built:
+// `applies` and `default_value` only the keys ABOVE theirs in param_specs() (they are
+// resolved in table order, so `degree` sees the resolved `activation`); `check` sees it all.
 
 // Every known key (cell-level). `resources` (grid-level) is separate.
 const std::vector<ParamSpec>& param_specs();
@@ -35,6 +42,22 @@ const ParamSpec* find_param(const std::string& name);
 
 // Names of implemented tasks ("norm_probe", "synthetic", ...).
 std::vector<std::string> task_names();
+
+// What a valid value of `spec` looks like: "an integer in 1..16", "one of softmax, ...".
+std::string describe_expected(const ParamSpec& spec);
+
+// A value as an error message shows it: scalars as JSON text, "a list", "an object".
+std::string describe_value(const json& value);
+
+// Checks `value` against `spec` (type, range, choices; not `check`) and returns it in
+// canonical form: integer -> int64 (3.0 becomes 3), number -> double (1 becomes 1.0),
+// scale -> its name or a double. On a bad value returns null json and sets *problem,
+// e.g. `expected an integer in 1..16, got 2.5`.
+json canonical_value(const ParamSpec& spec, const json& value, std::string* problem);
+
+// The candidate closest to a misspelt `word` by edit distance, or "" when none is close
+// enough (distance <= max(1, word length / 3)).
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 
 // Rough cost of a cell in seconds on one CPU slot: the scheduler's longest-first order.
 double estimate_cost_s(const json& effective_config);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -54,5 +55,12 @@ CellSummary read_cell_summary(const std::string& path);
 
 // True when `path` is a readable result file for `expected_id` with a final status.
 bool cell_file_valid(const std::string& path, const std::string& expected_id, std::string* why = nullptr);
+
+// The summary of `path` when it is valid in cell_file_valid's sense, else nullopt with
+// the reason in *why (without the path: "not an HDF5 file", "truncated file (HDF5: …)",
+// "cell_id is X, expected Y", "status is running, expected complete or diverged").
+// An empty expected_id accepts any cell_id. Never throws.
+std::optional<CellSummary> read_valid_cell_summary(const std::string& path, const std::string& expected_id,
+                                                   std::string* why);
 
 }  // namespace attnsweep

@@ -1,0 +1,575 @@
+#include "coordinator/grid.h"
+
+#include "experiments/params.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+namespace attnsweep {
+
+using ordered_json = nlohmann::ordered_json;
+
+namespace {
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (size_t i = 0; i < lines.size(); ++i) out += (i ? "\n" : "") + lines[i];
+  return out;
+}
+
+// Every problem of one input file, in the order found, each reported once (a bad value
+// on an axis would otherwise be reported once per cell it reaches).
+class Problems {
+ public:
+  explicit Problems(std::string file) : file_(std::move(file)) {}
+  void add(const std::string& path, const std::string& msg) {
+    add_line(path.empty() ? file_ + ": " + msg : file_ + ": " + path + ": " + msg);
+  }
+  void add_line(std::string line) {
+    if (seen_.insert(line).second) lines_.push_back(std::move(line));
+  }
+  bool empty() const { return lines_.empty(); }
+  const std::string& file() const { return file_; }
+  void throw_if_any() {
+    if (!lines_.empty()) throw InputError(std::move(lines_));
+  }
+
+ private:
+  std::string file_;
+  std::vector<std::string> lines_;
+  std::set<std::string> seen_;
+};
+
+std::string dotted(const std::string& prefix, const std::string& key) { return prefix.empty() ? key : prefix + "." + key; }
+std::string indexed(const std::string& prefix, size_t i) { return prefix + "[" + std::to_string(i) + "]"; }
+
+// The grid is parsed order-preserving (axis order is expansion order); configs are plain json.
+json to_plain(const ordered_json& v) {
+  using t = ordered_json::value_t;
+  switch (v.type()) {
+    case t::object: {
+      json o = json::object();
+      for (auto it = v.begin(); it != v.end(); ++it) o[it.key()] = to_plain(it.value());
+      return o;
+    }
+    case t::array: {
+      json a = json::array();
+      for (const auto& x : v) a.push_back(to_plain(x));
+      return a;
+    }
+    case t::string: return v.get<std::string>();
+    case t::boolean: return v.get<bool>();
+    case t::number_integer: return v.get<int64_t>();
+    case t::number_unsigned: return v.get<uint64_t>();
+    case t::number_float: return v.get<double>();
+    default: return nullptr;
+  }
+}
+
+std::vector<std::string> param_names() {
+  std::vector<std::string> names;
+  for (const auto& s : param_specs()) names.push_back(s.name);
+  return names;
+}
+
+std::string unknown_key(const std::string& key, const std::vector<std::string>& known) {
+  std::string msg = "unknown key";
+  if (auto m = closest_match(key, known); !m.empty()) msg += " (did you mean " + json(m).dump() + "?)";
+  return msg;
+}
+
+// A validated value and where it came from, so a later problem (a cross-field check)
+// can point at the axis element, fixed entry or include entry that set it.
+struct Sourced {
+  json value;
+  std::string path;
+};
+using Values = std::map<std::string, Sourced>;
+
+// Validates one `key: value` of a config (axes element, fixed, include, cell file):
+// the key must be a parameter and the value a valid scalar for it.
+std::optional<json> check_value(const std::string& key, const json& value, const std::string& path, Problems& problems) {
+  const ParamSpec* spec = find_param(key);
+  if (spec == nullptr) return std::nullopt;  // reported by the caller, once per key
+  std::string problem;
+  json v = canonical_value(*spec, value, &problem);
+  if (v.is_null()) {
+    problems.add(path, problem);
+    return std::nullopt;
+  }
+  return v;
+}
+
+// A flat object of key: scalar (fixed, an include entry, a cell file). Returns false if
+// a value was bad: a cell built without it would report it again as missing.
+bool read_flat(const json& obj, const std::string& prefix, Problems& problems, Values& out) {
+  bool ok = true;
+  const auto known = param_names();
+  for (const auto& [key, value] : obj.items()) {
+    const std::string path = dotted(prefix, key);
+    if (find_param(key) == nullptr) {
+      problems.add(path, unknown_key(key, known));  // reported; the rest of the entry is still checked
+      continue;
+    }
+    if (value.is_array()) {
+      problems.add(path, prefix == "fixed" ? "expected a single value, got a list (to sweep it, move it to axes)"
+                                           : "expected a single value, got a list");
+      ok = false;
+      continue;
+    }
+    if (auto v = check_value(key, value, path, problems))
+      out[key] = {std::move(*v), path};
+    else
+      ok = false;
+  }
+  return ok;
+}
+
+std::string missing_message(const ParamSpec& spec, const json& cfg) {
+  if (spec.name == "task") return "missing; expected " + describe_expected(spec);
+  std::string who = cfg.contains("task") ? "task " + cfg["task"].get<std::string>() + " needs it" : "required";
+  return "missing; " + who + ": " + describe_expected(spec);
+}
+
+// The effective config of one cell: defaults, overridden by `values` (fixed already
+// merged under the cell's own values), keys that do not apply dropped.
+std::optional<json> resolve(const Values& values, const std::string& missing_prefix, Problems& problems) {
+  json cfg = json::object();
+  bool ok = true;
+  for (const auto& spec : param_specs()) {
+    if (spec.applies && !spec.applies(cfg)) continue;
+    if (auto it = values.find(spec.name); it != values.end()) {
+      cfg[spec.name] = it->second.value;
+      continue;
+    }
+    json d = spec.default_value ? spec.default_value(cfg) : json();
+    if (d.is_null()) {
+      problems.add(dotted(missing_prefix, spec.name), missing_message(spec, cfg));
+      ok = false;
+      continue;
+    }
+    cfg[spec.name] = std::move(d);
+  }
+  for (const auto& spec : param_specs()) {
+    if (!spec.check || !cfg.contains(spec.name)) continue;
+    if (std::string msg = spec.check(cfg[spec.name], cfg); !msg.empty()) {
+      auto it = values.find(spec.name);
+      problems.add(it != values.end() ? it->second.path : dotted(missing_prefix, spec.name), msg);
+      ok = false;
+    }
+  }
+  if (!ok) return std::nullopt;
+  return cfg;
+}
+
+// Grid-level settings, validated with the same machinery as cell parameters.
+const std::vector<ParamSpec>& resource_specs() {
+  static const std::vector<ParamSpec> specs = [] {
+    std::vector<ParamSpec> v(3);
+    v[0].name = "gpus_per_cell", v[0].type = ParamType::integer, v[0].min = 1, v[0].max = 1024;
+    v[1].name = "timeout_s", v[1].type = ParamType::number, v[1].min = 0;
+    v[2].name = "retries", v[2].type = ParamType::integer, v[2].min = 0, v[2].max = 100;
+    return v;
+  }();
+  return specs;
+}
+
+Resources read_resources(const json& obj, Problems& problems) {
+  Resources r;
+  if (!obj.is_object()) {
+    problems.add("resources", "expected an object with gpus_per_cell, timeout_s, retries, got " + describe_value(obj));
+    return r;
+  }
+  std::vector<std::string> known;
+  for (const auto& s : resource_specs()) known.push_back(s.name);
+  for (const auto& [key, value] : obj.items()) {
+    const std::string path = "resources." + key;
+    auto spec = std::find_if(resource_specs().begin(), resource_specs().end(), [&](const ParamSpec& s) { return s.name == key; });
+    if (spec == resource_specs().end()) {
+      problems.add(path, unknown_key(key, known));
+      continue;
+    }
+    std::string problem;
+    json v = canonical_value(*spec, value, &problem);
+    if (v.is_null()) {
+      problems.add(path, problem);
+      continue;
+    }
+    if (key == "gpus_per_cell") r.gpus_per_cell = v.get<int>();
+    if (key == "timeout_s") r.timeout_s = v.get<double>();
+    if (key == "retries") r.retries = v.get<int>();
+  }
+  return r;
+}
+
+struct Axis {
+  std::string key;
+  std::vector<Sourced> values;
+};
+
+// Beyond this the product is a typo (an axis of 10^6 seeds), not an experiment.
+constexpr uint64_t kMaxProduct = 1'000'000;
+
+std::vector<Axis> read_axes(const ordered_json& axes, Problems& problems, bool& ok) {
+  std::vector<Axis> out;
+  if (!axes.is_object()) {
+    problems.add("axes", "expected an object of key: [values], got " + describe_value(to_plain(axes)));
+    ok = false;
+    return out;
+  }
+  const auto known = param_names();
+  for (auto it = axes.begin(); it != axes.end(); ++it) {
+    const std::string path = "axes." + it.key();
+    if (find_param(it.key()) == nullptr) {
+      problems.add(path, unknown_key(it.key(), known));
+      continue;
+    }
+    if (!it.value().is_array()) {
+      problems.add(path, "expected a list of values, got " + describe_value(to_plain(it.value())) +
+                             " (a single value belongs in fixed)");
+      ok = false;
+      continue;
+    }
+    if (it.value().empty()) {
+      problems.add(path, "empty list: the grid would have no cells");
+      ok = false;
+      continue;
+    }
+    // A bad element is reported and left out; the other elements still make cells, so
+    // their own problems (a prompt length the task cannot make) are reported too.
+    Axis axis{it.key(), {}};
+    for (size_t i = 0; i < it.value().size(); ++i) {
+      const std::string ipath = indexed(path, i);
+      json v = to_plain(it.value()[i]);
+      if (v.is_array() || v.is_object()) {
+        problems.add(ipath, "expected a single value, got " + describe_value(v));
+        continue;
+      }
+      if (auto c = check_value(it.key(), v, ipath, problems)) axis.values.push_back({std::move(*c), ipath});
+    }
+    out.push_back(std::move(axis));
+  }
+  return out;
+}
+
+// exclude[i]: key -> allowed values (a list in the grid matches any of its items).
+using ExcludeEntry = std::map<std::string, std::vector<json>>;
+
+std::vector<ExcludeEntry> read_excludes(const json& list, Problems& problems) {
+  std::vector<ExcludeEntry> out;
+  if (!list.is_array()) {
+    problems.add("exclude", "expected a list of objects, got " + describe_value(list));
+    return out;
+  }
+  const auto known = param_names();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = indexed("exclude", i);
+    const json& entry = list[i];
+    if (!entry.is_object()) {
+      problems.add(path, "expected an object of key: value or key: [values], got " + describe_value(entry));
+      continue;
+    }
+    if (entry.empty()) {
+      problems.add(path, "empty object: it would exclude every cell");
+      continue;
+    }
+    ExcludeEntry e;
+    for (const auto& [key, value] : entry.items()) {
+      const std::string kpath = dotted(path, key);
+      if (find_param(key) == nullptr) {
+        problems.add(kpath, unknown_key(key, known));
+        continue;
+      }
+      if (value.is_array() && value.empty()) {
+        problems.add(kpath, "empty list: it matches no cell");
+        continue;
+      }
+      const json items = value.is_array() ? value : json::array({value});
+      for (size_t j = 0; j < items.size(); ++j) {
+        const std::string vpath = value.is_array() ? indexed(kpath, j) : kpath;
+        if (items[j].is_array() || items[j].is_object()) {
+          problems.add(vpath, "expected a single value, got " + describe_value(items[j]));
+          continue;
+        }
+        if (auto c = check_value(key, items[j], vpath, problems)) e[key].push_back(std::move(*c));
+      }
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// All given keys equal; a key the cell does not have (it did not apply) does not match.
+bool excluded(const json& cfg, const std::vector<ExcludeEntry>& excludes) {
+  for (const auto& e : excludes) {
+    bool all = !e.empty();
+    for (const auto& [key, allowed] : e) {
+      auto it = cfg.find(key);
+      if (it == cfg.end() || std::find(allowed.begin(), allowed.end(), *it) == allowed.end()) {
+        all = false;
+        break;
+      }
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
+std::pair<size_t, size_t> line_col(const std::string& text, size_t byte) {
+  // nlohmann's byte count includes the offending character.
+  const size_t pos = std::min(byte > 0 ? byte - 1 : 0, text.size());
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < pos; ++i)
+    if (text[i] == '\n') ++line, line_start = i + 1;
+  return {line, pos - line_start + 1};
+}
+
+// Parses JSON text, turning a syntax error into `FILE:LINE:COL: JSON syntax error: ...`.
+ordered_json parse_text(const std::string& text, const std::string& label) {
+  try {
+    return ordered_json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    auto [line, col] = line_col(text, e.byte);
+    std::string msg = e.what();
+    // Drop nlohmann's "[json.exception.parse_error.101] parse error at line L, column C: ".
+    if (size_t p = msg.find("parse error"); p != std::string::npos)
+      if (size_t q = msg.find(": ", p); q != std::string::npos) msg = msg.substr(q + 2);
+    throw InputError({label + ":" + std::to_string(line) + ":" + std::to_string(col) + ": JSON syntax error: " + msg});
+  }
+}
+
+std::string read_text(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw InputError({path + ": cannot read file (" + std::strerror(errno) + ")"});
+  std::string text;
+  std::array<char, 65536> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  std::fclose(f);
+  if (failed) throw InputError({path + ": cannot read file (" + std::strerror(err) + ")"});
+  return text;
+}
+
+const std::vector<std::string> kTopLevelKeys = {"name", "description", "axes", "fixed", "include", "exclude", "resources"};
+
+}  // namespace
+
+InputError::InputError(std::vector<std::string> p) : std::runtime_error(join_lines(p)), problems(std::move(p)) {}
+
+Grid load_grid(const std::string& path) { return parse_grid(read_text(path), path); }
+
+Grid parse_grid(const std::string& text, const std::string& file_label) {
+  const ordered_json root = parse_text(text, file_label);
+  Problems problems(file_label);
+  if (!root.is_object()) {
+    problems.add("", "expected a JSON object with axes, fixed, include, exclude, resources at the top level, got " +
+                         describe_value(to_plain(root)));
+    problems.throw_if_any();
+  }
+
+  Grid grid;
+  grid.file = file_label;
+  grid.source = to_plain(root);
+  grid.name = std::filesystem::path(file_label).stem().string();
+
+  // Keys unknown at the top level are reported; a parameter there gets a pointer to axes/fixed.
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& key = it.key();
+    if (std::find(kTopLevelKeys.begin(), kTopLevelKeys.end(), key) != kTopLevelKeys.end()) continue;
+    if (find_param(key) != nullptr)
+      problems.add(key, "unknown top-level key; parameters go in \"axes\" or \"fixed\"");
+    else
+      problems.add(key, unknown_key(key, kTopLevelKeys));
+  }
+  for (const char* key : {"name", "description"}) {
+    if (!root.contains(key)) continue;
+    if (!root[key].is_string())
+      problems.add(key, "expected a string, got " + describe_value(to_plain(root[key])));
+    else if (std::string(key) == "name")
+      grid.name = root[key].get<std::string>();
+  }
+  if (root.contains("resources")) grid.resources = read_resources(to_plain(root["resources"]), problems);
+
+  // Parts that were bad build no cells, so one mistake is not echoed by every cell.
+  bool cells_ok = true;
+  std::vector<Axis> axes;
+  if (root.contains("axes")) axes = read_axes(root["axes"], problems, cells_ok);
+
+  Values fixed;
+  if (root.contains("fixed")) {
+    const json f = to_plain(root["fixed"]);
+    if (!f.is_object()) {
+      problems.add("fixed", "expected an object of key: value, got " + describe_value(f));
+      cells_ok = false;
+    } else {
+      cells_ok &= read_flat(f, "fixed", problems, fixed);
+    }
+  }
+
+  std::vector<std::optional<Values>> includes;  // nullopt: a bad entry
+  if (root.contains("include")) {
+    const json inc = to_plain(root["include"]);
+    if (!inc.is_array()) {
+      problems.add("include", "expected a list of objects, got " + describe_value(inc));
+    } else {
+      for (size_t i = 0; i < inc.size(); ++i) {
+        const std::string path = indexed("include", i);
+        if (!inc[i].is_object()) {
+          problems.add(path, "expected an object of key: value, got " + describe_value(inc[i]));
+          includes.emplace_back();
+          continue;
+        }
+        Values v;
+        includes.emplace_back(read_flat(inc[i], path, problems, v) ? std::optional<Values>(std::move(v)) : std::nullopt);
+      }
+    }
+  }
+
+  std::vector<ExcludeEntry> excludes;
+  if (root.contains("exclude")) excludes = read_excludes(to_plain(root["exclude"]), problems);
+
+  uint64_t product = 1;
+  for (const auto& a : axes) {
+    product *= a.values.size();
+    if (product > kMaxProduct) {
+      problems.add("axes", "the product of the axes has more than " + std::to_string(kMaxProduct) + " cells");
+      cells_ok = false;
+      break;
+    }
+  }
+
+  std::unordered_map<std::string, size_t> seen;  // canonical config -> index in grid.cells
+  auto add_cell = [&](const Values& own, const std::string& missing_prefix) {
+    Values merged = fixed;
+    for (const auto& [k, v] : own) merged[k] = v;
+    auto cfg = resolve(merged, missing_prefix, problems);
+    if (!cfg || excluded(*cfg, excludes)) return;
+    std::string canon = canonical_json(*cfg);
+    if (seen.count(canon)) return;  // identical effective configs are one cell
+    seen.emplace(canon, grid.cells.size());
+    Cell c;
+    c.id = sha256_hex(canon).substr(0, 16);
+    c.est_cost_s = estimate_cost_s(*cfg);
+    c.config = std::move(*cfg);
+    grid.cells.push_back(std::move(c));
+  };
+
+  // The product over no axes is one cell (fixed alone) unless include lists the cells.
+  const bool product_cells = !axes.empty() || includes.empty();
+  if (cells_ok && product_cells && product > 0) {
+    // Odometer over the axes in the user's order; the last axis varies fastest.
+    std::vector<size_t> idx(axes.size(), 0);
+    for (;;) {
+      Values own;
+      for (size_t a = 0; a < axes.size(); ++a) own[axes[a].key] = axes[a].values[idx[a]];
+      add_cell(own, "");
+      size_t a = axes.size();
+      while (a > 0 && ++idx[a - 1] == axes[a - 1].values.size()) idx[--a] = 0;
+      if (a == 0) break;
+    }
+  }
+  if (cells_ok)
+    for (size_t i = 0; i < includes.size(); ++i)
+      if (includes[i]) add_cell(*includes[i], indexed("include", i));
+
+  if (problems.empty() && grid.cells.empty())
+    problems.add(excludes.empty() ? "" : "exclude", "removes every cell; the grid has no cells left");
+  problems.throw_if_any();
+
+  std::vector<std::string> ids;
+  for (const auto& c : grid.cells) ids.push_back(c.id);
+  std::sort(ids.begin(), ids.end());
+  grid.hash = sha256_hex(join_lines(ids));
+  return grid;
+}
+
+json load_cell_config(const std::string& path) {
+  const ordered_json root = parse_text(read_text(path), path);
+  return effective_config(to_plain(root), path);
+}
+
+json effective_config(const json& cell_values, const std::string& file_label) {
+  Problems problems(file_label);
+  if (!cell_values.is_object()) {
+    problems.add("", "expected a JSON object of key: value, got " + describe_value(cell_values));
+    problems.throw_if_any();
+  }
+  Values values;
+  const bool ok = read_flat(cell_values, "", problems, values);
+  std::optional<json> cfg;
+  if (ok) cfg = resolve(values, "", problems);
+  problems.throw_if_any();
+  return *cfg;
+}
+
+std::string canonical_json(const json& config) {
+  // nlohmann::json keeps object keys sorted and prints doubles in their shortest
+  // round-trip form; configs from effective_config already hold canonical number types.
+  return config.dump();
+}
+
+std::string cell_id(const json& config) { return sha256_hex(canonical_json(config)).substr(0, 16); }
+
+// SHA-256 (FIPS 180-4), written out so ids do not depend on which crypto library is installed.
+std::string sha256_hex(const std::string& data) {
+  static constexpr uint32_t k[64] = {
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+      0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+      0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+      0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+      0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+      0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+      0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  auto rotr = [](uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
+
+  // Padding: a 1 bit, zeros to 56 mod 64 bytes, then the bit length big-endian.
+  std::string msg = data;
+  const uint64_t bits = static_cast<uint64_t>(data.size()) * 8;
+  msg.push_back(static_cast<char>(0x80));
+  while (msg.size() % 64 != 56) msg.push_back('\0');
+  for (int i = 7; i >= 0; --i) msg.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
+
+  for (size_t off = 0; off < msg.size(); off += 64) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i) {
+      const auto* p = reinterpret_cast<const unsigned char*>(msg.data() + off + 4 * i);
+      w[i] = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+    }
+    for (int i = 16; i < 64; ++i) {
+      const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; ++i) {
+      const uint32_t S1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
+      const uint32_t ch = (e & f) ^ (~e & g);
+      const uint32_t t1 = hh + S1 + ch + k[i] + w[i];
+      const uint32_t S0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
+      const uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
+      const uint32_t t2 = S0 + maj;
+      hh = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
+  }
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (uint32_t x : h)
+    for (int i = 28; i >= 0; i -= 4) out.push_back(hex[(x >> i) & 0xf]);
+  return out;
+}
+
+}  // namespace attnsweep

@@ -1,0 +1,332 @@
+#include "experiments/params.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+
+namespace attnsweep {
+namespace {
+
+// What each implemented task is, as far as the schema needs to know. A new task (image,
+// icl_regression, listops, pde) is one row here plus its own rows in the key table.
+struct TaskInfo {
+  const char* name;
+  bool attention;             // has an attention activation (activation/degree/scale apply)
+  int64_t max_prompt_length;  // 0: the task has no prompt (prompt_length does not apply)
+};
+
+constexpr TaskInfo kTasks[] = {
+    // The probe materialises one N x N score matrix per sample: N = 16384 is 1 GiB in float32.
+    {"norm_probe", true, 16384},
+    // Stand-in cells for scheduler tests: sleep, crash, hang or exit on request.
+    {"synthetic", false, 0},
+};
+
+const TaskInfo* task_of(const json& cfg) {
+  auto it = cfg.find("task");
+  if (it == cfg.end() || !it->is_string()) return nullptr;
+  const auto& name = it->get_ref<const std::string&>();
+  for (const auto& t : kTasks)
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+bool task_is(const json& cfg, const char* name) {
+  const TaskInfo* t = task_of(cfg);
+  return t != nullptr && std::string(t->name) == name;
+}
+
+bool string_is(const json& cfg, const char* key, std::initializer_list<const char*> values) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || !it->is_string()) return false;
+  const auto& s = it->get_ref<const std::string&>();
+  return std::any_of(values.begin(), values.end(), [&](const char* v) { return s == v; });
+}
+
+std::function<bool(const json&)> always() {
+  return [](const json&) { return true; };
+}
+std::function<bool(const json&)> for_task(const char* name) {
+  return [name](const json& cfg) { return task_is(cfg, name); };
+}
+std::function<json(const json&)> fixed_default(json v) {
+  return [v = std::move(v)](const json&) { return v; };
+}
+
+ParamSpec integer(std::string name, double min, double max, std::string description) {
+  ParamSpec s;
+  s.name = std::move(name);
+  s.type = ParamType::integer;
+  s.min = min;
+  s.max = max;
+  s.description = std::move(description);
+  return s;
+}
+ParamSpec number(std::string name, double min, double max, std::string description) {
+  ParamSpec s = integer(std::move(name), min, max, std::move(description));
+  s.type = ParamType::number;
+  return s;
+}
+
+constexpr double kNoBound = 1e300;
+
+// Order matters: `applies` and `default_value` may only read keys above their own row.
+std::vector<ParamSpec> make_specs() {
+  std::vector<ParamSpec> v;
+  {
+    ParamSpec s;
+    s.name = "task";
+    s.type = ParamType::string;
+    s.choices = task_names();
+    s.description = "what the cell computes";
+    s.applies = always();
+    v.push_back(std::move(s));  // no default: every cell names its task
+  }
+  {
+    ParamSpec s;
+    s.name = "activation";
+    s.type = ParamType::string;
+    s.choices = {"softmax", "poly", "relu", "sigmoid"};
+    s.description = "attention activation phi";
+    s.applies = [](const json& cfg) {
+      const TaskInfo* t = task_of(cfg);
+      return t != nullptr && t->attention;
+    };
+    s.default_value = fixed_default("softmax");
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("degree", 1, 16, "power p of the polynomial activation s^p");
+    s.applies = [](const json& cfg) { return string_is(cfg, "activation", {"poly"}); };
+    s.default_value = fixed_default(1);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s;
+    s.name = "scale";
+    s.type = ParamType::scale;
+    s.choices = {"none", "inv_sqrt_n", "inv_n"};
+    s.description = "factor c of poly and relu: 1, 1/sqrt(N), 1/N or a positive number";
+    s.applies = [](const json& cfg) { return string_is(cfg, "activation", {"poly", "relu"}); };
+    s.default_value = fixed_default("none");
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("prompt_length", 1, kNoBound, "number of tokens N the attention sees");
+    s.applies = [](const json& cfg) {
+      const TaskInfo* t = task_of(cfg);
+      return t != nullptr && t->max_prompt_length > 0;
+    };
+    s.check = [](const json& value, const json& cfg) -> std::string {
+      const TaskInfo* t = task_of(cfg);
+      if (t == nullptr || value.get<int64_t>() <= t->max_prompt_length) return "";
+      return value.dump() + " is more than task " + t->name + " can make (1.." +
+             std::to_string(t->max_prompt_length) + ")";
+    };
+    v.push_back(std::move(s));  // no default: the prompt length is what every sweep is about
+  }
+  {
+    ParamSpec s = integer("seed", 0, kNoBound, "seed of every random draw of the cell");
+    s.applies = always();
+    s.default_value = fixed_default(0);
+    v.push_back(std::move(s));
+  }
+
+  // norm_probe: norms of phi(S) and its Jacobian for random Q, K at initialisation.
+  for (auto [name, lo, hi, def, what] :
+       {std::tuple{"samples", 1.0, 100000.0, 32, "independent draws averaged per cell"},
+        std::tuple{"dim", 1.0, 4096.0, 64, "model width D"},
+        std::tuple{"head_dim", 1.0, 1024.0, 16, "query/key width d of one head"}}) {
+    ParamSpec s = integer(name, lo, hi, what);
+    s.applies = for_task("norm_probe");
+    s.default_value = fixed_default(def);
+    v.push_back(std::move(s));
+  }
+
+  // synthetic: lets scheduler tests ask for slow, crashing, hanging or failing cells.
+  {
+    ParamSpec s = number("seconds", 0, 86400, "how long the cell sleeps before writing its result");
+    s.applies = for_task("synthetic");
+    s.default_value = fixed_default(0.0);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("crash_attempts", 0, kNoBound, "the cell segfaults on its first this many attempts");
+    s.applies = for_task("synthetic");
+    s.default_value = fixed_default(0);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s;
+    s.name = "hang";
+    s.type = ParamType::boolean;
+    s.description = "the cell never finishes (timeout tests)";
+    s.applies = for_task("synthetic");
+    s.default_value = fixed_default(false);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("exit_code", 0, 255, "exit with this code instead of writing a result (0: write it)");
+    s.applies = for_task("synthetic");
+    s.default_value = fixed_default(0);
+    v.push_back(std::move(s));
+  }
+  return v;
+}
+
+// Bounds print as integers where they are (1..16, not 1.0..16.0).
+std::string format_bound(double x) {
+  if (std::floor(x) == x && std::fabs(x) < 1e15) return std::to_string(static_cast<int64_t>(x));
+  return json(x).dump();
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), size_t{0});
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string unknown_choice(const std::string& got, const std::string& expected,
+                           const std::vector<std::string>& choices) {
+  std::string msg = "unknown value " + json(got).dump();
+  if (auto m = closest_match(got, choices); !m.empty()) msg += " (did you mean " + json(m).dump() + "?)";
+  return msg + "; expected " + expected;
+}
+
+// Integers beyond 2^53 would not survive a trip through a double (Python, JavaScript).
+constexpr double kMaxExactInteger = 9007199254740992.0;
+
+}  // namespace
+
+const std::vector<ParamSpec>& param_specs() {
+  static const std::vector<ParamSpec> specs = make_specs();
+  return specs;
+}
+
+const ParamSpec* find_param(const std::string& name) {
+  for (const auto& s : param_specs())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::vector<std::string> task_names() {
+  std::vector<std::string> names;
+  for (const auto& t : kTasks) names.emplace_back(t.name);
+  return names;
+}
+
+std::string describe_expected(const ParamSpec& spec) {
+  auto bounds = [&](const char* what) {
+    const bool lo = spec.min > -kNoBound, hi = spec.max < kNoBound;
+    std::string s = what;
+    if (lo && hi) return s + " in " + format_bound(spec.min) + ".." + format_bound(spec.max);
+    if (lo) return s + " >= " + format_bound(spec.min);
+    if (hi) return s + " <= " + format_bound(spec.max);
+    return s;
+  };
+  switch (spec.type) {
+    case ParamType::integer: return bounds("an integer");
+    case ParamType::number: return bounds("a number");
+    case ParamType::boolean: return "true or false";
+    case ParamType::string: return spec.choices.empty() ? "a string" : "one of " + join(spec.choices, ", ");
+    case ParamType::scale: return "one of " + join(spec.choices, ", ") + ", or a positive number";
+  }
+  return "a value";
+}
+
+std::string describe_value(const json& value) {
+  if (value.is_array()) return "a list";
+  if (value.is_object()) return "an object";
+  std::string s = value.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+json canonical_value(const ParamSpec& spec, const json& value, std::string* problem) {
+  auto fail = [&](std::string msg) {
+    if (problem) *problem = std::move(msg);
+    return json();
+  };
+  auto expected_got = [&] { return fail("expected " + describe_expected(spec) + ", got " + describe_value(value)); };
+  switch (spec.type) {
+    case ParamType::integer: {
+      if (!value.is_number()) return expected_got();
+      const double d = value.get<double>();
+      if (!std::isfinite(d) || std::floor(d) != d || d < spec.min || d > spec.max || std::fabs(d) > kMaxExactInteger)
+        return expected_got();
+      return value.is_number_float() ? json(static_cast<int64_t>(d))
+             : value.is_number_unsigned() ? json(static_cast<int64_t>(value.get<uint64_t>()))
+                                          : json(value.get<int64_t>());
+    }
+    case ParamType::number: {
+      if (!value.is_number()) return expected_got();
+      const double d = value.get<double>();
+      if (!std::isfinite(d) || d < spec.min || d > spec.max) return expected_got();
+      return json(d);
+    }
+    case ParamType::boolean:
+      if (!value.is_boolean()) return expected_got();
+      return value;
+    case ParamType::string: {
+      if (!value.is_string()) return expected_got();
+      const auto& s = value.get_ref<const std::string&>();
+      if (spec.choices.empty() || std::find(spec.choices.begin(), spec.choices.end(), s) != spec.choices.end())
+        return value;
+      return fail(unknown_choice(s, describe_expected(spec), spec.choices));
+    }
+    case ParamType::scale: {
+      if (value.is_string()) {
+        const auto& s = value.get_ref<const std::string&>();
+        if (std::find(spec.choices.begin(), spec.choices.end(), s) != spec.choices.end()) return value;
+        return fail(unknown_choice(s, describe_expected(spec), spec.choices));
+      }
+      if (value.is_number()) {
+        const double d = value.get<double>();
+        if (std::isfinite(d) && d > 0) return json(d);
+        return fail("expected a positive number or one of " + join(spec.choices, ", ") + ", got " +
+                    describe_value(value));
+      }
+      return expected_got();
+    }
+  }
+  return expected_got();
+}
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  const size_t limit = std::max<size_t>(1, word.size() / 3);
+  std::string best;
+  size_t best_d = limit + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+double estimate_cost_s(const json& cfg) {
+  if (task_is(cfg, "norm_probe")) {
+    const double n = cfg.value("prompt_length", 1.0);
+    const double samples = cfg.value("samples", 32.0), head_dim = cfg.value("head_dim", 16.0);
+    // Scores, phi, phi' and both norms: about (2d + 20) flops per score entry.
+    return samples * n * n * (2 * head_dim + 20) / 2e9 + 0.01;
+  }
+  if (task_is(cfg, "synthetic")) return cfg.value("seconds", 0.0) + 0.005;
+  return 1.0;
+}
+
+}  // namespace attnsweep

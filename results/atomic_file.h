@@ -1,0 +1,30 @@
+// Durable "write to a temporary name, then rename" for files under a results
+// directory: a reader (or a resumed run) sees either no file or a complete one.
+#pragma once
+
+#include <string>
+#include <utility>
+
+namespace attnsweep {
+
+// "<path>.tmp.<pid>": same directory, so the rename is atomic.
+std::string temp_path_for(const std::string& path);
+
+// fsync(tmp), rename(tmp, path), fsync(directory of path). Throws std::runtime_error
+// naming the file and the errno text.
+void commit_file(const std::string& tmp, const std::string& path);
+
+// Removes `path` when destroyed unless release()d: the temporary of a failed write.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(std::string path) : path_(std::move(path)) {}
+  ~TempFileGuard();
+  TempFileGuard(const TempFileGuard&) = delete;
+  TempFileGuard& operator=(const TempFileGuard&) = delete;
+  void release() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace attnsweep
