@@ -1,0 +1,44 @@
+# SIGTERM (as Slurm sends before preemption) stops a run: no new cells, children are
+# told to stop, the run exits 75; the next run resumes and finishes every cell once.
+source "$(dirname "$0")/lib.bash"
+cat > grid.json <<'JSON'
+{"name": "interrupt", "axes": {"task": ["synthetic"], "seed": [0,1,2,3,4,5,6,7,8,9,10,11]}, "fixed": {"seconds": 1.0}}
+JSON
+"$ATTNSWEEP" run grid.json --out out --workers 2 2>err.txt &
+pid=$!
+sleep 2.5
+kill -TERM $pid
+set +e; wait $pid; rc=$?; set -e
+cat err.txt
+check "interrupted run exits 75 (got $rc)" test "$rc" = 75
+done1=$(ls out/runs/*.h5 2>/dev/null | wc -l)
+check "some but not all cells done ($done1)" test "$done1" -gt 0 -a "$done1" -lt 12
+check "status.json says interrupted" grep -q '"state": "interrupted"' out/status.json
+check "no temporary result file left" test -z "$(ls out/runs | grep -v '\.h5$' || true)"
+check "the lock was released" "$ATTNSWEEP" status out
+run_rc "$ATTNSWEEP" run grid.json --out out --workers 2
+check "resumed run exits 0" test "$RC" = 0
+check "12 result files" test "$(ls out/runs/*.h5 | wc -l)" = 12
+check "resume ran only the unfinished cells" test "$(count_events out started)" = $((12 - done1))
+check "no cell finished twice" $PY - out/events.jsonl <<'PY'
+import collections, json, sys
+fin = collections.Counter(json.loads(l)["cell_id"] for l in open(sys.argv[1]) if '"finished"' in l)
+assert len(fin) == 12 and max(fin.values()) == 1, fin
+PY
+
+# A second run on the same directory while one is running is refused, naming the holder.
+"$ATTNSWEEP" run grid.json --out busy --workers 1 2>/dev/null &
+pid=$!
+sleep 0.5
+run_rc "$ATTNSWEEP" run grid.json --out busy --workers 1
+kill -TERM $pid; wait $pid || true
+check "a concurrent run on one directory exits 2" test "$RC" = 2
+check "and names the pid holding it ($ERR)" grep -q "pid $pid" <<<"$ERR"
+
+# A resume with a changed grid is refused without --force.
+sed 's/"seconds": 1.0/"seconds": 0.01/' grid.json > changed.json
+run_rc "$ATTNSWEEP" run changed.json --out out --workers 2
+check "changed grid refused with exit 2" test "$RC" = 2
+check "the message says to use --force ($ERR)" grep -q -- "--force" <<<"$ERR"
+run_rc "$ATTNSWEEP" run changed.json --out out --workers 2 --force
+check "changed grid accepted with --force" test "$RC" = 0
