@@ -55,8 +55,9 @@ std::string describe_value(const json& value);
 // e.g. `expected an integer in 1..16, got 2.5`.
 json canonical_value(const ParamSpec& spec, const json& value, std::string* problem);
 
-// The candidate closest to a misspelt `word` by edit distance, or "" when none is close
-// enough (distance <= max(1, word length / 3)).
+// The candidate closest to a misspelt `word` by edit distance (Levenshtein, a swap of
+// neighbouring letters counting as one edit), or "" when none is close enough
+// (distance <= max(1, word length / 3)); ties go to the earlier candidate.
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 
 // Rough cost of a cell in seconds on one CPU slot: the scheduler's longest-first order.
