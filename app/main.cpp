@@ -23,7 +23,6 @@ namespace po = boost::program_options;
 using namespace attnsweep;
 
 int cmd_attention(int argc, char** argv);  // app/cmd_attention.cpp
-#define FIT_CI95(f) 0.0
 #ifndef FIT_CI95
 #define FIT_CI95(f) (f).slope_ci95
 #endif
