@@ -16,7 +16,8 @@ struct AggregateOptions {
 struct Fit {
   std::string metric;              // attn_fro, jac_fro, ...
   std::string group;               // "activation=poly degree=3 scale=inv_sqrt_n task=norm_probe"
-  double slope = 0, intercept = 0, r2 = 0;
+  double slope = 0, intercept = 0, r2 = 0;  // NaN when fewer than 2 distinct x; r2 NaN for constant y
+  double slope_ci95 = 0;           // half-width of the 95% Student-t interval (NaN below 3 points)
   int64_t points = 0;              // cells in the fit
   int64_t n_min = 0, n_max = 0;    // prompt_length range used
 };
@@ -24,7 +25,8 @@ struct Fit {
 struct AggregateResult {
   int64_t cells = 0;
   std::vector<std::string> skipped;   // "runs/x.h5: reason"
-  std::vector<Fit> fits;
+  std::vector<Fit> fits;              // sorted by group, then metric
+  std::vector<std::string> columns;   // the /cells (and summary.csv) columns, in order
 };
 
 // Throws std::runtime_error when DIR has no runs/ folder.
@@ -32,5 +34,8 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
 
 // Ordinary least squares of log(y) on log(x) (points with x, y > 0).
 Fit fit_loglog(const std::vector<double>& x, const std::vector<double>& y);
+
+// Quantile of Student's t distribution with `dof` degrees of freedom (0 < p < 1).
+double student_t_quantile(double p, double dof);
 
 }  // namespace attnsweep

@@ -1,0 +1,494 @@
+// results/: the HDF5 layer, per-cell files (atomic write, validity) and the aggregate.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "results/aggregate.h"
+#include "results/cell_file.h"
+#include "results/h5.h"
+
+namespace attnsweep {
+namespace {
+namespace fs = std::filesystem;
+
+// A fresh directory per test, removed afterwards.
+class ResultsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device rd;
+    dir_ = fs::temp_directory_path() / ("attnsweep_results_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::permissions(dir_, fs::perms::all, fs::perm_options::add, ec);
+    fs::remove_all(dir_, ec);
+  }
+  std::string path(const std::string& rel) const { return (dir_ / rel).string(); }
+  std::vector<std::string> listing(const std::string& rel) const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_ / rel)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  fs::path dir_;
+};
+
+CellResult sample_cell(const std::string& id, int64_t steps = 5) {
+  CellResult r;
+  r.cell_id = id;
+  r.config = json{{"activation", "poly"}, {"degree", 3}, {"prompt_length", 16}, {"lr", 1e-3}};
+  r.wall_seconds = 1.5;
+  r.device = "cpu";
+  r.started = "2024-01-01T00:00:00Z";
+  r.finished = "2024-01-01T00:00:01Z";
+  r.final_metrics = {{"attn_fro", 2.5}, {"test_loss", 0.25}};
+  std::vector<int64_t> step;
+  std::vector<float> loss;
+  for (int64_t t = 0; t < steps; ++t) {
+    step.push_back(10 * t);
+    loss.push_back(1.0f / static_cast<float>(t + 1));
+  }
+  r.datasets.push_back({"/train/step", {static_cast<uint64_t>(steps)}, step, "optimizer step"});
+  r.datasets.push_back({"/train/loss", {static_cast<uint64_t>(steps)}, loss, "training loss"});
+  std::vector<double> norms(static_cast<size_t>(steps) * 2 * 3);
+  for (size_t i = 0; i < norms.size(); ++i) norms[i] = 0.5 * static_cast<double>(i);
+  r.datasets.push_back({"/norms/attn_fro", {static_cast<uint64_t>(steps), 2, 3}, norms, "||phi(S)||_F"});
+  return r;
+}
+
+// ---- h5 layer -------------------------------------------------------------------------
+
+TEST_F(ResultsTest, H5AttributesDatasetsAndExtensibleRows) {
+  const std::string p = path("x.h5");
+  {
+    h5::File f = h5::File::create(p);
+    f.set_attribute_string("s", "héllo");
+    f.set_attribute_double("d", 0.125);
+    f.set_attribute_int64("i", -7);
+    h5::Group g = f.require_group("/a/b/c");
+    EXPECT_EQ(g.path(), "/a/b/c");
+    h5::Dataset traj = f.create_extensible<float>("/train/loss", {}, "loss per logged step", 4);
+    for (int step = 0; step < 10; ++step) {
+      float v = static_cast<float>(step);
+      traj.append_rows<float>(std::span<const float>(&v, 1));
+    }
+    h5::Dataset norms = f.create_extensible<double>("/norms/attn_fro", {2, 3}, "[T, L, H]");
+    std::vector<double> row(6, 1.0);
+    norms.append_rows<double>(row);
+    norms.append_rows<double>(row);
+    std::vector<std::string> strs{"a", "", "ü,\"x\""};
+    f.write_strings("/s", strs, "strings");
+    f.close();
+  }
+  h5::File f = h5::File::open_read(p);
+  EXPECT_EQ(f.attribute_string("s"), "héllo");
+  EXPECT_EQ(f.attribute_double("d"), 0.125);
+  EXPECT_EQ(f.attribute_int64("i"), -7);
+  EXPECT_EQ(f.attribute_double("i"), -7.0);
+  EXPECT_THROW(f.attribute_int64("d"), h5::Error);
+  EXPECT_TRUE(f.is_group("/a/b"));
+  EXPECT_TRUE(f.exists("a/b/c"));
+  EXPECT_FALSE(f.exists("/a/x/y"));
+  EXPECT_FALSE(f.exists("/s/under/a/dataset"));
+  h5::Dataset loss = f.open_dataset("/train/loss");
+  EXPECT_EQ(loss.shape(), std::vector<uint64_t>{10});
+  auto v = loss.read<double>();
+  EXPECT_EQ(v[9], 9.0);
+  EXPECT_EQ(loss.attribute_string("description"), "loss per logged step");
+  EXPECT_EQ(f.open_dataset("/norms/attn_fro").shape(), (std::vector<uint64_t>{2, 2, 3}));
+  EXPECT_EQ(f.open_dataset("/s").read_strings(), (std::vector<std::string>{"a", "", "ü,\"x\""}));
+  EXPECT_EQ(f.children(), (std::vector<std::string>{"a", "norms", "s", "train"}));
+}
+
+TEST_F(ResultsTest, H5ErrorsNameFileObjectAndWhat) {
+  const std::string p = path("x.h5");
+  h5::File f = h5::File::create(p);
+  std::vector<double> d{1, 2};
+  f.write_dataset<double>("/d", {2}, d, "two");
+  try {
+    f.write_dataset<double>("/d", {2}, d, "again");
+    FAIL() << "expected an error";
+  } catch (const h5::Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(p + ":/d: cannot create dataset"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(HDF5: "), std::string::npos) << msg;
+  }
+  try {
+    (void)f.open_dataset("/nope/x");
+    FAIL() << "expected an error";
+  } catch (const h5::Error& e) {
+    EXPECT_EQ(std::string(e.what()), p + ":/nope/x: no such dataset");
+  }
+  EXPECT_THROW(f.write_dataset<double>("/bad", {3}, d, "wrong shape"), h5::Error);
+}
+
+// ---- per-cell files -------------------------------------------------------------------
+
+TEST_F(ResultsTest, CellFileRoundTrip) {
+  const std::string p = path("abc.h5");
+  CellResult r = sample_cell("abc");
+  write_cell_file(p, r);
+  CellSummary s = read_cell_summary(p);
+  EXPECT_EQ(s.cell_id, "abc");
+  EXPECT_EQ(s.config, r.config);
+  EXPECT_EQ(s.status, "complete");
+  EXPECT_EQ(s.diverged_at_step, -1);
+  EXPECT_EQ(s.device, "cpu");
+  EXPECT_EQ(s.wall_seconds, 1.5);
+  EXPECT_EQ(s.final_metrics, r.final_metrics);
+
+  h5::File f = h5::File::open_read(p);
+  EXPECT_EQ(f.attribute_string("config"), r.config.dump());
+  EXPECT_EQ(f.attribute_string("attnsweep_version"), ATTNSWEEP_VERSION);
+  EXPECT_EQ(f.attribute_string("started"), "2024-01-01T00:00:00Z");
+  EXPECT_EQ(f.attribute_string("finished"), "2024-01-01T00:00:01Z");
+  h5::Dataset step = f.open_dataset("/train/step");
+  EXPECT_EQ(step.kind(), h5::Kind::Integer);
+  EXPECT_EQ(step.read<int64_t>(), (std::vector<int64_t>{0, 10, 20, 30, 40}));
+  EXPECT_EQ(step.attribute_string("description"), "optimizer step");
+  h5::Dataset loss = f.open_dataset("/train/loss");
+  EXPECT_EQ(loss.kind(), h5::Kind::Float);
+  EXPECT_EQ(loss.read<float>()[1], 0.5f);
+  h5::Dataset norms = f.open_dataset("/norms/attn_fro");
+  EXPECT_EQ(norms.shape(), (std::vector<uint64_t>{5, 2, 3}));
+  EXPECT_EQ(norms.read<double>()[7], 3.5);
+}
+
+TEST_F(ResultsTest, CellFileWriteIsAtomic) {
+  write_cell_file(path("abc.h5"), sample_cell("abc"));
+  EXPECT_EQ(listing(""), std::vector<std::string>{"abc.h5"});  // no temporary left
+
+  // A failure half-way (inconsistent dataset) leaves neither the file nor a temporary.
+  CellResult bad = sample_cell("bad");
+  bad.datasets.push_back({"/train/broken", {4}, std::vector<double>{1, 2, 3}, "3 values for 4"});
+  EXPECT_THROW(write_cell_file(path("bad.h5"), bad), std::runtime_error);
+  CellResult clash = sample_cell("clash");
+  clash.datasets.push_back({"/train/loss", {1}, std::vector<double>{1}, "same path twice"});
+  EXPECT_THROW(write_cell_file(path("clash.h5"), clash), std::runtime_error);
+  EXPECT_EQ(listing(""), std::vector<std::string>{"abc.h5"});
+
+  EXPECT_THROW(write_cell_file(path("missing/dir/x.h5"), sample_cell("x")), std::runtime_error);
+  EXPECT_THROW(write_cell_file("/proc/attnsweep_unwritable.h5", sample_cell("x")), std::runtime_error);  // even for root
+  CellResult running = sample_cell("r");
+  running.status = "running";
+  EXPECT_THROW(write_cell_file(path("r.h5"), running), std::runtime_error);
+  EXPECT_EQ(listing(""), std::vector<std::string>{"abc.h5"});
+}
+
+TEST_F(ResultsTest, CellFileWriteToUnwritableDirThrowsAndLeavesNothing) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
+  fs::create_directories(dir_ / "ro");
+  fs::permissions(dir_ / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+  try {
+    write_cell_file(path("ro/x.h5"), sample_cell("x"));
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("ro/x.h5.tmp."), std::string::npos) << e.what();
+  }
+  fs::permissions(dir_ / "ro", fs::perms::owner_all);
+  EXPECT_TRUE(listing("ro").empty());
+}
+
+TEST_F(ResultsTest, CellFileValidity) {
+  const std::string p = path("abc.h5");
+  write_cell_file(p, sample_cell("abc"));
+  std::string why;
+  EXPECT_TRUE(cell_file_valid(p, "abc", &why)) << why;
+
+  EXPECT_FALSE(cell_file_valid(p, "xyz", &why));
+  EXPECT_EQ(why, "cell_id is abc, expected xyz");
+
+  fs::copy_file(p, path("half.h5"));
+  fs::resize_file(path("half.h5"), fs::file_size(p) / 2);
+  EXPECT_FALSE(cell_file_valid(path("half.h5"), "abc", &why));
+  EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+  EXPECT_THROW(read_cell_summary(path("half.h5")), std::runtime_error);
+
+  std::ofstream(path("text.h5")) << "not hdf5 at all\n";
+  EXPECT_FALSE(cell_file_valid(path("text.h5"), "abc", &why));
+  EXPECT_EQ(why, "not an HDF5 file");
+
+  std::ofstream(path("empty.h5")).close();
+  EXPECT_FALSE(cell_file_valid(path("empty.h5"), "abc", &why));
+  EXPECT_EQ(why, "not an HDF5 file");
+
+  EXPECT_FALSE(cell_file_valid(path("absent.h5"), "abc", &why));
+  EXPECT_EQ(why, "no such file");
+
+  {  // an HDF5 file of another schema
+    h5::File f = h5::File::create(path("other.h5"));
+    f.set_attribute_string("cell_id", "abc");
+    f.close();
+  }
+  EXPECT_FALSE(cell_file_valid(path("other.h5"), "abc", &why));
+  EXPECT_EQ(why, "/: missing attribute config");
+}
+
+// ---- aggregate ------------------------------------------------------------------------
+
+double read_scalar_csv_count(const std::string& p) {
+  std::ifstream in(p);
+  std::string line;
+  double n = 0;
+  while (std::getline(in, line)) ++n;
+  return n;
+}
+
+class AggregateTest : public ResultsTest {
+ protected:
+  // Cells with known power laws: poly attn_fro = 3 N^0.5, jac_fro = 0.5 N^1.5; softmax
+  // attn_fro = 2 N (no jac_fro); seeds 0 and 1 give the same values.
+  void SetUp() override {
+    ResultsTest::SetUp();
+    fs::create_directories(dir_ / "runs");
+    for (const char* act : {"poly", "softmax"})
+      for (int64_t n : {16, 64, 256})
+        for (int64_t seed : {0, 1}) {
+          CellResult r;
+          r.config = json{{"activation", act}, {"prompt_length", n}, {"seed", seed}, {"lr", 1e-3}};
+          if (std::string(act) == "poly") {
+            r.config["degree"] = 3;
+            r.config["scale"] = "inv_sqrt_n";
+            r.final_metrics = {{"attn_fro", 3 * std::sqrt(double(n))}, {"jac_fro", 0.5 * std::pow(double(n), 1.5)}};
+          } else {
+            r.final_metrics = {{"attn_fro", 2.0 * double(n)}, {"test_loss", 0.1}};
+          }
+          r.cell_id = std::string(act) + "_n" + std::to_string(n) + "_s" + std::to_string(seed);
+          r.wall_seconds = double(n);
+          // trajectories of different lengths; softmax seed 1 has none at all
+          if (!(std::string(act) == "softmax" && seed == 1)) {
+            const uint64_t t = static_cast<uint64_t>(n / 16 + 1);  // 2, 5, 17 steps
+            std::vector<int64_t> step(t);
+            std::vector<float> loss(t);
+            for (uint64_t i = 0; i < t; ++i) {
+              step[i] = static_cast<int64_t>(i);
+              loss[i] = static_cast<float>(n) + static_cast<float>(i);
+            }
+            r.datasets.push_back({"/train/step", {t}, step, "step"});
+            r.datasets.push_back({"/train/loss", {t}, loss, "training loss"});
+            r.datasets.push_back({"/norms/attn_fro", {t, 1, 1}, std::vector<float>(t, 1.0f), "not a trajectory"});
+          }
+          write_cell_file(path("runs/" + r.cell_id + ".h5"), r);
+          ++good_;
+        }
+    CellResult d = sample_cell("diverged_one");  // excluded from fits, kept as a row
+    d.config = json{{"activation", "poly"}, {"degree", 3}, {"scale", "inv_sqrt_n"}, {"lr", 1e-3},
+                    {"prompt_length", 1024}, {"seed", 0}, {"note", "has, comma \"and\" quotes"}};
+    d.final_metrics = {{"attn_fro", 1e9}};
+    d.status = "diverged";
+    d.diverged_at_step = 3;
+    write_cell_file(path("runs/diverged_one.h5"), d);
+    ++good_;
+    // bad files
+    std::ofstream(path("runs/text.h5")) << "hello\n";
+    fs::copy_file(path("runs/poly_n16_s0.h5"), path("runs/truncated.h5"));
+    fs::resize_file(path("runs/truncated.h5"), fs::file_size(path("runs/poly_n16_s0.h5")) / 2);
+    fs::copy_file(path("runs/poly_n16_s0.h5"), path("runs/renamed.h5"));
+    fs::copy_file(path("runs/poly_n16_s0.h5"), path("runs/zzz.h5.tmp.123"));  // a writer's temporary
+    std::ofstream(path("runs/notes.txt")) << "ignored\n";
+  }
+  int64_t good_ = 0;
+};
+
+TEST_F(AggregateTest, CellsSkippedAndFits) {
+  AggregateResult a = aggregate_dir(dir_.string(), {});
+  EXPECT_EQ(a.cells, good_);
+  ASSERT_EQ(a.skipped.size(), 3u);
+  EXPECT_EQ(a.skipped[0], "runs/renamed.h5: cell_id is poly_n16_s0, expected renamed");
+  EXPECT_EQ(a.skipped[1], "runs/text.h5: not an HDF5 file");
+  EXPECT_EQ(a.skipped[2].rfind("runs/truncated.h5: truncated file", 0), 0u) << a.skipped[2];
+  EXPECT_EQ(listing(""), (std::vector<std::string>{"aggregate.h5", "runs", "summary.csv"}));
+
+  ASSERT_EQ(a.fits.size(), 3u);
+  const std::string poly = "activation=poly degree=3 lr=0.001 scale=inv_sqrt_n";
+  EXPECT_EQ(a.fits[0].group, poly);
+  EXPECT_EQ(a.fits[0].metric, "attn_fro");
+  EXPECT_NEAR(a.fits[0].slope, 0.5, 1e-12);
+  EXPECT_NEAR(a.fits[0].intercept, std::log(3.0), 1e-12);
+  EXPECT_NEAR(a.fits[0].r2, 1.0, 1e-12);
+  EXPECT_NEAR(a.fits[0].slope_ci95, 0.0, 1e-6);
+  EXPECT_EQ(a.fits[0].points, 6);  // the diverged N=1024 cell is left out
+  EXPECT_EQ(a.fits[0].n_min, 16);
+  EXPECT_EQ(a.fits[0].n_max, 256);
+  EXPECT_EQ(a.fits[1].group, poly);
+  EXPECT_EQ(a.fits[1].metric, "jac_fro");
+  EXPECT_NEAR(a.fits[1].slope, 1.5, 1e-12);
+  EXPECT_EQ(a.fits[2].group, "activation=softmax lr=0.001");
+  EXPECT_EQ(a.fits[2].metric, "attn_fro");
+  EXPECT_NEAR(a.fits[2].slope, 1.0, 1e-12);
+
+  h5::File f = h5::File::open_read(path("aggregate.h5"));
+  EXPECT_EQ(f.open_dataset("/fits/group").read_strings()[2], "activation=softmax lr=0.001");
+  EXPECT_NEAR(f.open_dataset("/fits/slope").read<double>()[1], 1.5, 1e-12);
+  EXPECT_EQ(f.open_dataset("/fits/points").read<int64_t>(), (std::vector<int64_t>{6, 6, 6}));
+  EXPECT_EQ(f.open_dataset("/skipped").read_strings(), a.skipped);
+  EXPECT_EQ(f.attribute_int64("cells"), good_);
+}
+
+TEST_F(AggregateTest, CellColumnsAndTypes) {
+  AggregateResult a = aggregate_dir(dir_.string(), {});
+  const std::vector<std::string> expected{"cell_id", "status",   "device",       "wall_seconds", "diverged_at_step",
+                                          "activation", "degree", "lr",          "note",         "prompt_length",
+                                          "scale",   "seed",     "attn_fro",     "jac_fro",      "test_loss"};
+  EXPECT_EQ(a.columns, expected);
+  h5::File f = h5::File::open_read(path("aggregate.h5"));
+  h5::Group cells = f.open_group("/cells");
+  EXPECT_EQ(cells.children().size(), expected.size());
+  auto ids = cells.open_dataset("cell_id").read_strings();
+  ASSERT_EQ(ids.size(), static_cast<size_t>(good_));
+  EXPECT_EQ(ids.front(), "diverged_one");  // sorted by file name
+  EXPECT_EQ(cells.open_dataset("prompt_length").kind(), h5::Kind::Integer);
+  EXPECT_EQ(cells.open_dataset("seed").kind(), h5::Kind::Integer);
+  EXPECT_EQ(cells.open_dataset("diverged_at_step").read<int64_t>()[0], 3);
+  EXPECT_EQ(cells.open_dataset("lr").kind(), h5::Kind::Float);
+  auto degree = cells.open_dataset("degree");  // missing for softmax: float with NaN
+  EXPECT_EQ(degree.kind(), h5::Kind::Float);
+  auto dv = degree.read<double>();
+  EXPECT_EQ(dv[0], 3.0);
+  EXPECT_TRUE(std::isnan(dv.back()));
+  auto scale = cells.open_dataset("scale").read_strings();
+  EXPECT_EQ(scale[0], "inv_sqrt_n");
+  EXPECT_EQ(scale.back(), "");
+  auto jac = cells.open_dataset("jac_fro").read<double>();
+  EXPECT_TRUE(std::isnan(jac.back()));
+  EXPECT_EQ(cells.open_dataset("status").read_strings()[0], "diverged");
+  EXPECT_EQ(cells.open_dataset("attn_fro").attribute_string("description"), "final metric (/final attribute attn_fro)");
+}
+
+TEST_F(AggregateTest, TrajectoriesAreNaNPadded) {
+  AggregateResult a = aggregate_dir(dir_.string(), {});
+  h5::File f = h5::File::open_read(path("aggregate.h5"));
+  EXPECT_EQ(f.open_group("/trajectories").children(), (std::vector<std::string>{"train_loss", "train_step"}));
+  h5::Dataset loss = f.open_dataset("/trajectories/train_loss");
+  const uint64_t cells = static_cast<uint64_t>(a.cells), T = 17;
+  ASSERT_EQ(loss.shape(), (std::vector<uint64_t>{cells, T}));
+  auto v = loss.read<double>();
+  auto ids = f.open_dataset("/cells/cell_id").read_strings();
+  for (uint64_t i = 0; i < cells; ++i) {
+    SCOPED_TRACE(ids[i]);
+    if (ids[i] == "poly_n64_s0") {  // 5 steps: 64..68, then NaN
+      for (uint64_t t = 0; t < 5; ++t) EXPECT_EQ(v[i * T + t], 64.0 + double(t));
+      for (uint64_t t = 5; t < T; ++t) EXPECT_TRUE(std::isnan(v[i * T + t]));
+    } else if (ids[i] == "softmax_n64_s1") {  // no /train at all: an all-NaN row
+      for (uint64_t t = 0; t < T; ++t) EXPECT_TRUE(std::isnan(v[i * T + t]));
+    } else if (ids[i] == "poly_n256_s1") {
+      EXPECT_EQ(v[i * T + 16], 256.0 + 16);
+    }
+  }
+  auto step = f.open_dataset("/trajectories/train_step").read<double>();
+  EXPECT_EQ(step[1 * T + 1], 1.0);
+}
+
+TEST_F(AggregateTest, SummaryCsv) {
+  AggregateResult a = aggregate_dir(dir_.string(), {});
+  std::ifstream in(path("summary.csv"));
+  std::string header;
+  std::getline(in, header);
+  std::string joined;
+  for (const auto& c : a.columns) joined += (joined.empty() ? "" : ",") + c;
+  EXPECT_EQ(header, joined);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first.rfind("diverged_one,diverged,cpu,1.5,3,poly,3,0.001,\"has, comma \"\"and\"\" quotes\",1024,inv_sqrt_n,0,1e+09,,", 0), 0u)
+      << first;
+  EXPECT_EQ(read_scalar_csv_count(path("summary.csv")), double(a.cells + 1));
+}
+
+TEST_F(AggregateTest, FitRangeFilter) {
+  AggregateOptions opt;
+  opt.fit_min_n = 64;
+  AggregateResult a = aggregate_dir(dir_.string(), opt);
+  ASSERT_EQ(a.fits.size(), 3u);
+  EXPECT_EQ(a.fits[0].points, 4);
+  EXPECT_EQ(a.fits[0].n_min, 64);
+  EXPECT_NEAR(a.fits[0].slope, 0.5, 1e-12);
+  opt.fit_min_n = 100;  // one prompt length left: no fit
+  EXPECT_TRUE(aggregate_dir(dir_.string(), opt).fits.empty());
+  opt = {};
+  opt.fit_max_n = 64;
+  EXPECT_EQ(aggregate_dir(dir_.string(), opt).fits[0].n_max, 64);
+}
+
+TEST_F(AggregateTest, ReadableWithH5py) {
+  const char* py = "/usr/bin/python3";
+  if (!fs::exists(py)) GTEST_SKIP() << "no " << py;
+  AggregateResult a = aggregate_dir(dir_.string(), {});
+  std::ostringstream script;
+  script << "import sys\n"
+            "try:\n  import h5py, numpy\nexcept ImportError:\n  sys.exit(77)\n"
+            "with h5py.File(sys.argv[1], 'r') as f:\n"
+            "  cells = {k: f['cells'][k][()] for k in f['cells']}\n"
+            "  assert len(cells) == " << a.columns.size() << ", len(cells)\n"
+            "  for k, v in cells.items():\n"
+            "    assert v.shape == (" << a.cells << ",), (k, v.shape)\n"
+            "  assert cells['prompt_length'].dtype == numpy.int64\n"
+            "  assert numpy.isnan(cells['jac_fro']).any()\n"
+            "  assert f['cells/cell_id'].asstr()[0] == 'diverged_one'\n"
+            "  assert f['trajectories/train_loss'].shape == (" << a.cells << ", 17)\n"
+            "  assert abs(f['fits/slope'][0] - 0.5) < 1e-12\n"
+            "  assert f.attrs['attnsweep_version'] == '" ATTNSWEEP_VERSION "'\n";
+  std::ofstream(path("check.py")) << script.str();
+  const std::string cmd = std::string(py) + " " + path("check.py") + " " + path("aggregate.h5");
+  int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc));
+  if (WEXITSTATUS(rc) == 77) GTEST_SKIP() << "h5py is not importable by " << py;
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << cmd;
+}
+
+TEST_F(ResultsTest, AggregateWithoutRunsFolderThrows) {
+  try {
+    aggregate_dir(dir_.string(), {});
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), dir_.string() + ": no runs/ folder (is this a results directory?)");
+  }
+}
+
+TEST_F(ResultsTest, AggregateOfEmptyRuns) {
+  fs::create_directories(dir_ / "runs");
+  AggregateResult a = aggregate_dir(dir_.string(), {});
+  EXPECT_EQ(a.cells, 0);
+  h5::File f = h5::File::open_read(path("aggregate.h5"));
+  EXPECT_TRUE(f.open_dataset("/skipped").read_strings().empty());
+  EXPECT_TRUE(f.open_dataset("/cells/cell_id").read_strings().empty());
+  EXPECT_EQ(read_scalar_csv_count(path("summary.csv")), 1.0);
+}
+
+// ---- fits -----------------------------------------------------------------------------
+
+TEST(Fits, StudentTQuantiles) {
+  EXPECT_NEAR(student_t_quantile(0.975, 1), 12.706204736174698, 1e-9);
+  EXPECT_NEAR(student_t_quantile(0.975, 2), 4.302652729749464, 1e-10);
+  EXPECT_NEAR(student_t_quantile(0.975, 10), 2.228138851986274, 1e-10);
+  EXPECT_NEAR(student_t_quantile(0.975, 1000), 1.9623390808264078, 1e-9);
+  EXPECT_NEAR(student_t_quantile(0.025, 10), -2.228138851986274, 1e-10);
+}
+
+TEST(Fits, LogLogOls) {
+  Fit two = fit_loglog({2, 8}, {1, 4});
+  EXPECT_NEAR(two.slope, 1.0, 1e-12);
+  EXPECT_TRUE(std::isnan(two.slope_ci95));
+  EXPECT_EQ(two.points, 2);
+
+  Fit none = fit_loglog({4, 4, 4}, {1, 2, 3});
+  EXPECT_TRUE(std::isnan(none.slope));
+
+  // Non-positive points are dropped; noise gives r2 < 1 and a finite interval.
+  Fit noisy = fit_loglog({1, 2, 4, 8, 16, -1, 3}, {1.1, 1.9, 4.2, 7.7, 16.5, 5, 0});
+  EXPECT_EQ(noisy.points, 5);
+  EXPECT_NEAR(noisy.slope, 1.0, 0.05);
+  EXPECT_LT(noisy.r2, 1.0);
+  EXPECT_GT(noisy.r2, 0.99);
+  EXPECT_GT(noisy.slope_ci95, 0.0);
+  EXPECT_LT(noisy.slope_ci95, 0.2);
+}
+
+}  // namespace
+}  // namespace attnsweep
