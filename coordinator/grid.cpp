@@ -75,6 +75,8 @@ json to_plain(const ordered_json& v) {
   }
 }
 
+json to_plain(const json& v) { return v; }
+
 std::vector<std::string> param_names() {
   std::vector<std::string> names;
   for (const auto& s : param_specs()) names.push_back(s.name);
@@ -111,10 +113,14 @@ std::optional<json> check_value(const std::string& key, const json& value, const
 
 // A flat object of key: scalar (fixed, an include entry, a cell file). Returns false if
 // a value was bad: a cell built without it would report it again as missing.
-bool read_flat(const json& obj, const std::string& prefix, Problems& problems, Values& out) {
+// Walks the order-preserving source where there is one, so problems read top to bottom.
+template <class J>
+bool read_flat(const J& obj, const std::string& prefix, Problems& problems, Values& out) {
   bool ok = true;
   const auto known = param_names();
-  for (const auto& [key, value] : obj.items()) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& key = it.key();
+    const json value = to_plain(it.value());
     const std::string path = dotted(prefix, key);
     if (find_param(key) == nullptr) {
       problems.add(path, unknown_key(key, known));  // reported; the rest of the entry is still checked
@@ -183,15 +189,17 @@ const std::vector<ParamSpec>& resource_specs() {
   return specs;
 }
 
-Resources read_resources(const json& obj, Problems& problems) {
+Resources read_resources(const ordered_json& obj, Problems& problems) {
   Resources r;
   if (!obj.is_object()) {
-    problems.add("resources", "expected an object with gpus_per_cell, timeout_s, retries, got " + describe_value(obj));
+    problems.add("resources", "expected an object with gpus_per_cell, timeout_s, retries, got " + describe_value(to_plain(obj)));
     return r;
   }
   std::vector<std::string> known;
   for (const auto& s : resource_specs()) known.push_back(s.name);
-  for (const auto& [key, value] : obj.items()) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& key = it.key();
+    const json value = to_plain(it.value());
     const std::string path = "resources." + key;
     auto spec = std::find_if(resource_specs().begin(), resource_specs().end(), [&](const ParamSpec& s) { return s.name == key; });
     if (spec == resource_specs().end()) {
@@ -264,18 +272,18 @@ std::vector<Axis> read_axes(const ordered_json& axes, Problems& problems, bool& 
 // exclude[i]: key -> allowed values (a list in the grid matches any of its items).
 using ExcludeEntry = std::map<std::string, std::vector<json>>;
 
-std::vector<ExcludeEntry> read_excludes(const json& list, Problems& problems) {
+std::vector<ExcludeEntry> read_excludes(const ordered_json& list, Problems& problems) {
   std::vector<ExcludeEntry> out;
   if (!list.is_array()) {
-    problems.add("exclude", "expected a list of objects, got " + describe_value(list));
+    problems.add("exclude", "expected a list of objects, got " + describe_value(to_plain(list)));
     return out;
   }
   const auto known = param_names();
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string path = indexed("exclude", i);
-    const json& entry = list[i];
+    const ordered_json& entry = list[i];
     if (!entry.is_object()) {
-      problems.add(path, "expected an object of key: value or key: [values], got " + describe_value(entry));
+      problems.add(path, "expected an object of key: value or key: [values], got " + describe_value(to_plain(entry)));
       continue;
     }
     if (entry.empty()) {
@@ -283,7 +291,9 @@ std::vector<ExcludeEntry> read_excludes(const json& list, Problems& problems) {
       continue;
     }
     ExcludeEntry e;
-    for (const auto& [key, value] : entry.items()) {
+    for (auto it = entry.begin(); it != entry.end(); ++it) {
+      const std::string& key = it.key();
+      const json value = to_plain(it.value());
       const std::string kpath = dotted(path, key);
       if (find_param(key) == nullptr) {
         problems.add(kpath, unknown_key(key, known));
@@ -383,10 +393,15 @@ Grid parse_grid(const std::string& text, const std::string& file_label) {
   grid.source = to_plain(root);
   grid.name = std::filesystem::path(file_label).stem().string();
 
+  // Parts that were bad build no cells, so one mistake is not echoed by every cell.
+  bool cells_ok = true;
+
   // Keys unknown at the top level are reported; a parameter there gets a pointer to axes/fixed.
+  // A misspelt "axis" or "fixd" held cell values: cells built without it would only add noise.
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string& key = it.key();
     if (std::find(kTopLevelKeys.begin(), kTopLevelKeys.end(), key) != kTopLevelKeys.end()) continue;
+    cells_ok = false;
     if (find_param(key) != nullptr)
       problems.add(key, "unknown top-level key; parameters go in \"axes\" or \"fixed\"");
     else
@@ -399,18 +414,14 @@ Grid parse_grid(const std::string& text, const std::string& file_label) {
     else if (std::string(key) == "name")
       grid.name = root[key].get<std::string>();
   }
-  if (root.contains("resources")) grid.resources = read_resources(to_plain(root["resources"]), problems);
-
-  // Parts that were bad build no cells, so one mistake is not echoed by every cell.
-  bool cells_ok = true;
   std::vector<Axis> axes;
   if (root.contains("axes")) axes = read_axes(root["axes"], problems, cells_ok);
 
   Values fixed;
   if (root.contains("fixed")) {
-    const json f = to_plain(root["fixed"]);
+    const ordered_json& f = root["fixed"];
     if (!f.is_object()) {
-      problems.add("fixed", "expected an object of key: value, got " + describe_value(f));
+      problems.add("fixed", "expected an object of key: value, got " + describe_value(to_plain(f)));
       cells_ok = false;
     } else {
       cells_ok &= read_flat(f, "fixed", problems, fixed);
@@ -419,14 +430,14 @@ Grid parse_grid(const std::string& text, const std::string& file_label) {
 
   std::vector<std::optional<Values>> includes;  // nullopt: a bad entry
   if (root.contains("include")) {
-    const json inc = to_plain(root["include"]);
+    const ordered_json& inc = root["include"];
     if (!inc.is_array()) {
-      problems.add("include", "expected a list of objects, got " + describe_value(inc));
+      problems.add("include", "expected a list of objects, got " + describe_value(to_plain(inc)));
     } else {
       for (size_t i = 0; i < inc.size(); ++i) {
         const std::string path = indexed("include", i);
         if (!inc[i].is_object()) {
-          problems.add(path, "expected an object of key: value, got " + describe_value(inc[i]));
+          problems.add(path, "expected an object of key: value, got " + describe_value(to_plain(inc[i])));
           includes.emplace_back();
           continue;
         }
@@ -437,7 +448,8 @@ Grid parse_grid(const std::string& text, const std::string& file_label) {
   }
 
   std::vector<ExcludeEntry> excludes;
-  if (root.contains("exclude")) excludes = read_excludes(to_plain(root["exclude"]), problems);
+  if (root.contains("exclude")) excludes = read_excludes(root["exclude"], problems);
+  if (root.contains("resources")) grid.resources = read_resources(root["resources"], problems);
 
   uint64_t product = 1;
   for (const auto& a : axes) {

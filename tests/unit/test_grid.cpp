@@ -376,7 +376,17 @@ TEST(GridErrors, AllProblemsReportedTogether) {
       "grid.json: resources.gpus: unknown key",
   };
   for (const auto& line : expected) EXPECT_TRUE(has(p, line)) << "missing: " << line << "\ngot:\n" << joined(p);
-  EXPECT_EQ(p.size(), expected.size()) << joined(p);
+  // Unknown top-level keys first, then the sections in the order a grid file is read.
+  EXPECT_EQ(p, expected) << joined(p);
+}
+
+TEST(GridErrors, MisspeltSectionIsNotEchoedByEveryCell) {
+  // Without "axes" every cell would lack a task; that is noise, the typo is the problem.
+  auto p = problems_of(R"({"axis": {"task": ["norm_probe"], "prompt_length": [16]}, "fixed": {"seed": 1}})");
+  EXPECT_EQ(p, std::vector<std::string>{"grid.json: axis: unknown key (did you mean \"axes\"?)"}) << joined(p);
+  auto q = problems_of(R"({"axes": {"task": ["norm_probe"], "prompt_length": [16]}, "prompt_length": 32})");
+  EXPECT_EQ(q, std::vector<std::string>{"grid.json: prompt_length: unknown top-level key; parameters go in \"axes\" or \"fixed\""})
+      << joined(q);
 }
 
 TEST(GridErrors, CrossFieldProblemPointsAtTheAxisElement) {
