@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -343,10 +344,62 @@ std::pair<size_t, size_t> line_col(const std::string& text, size_t byte) {
   return {line, pos - line_start + 1};
 }
 
+// Paths of keys that appear twice in one object. nlohmann keeps one of the two values
+// silently, so `"seed": [0], ..., "seed": [1]` would sweep only one of them.
+class DuplicateKeys {
+ public:
+  bool operator()(int /*depth*/, ordered_json::parse_event_t event, ordered_json& parsed) {
+    using E = ordered_json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start: stack_.push_back({event == E::object_start, child_path(), "", 0, {}}); break;
+      case E::object_end:
+      case E::array_end:
+        stack_.pop_back();
+        value_done();
+        break;
+      case E::key: {
+        Frame& f = stack_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second) paths.push_back(dotted(f.path, f.key));
+        break;
+      }
+      case E::value: value_done(); break;
+    }
+    return true;
+  }
+  std::vector<std::string> paths;
+
+ private:
+  struct Frame {
+    bool object;
+    std::string path;
+    std::string key;    // object: the key being read
+    size_t index;       // array: the element being read
+    std::set<std::string> keys;
+  };
+  std::string child_path() const {
+    if (stack_.empty()) return "";
+    const Frame& f = stack_.back();
+    return f.object ? dotted(f.path, f.key) : indexed(f.path, f.index);
+  }
+  void value_done() {
+    if (!stack_.empty() && !stack_.back().object) ++stack_.back().index;
+  }
+  std::vector<Frame> stack_;
+};
+
 // Parses JSON text, turning a syntax error into `FILE:LINE:COL: JSON syntax error: ...`.
 ordered_json parse_text(const std::string& text, const std::string& label) {
   try {
-    return ordered_json::parse(text);
+    DuplicateKeys dups;
+    ordered_json root = ordered_json::parse(text, std::ref(dups));
+    if (!dups.paths.empty()) {
+      Problems problems(label);
+      for (const auto& p : dups.paths) problems.add(p, "duplicate key: only one of its values would be used");
+      problems.throw_if_any();
+    }
+    return root;
   } catch (const nlohmann::json::parse_error& e) {
     auto [line, col] = line_col(text, e.byte);
     std::string msg = e.what();

@@ -349,6 +349,17 @@ TEST(GridErrors, SyntaxErrorHasLineAndColumn) {
   EXPECT_EQ(p[0].find("[json.exception"), std::string::npos) << p[0];
 }
 
+TEST(GridErrors, DuplicateKeys) {
+  auto p = problems_of(R"({"axes": {"seed": [0], "task": ["norm_probe"], "seed": [1]},
+                          "include": [{"seed": 1}, {"seed": 2, "prompt_length": 4, "seed": 3}],
+                          "fixed": {"prompt_length": 16}, "fixed": {}})");
+  EXPECT_EQ(p, (std::vector<std::string>{
+                   "grid.json: axes.seed: duplicate key: only one of its values would be used",
+                   "grid.json: include[1].seed: duplicate key: only one of its values would be used",
+                   "grid.json: fixed: duplicate key: only one of its values would be used"}))
+      << joined(p);
+}
+
 TEST(GridErrors, AllProblemsReportedTogether) {
   auto p = problems_of(R"({
     "axes": {"task": ["norm_probe"], "activaton": ["poly"], "activation": ["poly", "softmx"],
