@@ -1,7 +1,5 @@
 #include "coordinator/grid.h"
 
-#include "experiments/params.h"
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -14,6 +12,8 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+
+#include "experiments/params.h"
 
 namespace attnsweep {
 
@@ -50,7 +50,9 @@ class Problems {
   std::set<std::string> seen_;
 };
 
-std::string dotted(const std::string& prefix, const std::string& key) { return prefix.empty() ? key : prefix + "." + key; }
+std::string dotted(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
 std::string indexed(const std::string& prefix, size_t i) { return prefix + "[" + std::to_string(i) + "]"; }
 
 // The grid is parsed order-preserving (axis order is expansion order); configs are plain json.
@@ -100,7 +102,8 @@ using Values = std::map<std::string, Sourced>;
 
 // Validates one `key: value` of a config (axes element, fixed, include, cell file):
 // the key must be a parameter and the value a valid scalar for it.
-std::optional<json> check_value(const std::string& key, const json& value, const std::string& path, Problems& problems) {
+std::optional<json> check_value(const std::string& key, const json& value, const std::string& path,
+                                Problems& problems) {
   const ParamSpec* spec = find_param(key);
   if (spec == nullptr) return std::nullopt;  // reported by the caller, once per key
   std::string problem;
@@ -193,7 +196,8 @@ const std::vector<ParamSpec>& resource_specs() {
 Resources read_resources(const ordered_json& obj, Problems& problems) {
   Resources r;
   if (!obj.is_object()) {
-    problems.add("resources", "expected an object with gpus_per_cell, timeout_s, retries, got " + describe_value(to_plain(obj)));
+    problems.add("resources",
+                 "expected an object with gpus_per_cell, timeout_s, retries, got " + describe_value(to_plain(obj)));
     return r;
   }
   std::vector<std::string> known;
@@ -202,7 +206,8 @@ Resources read_resources(const ordered_json& obj, Problems& problems) {
     const std::string& key = it.key();
     const json value = to_plain(it.value());
     const std::string path = "resources." + key;
-    auto spec = std::find_if(resource_specs().begin(), resource_specs().end(), [&](const ParamSpec& s) { return s.name == key; });
+    auto spec = std::find_if(resource_specs().begin(), resource_specs().end(),
+                             [&](const ParamSpec& s) { return s.name == key; });
     if (spec == resource_specs().end()) {
       problems.add(path, unknown_key(key, known));
       continue;
@@ -374,8 +379,8 @@ class DuplicateKeys {
   struct Frame {
     bool object;
     std::string path;
-    std::string key;    // object: the key being read
-    size_t index;       // array: the element being read
+    std::string key;  // object: the key being read
+    size_t index;     // array: the element being read
     std::set<std::string> keys;
   };
   std::string child_path() const {
@@ -424,7 +429,8 @@ std::string read_text(const std::string& path) {
   return text;
 }
 
-const std::vector<std::string> kTopLevelKeys = {"name", "description", "axes", "fixed", "include", "exclude", "resources"};
+const std::vector<std::string> kTopLevelKeys = {"name",    "description", "axes",     "fixed",
+                                                "include", "exclude",     "resources"};
 
 }  // namespace
 
@@ -495,7 +501,8 @@ Grid parse_grid(const std::string& text, const std::string& file_label) {
           continue;
         }
         Values v;
-        includes.emplace_back(read_flat(inc[i], path, problems, v) ? std::optional<Values>(std::move(v)) : std::nullopt);
+        includes.emplace_back(read_flat(inc[i], path, problems, v) ? std::optional<Values>(std::move(v))
+                                                                   : std::nullopt);
       }
     }
   }
