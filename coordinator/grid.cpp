@@ -1,7 +1,5 @@
 #include "coordinator/grid.h"
 
-#include "experiments/params.h"
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -9,10 +7,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
+
+#include "experiments/params.h"
 
 namespace attnsweep {
 
@@ -49,7 +50,9 @@ class Problems {
   std::set<std::string> seen_;
 };
 
-std::string dotted(const std::string& prefix, const std::string& key) { return prefix.empty() ? key : prefix + "." + key; }
+std::string dotted(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
 std::string indexed(const std::string& prefix, size_t i) { return prefix + "[" + std::to_string(i) + "]"; }
 
 // The grid is parsed order-preserving (axis order is expansion order); configs are plain json.
@@ -75,6 +78,8 @@ json to_plain(const ordered_json& v) {
   }
 }
 
+json to_plain(const json& v) { return v; }
+
 std::vector<std::string> param_names() {
   std::vector<std::string> names;
   for (const auto& s : param_specs()) names.push_back(s.name);
@@ -97,7 +102,8 @@ using Values = std::map<std::string, Sourced>;
 
 // Validates one `key: value` of a config (axes element, fixed, include, cell file):
 // the key must be a parameter and the value a valid scalar for it.
-std::optional<json> check_value(const std::string& key, const json& value, const std::string& path, Problems& problems) {
+std::optional<json> check_value(const std::string& key, const json& value, const std::string& path,
+                                Problems& problems) {
   const ParamSpec* spec = find_param(key);
   if (spec == nullptr) return std::nullopt;  // reported by the caller, once per key
   std::string problem;
@@ -111,10 +117,14 @@ std::optional<json> check_value(const std::string& key, const json& value, const
 
 // A flat object of key: scalar (fixed, an include entry, a cell file). Returns false if
 // a value was bad: a cell built without it would report it again as missing.
-bool read_flat(const json& obj, const std::string& prefix, Problems& problems, Values& out) {
+// Walks the order-preserving source where there is one, so problems read top to bottom.
+template <class J>
+bool read_flat(const J& obj, const std::string& prefix, Problems& problems, Values& out) {
   bool ok = true;
   const auto known = param_names();
-  for (const auto& [key, value] : obj.items()) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& key = it.key();
+    const json value = to_plain(it.value());
     const std::string path = dotted(prefix, key);
     if (find_param(key) == nullptr) {
       problems.add(path, unknown_key(key, known));  // reported; the rest of the entry is still checked
@@ -183,17 +193,21 @@ const std::vector<ParamSpec>& resource_specs() {
   return specs;
 }
 
-Resources read_resources(const json& obj, Problems& problems) {
+Resources read_resources(const ordered_json& obj, Problems& problems) {
   Resources r;
   if (!obj.is_object()) {
-    problems.add("resources", "expected an object with gpus_per_cell, timeout_s, retries, got " + describe_value(obj));
+    problems.add("resources",
+                 "expected an object with gpus_per_cell, timeout_s, retries, got " + describe_value(to_plain(obj)));
     return r;
   }
   std::vector<std::string> known;
   for (const auto& s : resource_specs()) known.push_back(s.name);
-  for (const auto& [key, value] : obj.items()) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& key = it.key();
+    const json value = to_plain(it.value());
     const std::string path = "resources." + key;
-    auto spec = std::find_if(resource_specs().begin(), resource_specs().end(), [&](const ParamSpec& s) { return s.name == key; });
+    auto spec = std::find_if(resource_specs().begin(), resource_specs().end(),
+                             [&](const ParamSpec& s) { return s.name == key; });
     if (spec == resource_specs().end()) {
       problems.add(path, unknown_key(key, known));
       continue;
@@ -264,18 +278,18 @@ std::vector<Axis> read_axes(const ordered_json& axes, Problems& problems, bool& 
 // exclude[i]: key -> allowed values (a list in the grid matches any of its items).
 using ExcludeEntry = std::map<std::string, std::vector<json>>;
 
-std::vector<ExcludeEntry> read_excludes(const json& list, Problems& problems) {
+std::vector<ExcludeEntry> read_excludes(const ordered_json& list, Problems& problems) {
   std::vector<ExcludeEntry> out;
   if (!list.is_array()) {
-    problems.add("exclude", "expected a list of objects, got " + describe_value(list));
+    problems.add("exclude", "expected a list of objects, got " + describe_value(to_plain(list)));
     return out;
   }
   const auto known = param_names();
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string path = indexed("exclude", i);
-    const json& entry = list[i];
+    const ordered_json& entry = list[i];
     if (!entry.is_object()) {
-      problems.add(path, "expected an object of key: value or key: [values], got " + describe_value(entry));
+      problems.add(path, "expected an object of key: value or key: [values], got " + describe_value(to_plain(entry)));
       continue;
     }
     if (entry.empty()) {
@@ -283,7 +297,9 @@ std::vector<ExcludeEntry> read_excludes(const json& list, Problems& problems) {
       continue;
     }
     ExcludeEntry e;
-    for (const auto& [key, value] : entry.items()) {
+    for (auto it = entry.begin(); it != entry.end(); ++it) {
+      const std::string& key = it.key();
+      const json value = to_plain(it.value());
       const std::string kpath = dotted(path, key);
       if (find_param(key) == nullptr) {
         problems.add(kpath, unknown_key(key, known));
@@ -333,10 +349,62 @@ std::pair<size_t, size_t> line_col(const std::string& text, size_t byte) {
   return {line, pos - line_start + 1};
 }
 
+// Paths of keys that appear twice in one object. nlohmann keeps one of the two values
+// silently, so `"seed": [0], ..., "seed": [1]` would sweep only one of them.
+class DuplicateKeys {
+ public:
+  bool operator()(int /*depth*/, ordered_json::parse_event_t event, ordered_json& parsed) {
+    using E = ordered_json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start: stack_.push_back({event == E::object_start, child_path(), "", 0, {}}); break;
+      case E::object_end:
+      case E::array_end:
+        stack_.pop_back();
+        value_done();
+        break;
+      case E::key: {
+        Frame& f = stack_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second) paths.push_back(dotted(f.path, f.key));
+        break;
+      }
+      case E::value: value_done(); break;
+    }
+    return true;
+  }
+  std::vector<std::string> paths;
+
+ private:
+  struct Frame {
+    bool object;
+    std::string path;
+    std::string key;  // object: the key being read
+    size_t index;     // array: the element being read
+    std::set<std::string> keys;
+  };
+  std::string child_path() const {
+    if (stack_.empty()) return "";
+    const Frame& f = stack_.back();
+    return f.object ? dotted(f.path, f.key) : indexed(f.path, f.index);
+  }
+  void value_done() {
+    if (!stack_.empty() && !stack_.back().object) ++stack_.back().index;
+  }
+  std::vector<Frame> stack_;
+};
+
 // Parses JSON text, turning a syntax error into `FILE:LINE:COL: JSON syntax error: ...`.
 ordered_json parse_text(const std::string& text, const std::string& label) {
   try {
-    return ordered_json::parse(text);
+    DuplicateKeys dups;
+    ordered_json root = ordered_json::parse(text, std::ref(dups));
+    if (!dups.paths.empty()) {
+      Problems problems(label);
+      for (const auto& p : dups.paths) problems.add(p, "duplicate key: only one of its values would be used");
+      problems.throw_if_any();
+    }
+    return root;
   } catch (const nlohmann::json::parse_error& e) {
     auto [line, col] = line_col(text, e.byte);
     std::string msg = e.what();
@@ -361,7 +429,8 @@ std::string read_text(const std::string& path) {
   return text;
 }
 
-const std::vector<std::string> kTopLevelKeys = {"name", "description", "axes", "fixed", "include", "exclude", "resources"};
+const std::vector<std::string> kTopLevelKeys = {"name",    "description", "axes",     "fixed",
+                                                "include", "exclude",     "resources"};
 
 }  // namespace
 
@@ -383,10 +452,15 @@ Grid parse_grid(const std::string& text, const std::string& file_label) {
   grid.source = to_plain(root);
   grid.name = std::filesystem::path(file_label).stem().string();
 
+  // Parts that were bad build no cells, so one mistake is not echoed by every cell.
+  bool cells_ok = true;
+
   // Keys unknown at the top level are reported; a parameter there gets a pointer to axes/fixed.
+  // A misspelt "axis" or "fixd" held cell values: cells built without it would only add noise.
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string& key = it.key();
     if (std::find(kTopLevelKeys.begin(), kTopLevelKeys.end(), key) != kTopLevelKeys.end()) continue;
+    cells_ok = false;
     if (find_param(key) != nullptr)
       problems.add(key, "unknown top-level key; parameters go in \"axes\" or \"fixed\"");
     else
@@ -399,18 +473,14 @@ Grid parse_grid(const std::string& text, const std::string& file_label) {
     else if (std::string(key) == "name")
       grid.name = root[key].get<std::string>();
   }
-  if (root.contains("resources")) grid.resources = read_resources(to_plain(root["resources"]), problems);
-
-  // Parts that were bad build no cells, so one mistake is not echoed by every cell.
-  bool cells_ok = true;
   std::vector<Axis> axes;
   if (root.contains("axes")) axes = read_axes(root["axes"], problems, cells_ok);
 
   Values fixed;
   if (root.contains("fixed")) {
-    const json f = to_plain(root["fixed"]);
+    const ordered_json& f = root["fixed"];
     if (!f.is_object()) {
-      problems.add("fixed", "expected an object of key: value, got " + describe_value(f));
+      problems.add("fixed", "expected an object of key: value, got " + describe_value(to_plain(f)));
       cells_ok = false;
     } else {
       cells_ok &= read_flat(f, "fixed", problems, fixed);
@@ -419,25 +489,27 @@ Grid parse_grid(const std::string& text, const std::string& file_label) {
 
   std::vector<std::optional<Values>> includes;  // nullopt: a bad entry
   if (root.contains("include")) {
-    const json inc = to_plain(root["include"]);
+    const ordered_json& inc = root["include"];
     if (!inc.is_array()) {
-      problems.add("include", "expected a list of objects, got " + describe_value(inc));
+      problems.add("include", "expected a list of objects, got " + describe_value(to_plain(inc)));
     } else {
       for (size_t i = 0; i < inc.size(); ++i) {
         const std::string path = indexed("include", i);
         if (!inc[i].is_object()) {
-          problems.add(path, "expected an object of key: value, got " + describe_value(inc[i]));
+          problems.add(path, "expected an object of key: value, got " + describe_value(to_plain(inc[i])));
           includes.emplace_back();
           continue;
         }
         Values v;
-        includes.emplace_back(read_flat(inc[i], path, problems, v) ? std::optional<Values>(std::move(v)) : std::nullopt);
+        includes.emplace_back(read_flat(inc[i], path, problems, v) ? std::optional<Values>(std::move(v))
+                                                                   : std::nullopt);
       }
     }
   }
 
   std::vector<ExcludeEntry> excludes;
-  if (root.contains("exclude")) excludes = read_excludes(to_plain(root["exclude"]), problems);
+  if (root.contains("exclude")) excludes = read_excludes(root["exclude"], problems);
+  if (root.contains("resources")) grid.resources = read_resources(root["resources"], problems);
 
   uint64_t product = 1;
   for (const auto& a : axes) {

@@ -120,8 +120,8 @@ std::vector<ParamSpec> make_specs() {
     s.check = [](const json& value, const json& cfg) -> std::string {
       const TaskInfo* t = task_of(cfg);
       if (t == nullptr || value.get<int64_t>() <= t->max_prompt_length) return "";
-      return value.dump() + " is more than task " + t->name + " can make (1.." +
-             std::to_string(t->max_prompt_length) + ")";
+      return value.dump() + " is more than task " + t->name + " can make (1.." + std::to_string(t->max_prompt_length) +
+             ")";
     };
     v.push_back(std::move(s));  // no default: the prompt length is what every sweep is about
   }
@@ -195,7 +195,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i)
     for (size_t j = 1; j <= b.size(); ++j) {
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[a.size()][b.size()];
 }
@@ -267,7 +268,7 @@ json canonical_value(const ParamSpec& spec, const json& value, std::string* prob
       const double d = value.get<double>();
       if (!std::isfinite(d) || std::floor(d) != d || d < spec.min || d > spec.max || std::fabs(d) > kMaxExactInteger)
         return expected_got();
-      return value.is_number_float() ? json(static_cast<int64_t>(d))
+      return value.is_number_float()      ? json(static_cast<int64_t>(d))
              : value.is_number_unsigned() ? json(static_cast<int64_t>(value.get<uint64_t>()))
                                           : json(value.get<int64_t>());
     }

@@ -1,8 +1,6 @@
 // Grid files: validation messages, expansion, dropping and merging, stable cell ids.
-#include "coordinator/grid.h"
-#include "experiments/params.h"
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -11,7 +9,8 @@
 #include <set>
 #include <sstream>
 
-#include <unistd.h>
+#include "coordinator/grid.h"
+#include "experiments/params.h"
 
 namespace attnsweep {
 namespace {
@@ -175,7 +174,8 @@ TEST(Grid, ContractExampleDropsDegreeAndScaleForSoftmax) {
     if (a == "relu") {
       EXPECT_FALSE(c.config.contains("degree")) << c.config.dump();
     }
-    if (a == "softmax") softmax_points.insert({c.config["prompt_length"].get<int64_t>(), c.config["seed"].get<int64_t>()});
+    if (a == "softmax")
+      softmax_points.insert({c.config["prompt_length"].get<int64_t>(), c.config["seed"].get<int64_t>()});
   }
   EXPECT_EQ(per_activation["softmax"], 9);  // one per (prompt_length, seed), not six
   EXPECT_EQ(softmax_points.size(), 9u);
@@ -244,13 +244,15 @@ TEST(CellId, PinnedValues) {
   // Ids are names of result files on disk: they must never change between versions.
   // Expected values are sha256 of the canonical text, computed with Python's hashlib.
   json s = effective_config(json{{"task", "synthetic"}, {"seconds", 1}}, "cell.json");
-  EXPECT_EQ(canonical_json(s), R"({"crash_attempts":0,"exit_code":0,"hang":false,"seconds":1.0,"seed":0,"task":"synthetic"})");
+  EXPECT_EQ(canonical_json(s),
+            R"({"crash_attempts":0,"exit_code":0,"hang":false,"seconds":1.0,"seed":0,"task":"synthetic"})");
   EXPECT_EQ(cell_id(s), "257e66eeba77f6bb");
   json p = effective_config(
       json{{"task", "norm_probe"}, {"activation", "poly"}, {"degree", 3.0}, {"scale", 0.25}, {"prompt_length", 16}},
       "cell.json");
-  EXPECT_EQ(canonical_json(p),
-            R"({"activation":"poly","degree":3,"dim":64,"head_dim":16,"prompt_length":16,"samples":32,"scale":0.25,"seed":0,"task":"norm_probe"})");
+  EXPECT_EQ(
+      canonical_json(p),
+      R"({"activation":"poly","degree":3,"dim":64,"head_dim":16,"prompt_length":16,"samples":32,"scale":0.25,"seed":0,"task":"norm_probe"})");
   EXPECT_EQ(cell_id(p), "39771d1c2a6179a0");
 }
 
@@ -278,8 +280,11 @@ TEST(CellId, StableAcrossFormattingAndNumberSpelling) {
             cell_id(effective_config(json::parse(R"({"task": "synthetic", "seconds": 1.0})"), "c")));
   EXPECT_EQ(cell_id(effective_config(json::parse(R"({"task": "norm_probe", "prompt_length": 3.0})"), "c")),
             cell_id(effective_config(json::parse(R"({"task": "norm_probe", "prompt_length": 3})"), "c")));
-  EXPECT_EQ(cell_id(effective_config(json::parse(R"({"task": "norm_probe", "activation": "relu", "scale": 2, "prompt_length": 3})"), "c")),
-            cell_id(effective_config(json::parse(R"({"task": "norm_probe", "activation": "relu", "scale": 2.0, "prompt_length": 3})"), "c")));
+  EXPECT_EQ(
+      cell_id(effective_config(
+          json::parse(R"({"task": "norm_probe", "activation": "relu", "scale": 2, "prompt_length": 3})"), "c")),
+      cell_id(effective_config(
+          json::parse(R"({"task": "norm_probe", "activation": "relu", "scale": 2.0, "prompt_length": 3})"), "c")));
   // Different configs, different ids.
   EXPECT_NE(cell_id(effective_config(json::parse(R"({"task": "synthetic", "seconds": 1})"), "c")),
             cell_id(effective_config(json::parse(R"({"task": "synthetic", "seconds": 2})"), "c")));
@@ -295,7 +300,8 @@ TEST(CellConfig, RoundTripAndDefaults) {
     EXPECT_EQ(cell_id(again), c.id);
   }
   // A partial cell is completed; keys that do not apply are dropped.
-  json e = effective_config(json::parse(R"({"task": "norm_probe", "prompt_length": 64, "degree": 2, "hang": true})"), "c");
+  json e =
+      effective_config(json::parse(R"({"task": "norm_probe", "prompt_length": 64, "degree": 2, "hang": true})"), "c");
   EXPECT_EQ(e, json::parse(R"({"task": "norm_probe", "activation": "softmax", "prompt_length": 64, "seed": 0,
                                "samples": 32, "dim": 64, "head_dim": 16})"));
 }
@@ -324,7 +330,8 @@ TEST(CellConfig, LoadFromFileAndErrors) {
     effective_config(json::parse(R"({"task": "norm_probe", "prompt_length": 20000})"), "cell.json");
     ADD_FAILURE() << "bad cell accepted";
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), "cell.json: prompt_length: 20000 is more than task norm_probe can make (1..16384)");
+    EXPECT_EQ(std::string(e.what()),
+              "cell.json: prompt_length: 20000 is more than task norm_probe can make (1..16384)");
   }
   EXPECT_THROW(effective_config(json::array({1}), "cell.json"), InputError);
   fs::remove_all(dir);
@@ -347,6 +354,17 @@ TEST(GridErrors, SyntaxErrorHasLineAndColumn) {
   EXPECT_EQ(p[0].rfind("grid.json:3:16: JSON syntax error: syntax error while parsing value - unexpected ','", 0), 0u)
       << p[0];
   EXPECT_EQ(p[0].find("[json.exception"), std::string::npos) << p[0];
+}
+
+TEST(GridErrors, DuplicateKeys) {
+  auto p = problems_of(R"({"axes": {"seed": [0], "task": ["norm_probe"], "seed": [1]},
+                          "include": [{"seed": 1}, {"seed": 2, "prompt_length": 4, "seed": 3}],
+                          "fixed": {"prompt_length": 16}, "fixed": {}})");
+  EXPECT_EQ(p,
+            (std::vector<std::string>{"grid.json: axes.seed: duplicate key: only one of its values would be used",
+                                      "grid.json: include[1].seed: duplicate key: only one of its values would be used",
+                                      "grid.json: fixed: duplicate key: only one of its values would be used"}))
+      << joined(p);
 }
 
 TEST(GridErrors, AllProblemsReportedTogether) {
@@ -376,7 +394,19 @@ TEST(GridErrors, AllProblemsReportedTogether) {
       "grid.json: resources.gpus: unknown key",
   };
   for (const auto& line : expected) EXPECT_TRUE(has(p, line)) << "missing: " << line << "\ngot:\n" << joined(p);
-  EXPECT_EQ(p.size(), expected.size()) << joined(p);
+  // Unknown top-level keys first, then the sections in the order a grid file is read.
+  EXPECT_EQ(p, expected) << joined(p);
+}
+
+TEST(GridErrors, MisspeltSectionIsNotEchoedByEveryCell) {
+  // Without "axes" every cell would lack a task; that is noise, the typo is the problem.
+  auto p = problems_of(R"({"axis": {"task": ["norm_probe"], "prompt_length": [16]}, "fixed": {"seed": 1}})");
+  EXPECT_EQ(p, std::vector<std::string>{"grid.json: axis: unknown key (did you mean \"axes\"?)"}) << joined(p);
+  auto q = problems_of(R"({"axes": {"task": ["norm_probe"], "prompt_length": [16]}, "prompt_length": 32})");
+  EXPECT_EQ(q,
+            std::vector<std::string>{
+                "grid.json: prompt_length: unknown top-level key; parameters go in \"axes\" or \"fixed\""})
+      << joined(q);
 }
 
 TEST(GridErrors, CrossFieldProblemPointsAtTheAxisElement) {
@@ -460,7 +490,8 @@ TEST(BadGrids, EveryFileFailsWithItsExpectedMessage) {
       ADD_FAILURE() << "loaded with " << g.cells.size() << " cells";
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-          << "expected fragment: " << fragment << "\ngot:\n" << e.what();
+          << "expected fragment: " << fragment << "\ngot:\n"
+          << e.what();
       // Every line names the file as given.
       for (const auto& line : e.problems) EXPECT_EQ(line.rfind(p.string() + ":", 0), 0u) << line;
     }
