@@ -47,7 +47,8 @@ st = json.load(open(d + "/status.json"))
 assert st["failed"] == 3 and st["complete"] == 5 and st["state"] == "finished", st
 print("ok: retry, failure, timeout and exit-code events as expected")
 PY
-check "the always-crashing cell's log records its 3 attempts" test "$(grep -c '=== attnsweep: cell' out/logs/$(ls out/logs | head -1))" -ge 1
+crasher=$(grep -l '"crash_attempts": 99' out/cells/*.json); crasher=$(basename "$crasher" .json)
+check "the always-crashing cell's log records its 3 attempts" test "$(grep -c '=== attnsweep: cell' out/logs/$crasher.log)" = 3
 # 3 hang attempts x 3 s + back-off: bounded well under a minute.
 check "hung cell did not hold the sweep (took $took s)" $PY -c "assert $took < 40"
 "$ATTNSWEEP" status out > status.txt; cat status.txt

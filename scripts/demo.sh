@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The demo: install, build, run the norm-probe grid on local CPU slots (no Slurm, no
+# GPU), aggregate it, and print the fitted log-log slopes of paper A's norm laws.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+bash scripts/build.sh
+./build/attnsweep run experiments/grids/norm_probe.json --out demo
+./build/attnsweep aggregate demo --fit-min-n 64
+echo "results: demo/runs/*.h5, demo/aggregate.h5, demo/summary.csv"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what attnsweep builds and tests against, from Debian 12's packages
+# (run as root). The CUDA toolkit is optional: where nvcc is found, the CUDA backend
+# is compiled too.
+set -euo pipefail
+PKGS=(cmake ninja-build g++ pkg-config
+      libopenmpi-dev openmpi-bin libhdf5-dev nlohmann-json3-dev libboost-program-options-dev
+      libopenblas-dev libgtest-dev libgmock-dev
+      python3-h5py python3-numpy python3-torch python3-matplotlib
+      dataset-fashion-mnist)
+missing=()
+for p in "${PKGS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "attnsweep: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
