@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,6 @@ namespace po = boost::program_options;
 using namespace attnsweep;
 
 int cmd_attention(int argc, char** argv);  // app/cmd_attention.cpp
-#ifndef FIT_CI95
-#define FIT_CI95(f) (f).slope_ci95
-#endif
 
 namespace {
 
@@ -262,13 +260,31 @@ int cmd_aggregate(int argc, char** argv) {
   }
   for (const std::string& s : r.skipped) std::fprintf(stderr, "attnsweep aggregate: skipped %s\n", s.c_str());
   if (!r.fits.empty()) {
-    std::printf("log-log fits against prompt_length (slope of log norm vs log N):\n");
-    std::printf("%-9s %-58s %8s %8s %7s %5s %11s\n", "metric", "group", "slope", "+-95%", "r2", "cells", "N range");
+    // Words shared by every group (task=norm_probe, dim=64 ...) are said once, above the table.
+    auto words = [](const std::string& g) {
+      std::vector<std::string> w;
+      std::istringstream ss(g);
+      for (std::string t; ss >> t;) w.push_back(t);
+      return w;
+    };
+    std::vector<std::string> common = words(r.fits.front().group);
     for (const Fit& f : r.fits) {
-      char range[32];
+      const std::vector<std::string> w = words(f.group);
+      std::erase_if(common, [&](const std::string& c) { return std::find(w.begin(), w.end(), c) == w.end(); });
+    }
+    std::string common_text;
+    for (const std::string& c : common) common_text += (common_text.empty() ? "" : " ") + c;
+    std::printf("log-log fits of each metric against prompt_length%s%s%s:\n", common.empty() ? "" : " (all groups: ",
+                common_text.c_str(), common.empty() ? "" : ")");
+    std::printf("%-9s %-42s %8s %8s %7s %5s %11s\n", "metric", "group", "slope", "+-95%", "r2", "cells", "N range");
+    for (const Fit& f : r.fits) {
+      std::string g;
+      for (const std::string& w : words(f.group))
+        if (std::find(common.begin(), common.end(), w) == common.end()) g += (g.empty() ? "" : " ") + w;
+      char range[48];
       std::snprintf(range, sizeof range, "%lld..%lld", static_cast<long long>(f.n_min), static_cast<long long>(f.n_max));
-      std::printf("%-9s %-58s %8.3f %8.3f %7.4f %5lld %11s\n", f.metric.c_str(), f.group.c_str(), f.slope,
-                  FIT_CI95(f), f.r2, static_cast<long long>(f.points), range);
+      std::printf("%-9s %-42s %8.3f %8.3f %7.4f %5lld %11s\n", f.metric.c_str(), g.empty() ? "-" : g.c_str(), f.slope,
+                  f.slope_ci95, f.r2, static_cast<long long>(f.points), range);
     }
   }
   std::printf("aggregated %lld cells%s -> %s/aggregate.h5, %s/summary.csv\n", static_cast<long long>(r.cells),
