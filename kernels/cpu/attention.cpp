@@ -13,6 +13,14 @@
 //   dP = dOb V^T                          [m, jmax]   sgemm
 //   dS = phi'(S) * dP, softmax: P * (dP - rowsum(dOb * Ob))   fused pass
 //   dV += P^T dOb, dQb = scale * dS K, dK += scale * dS^T Qb  sgemm x 3
+//
+// Vectorisation of the fused passes, without -ffast-math for the whole project:
+// - no-trapping-math (this file only; it must precede the headers so that phi_fixed and
+//   fast_expf are compiled with it too): GCC will not if-convert `s > 0 ? c*s : 0` or the
+//   clamps of fast_expf while a compare might raise an FP exception, and leaves such
+//   loops scalar and branchy. We never read the FP exception flags.
+// - the row passes are target_clones (AVX-512, AVX2, baseline), picked at load time.
+#pragma GCC optimize("no-trapping-math")
 #include "kernels/attention.h"
 #include "kernels/cpu/vec.h"
 
@@ -28,6 +36,8 @@ namespace attnsweep {
 namespace {
 
 constexpr int64_t kBlockRows = 64;
+
+#define ATTN_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 struct FastExp {
   float operator()(float x) const { return cpu::fast_expf(x); }
@@ -81,7 +91,7 @@ std::vector<int64_t> key_prefix_counts(const AttentionShape& sh, const float* ke
 
 // Softmax forward on scores s[0, n) in place -> p. Returns lse; adds the norm sums.
 template <bool Mask, bool Norms>
-float softmax_row_forward(float* s, int64_t n, const float* mask, RowNormSq* nrm) {
+ATTN_ROW_CLONES float softmax_row_forward(float* s, int64_t n, const float* mask, RowNormSq* nrm) {
   float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
   for (int64_t j = 0; j < n; ++j) {
@@ -114,7 +124,7 @@ float softmax_row_forward(float* s, int64_t n, const float* mask, RowNormSq* nrm
 
 // Element-wise phi on scores s[0, n) in place; adds sum phi^2 and sum phi'^2.
 template <Activation A, int32_t Deg, bool Mask, bool Norms>
-void elementwise_row_forward(const PhiParams& pp, float* s, int64_t n, const float* mask, RowNormSq* nrm) {
+ATTN_ROW_CLONES void elementwise_row_forward(const PhiParams& pp, float* s, int64_t n, const float* mask, RowNormSq* nrm) {
   const PhiParams p = pp;  // a local copy: no aliasing with s in the loop
   double sa = 0.0, sj = 0.0;
 #pragma omp simd reduction(+ : sa, sj)
@@ -138,7 +148,7 @@ void elementwise_row_forward(const PhiParams& pp, float* s, int64_t n, const flo
 
 // Softmax backward on one row: s holds scores -> P, dp holds dP -> dS = P (dP - D).
 template <bool Mask>
-void softmax_row_backward(float* s, float* dp, int64_t n, const float* mask, float lse, float D) {
+ATTN_ROW_CLONES void softmax_row_backward(float* s, float* dp, int64_t n, const float* mask, float lse, float D) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) {
     float p = cpu::fast_expf(s[j] - lse);
@@ -150,7 +160,7 @@ void softmax_row_backward(float* s, float* dp, int64_t n, const float* mask, flo
 
 // Element-wise backward on one row: s holds scores -> phi(S), dp holds dP -> phi'(S) dP.
 template <Activation A, int32_t Deg, bool Mask>
-void elementwise_row_backward(const PhiParams& pp, float* s, float* dp, int64_t n, const float* mask) {
+ATTN_ROW_CLONES void elementwise_row_backward(const PhiParams& pp, float* s, float* dp, int64_t n, const float* mask) {
   const PhiParams p = pp;
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) {

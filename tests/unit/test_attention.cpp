@@ -477,8 +477,10 @@ TEST(Attention, DeterministicAcrossThreadsAndNormsOff) {
     EXPECT_EQ(0, std::memcmp(o1.jac.data(), o2.jac.data(), 3 * sizeof(double)));
     EXPECT_EQ(0, std::memcmp(o1.O.data(), o2.O.data(), o1.O.n * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(o1.dK.data(), o2.dK.data(), o1.dK.n * sizeof(float)));
-    EXPECT_EQ(0, std::memcmp(o1.O.data(), o3.O.data(), o1.O.n * sizeof(float)));
-    EXPECT_EQ(0, std::memcmp(o1.dQ.data(), o3.dQ.data(), o1.dQ.n * sizeof(float)));
+    // Without the norms the fused loop is compiled differently (the compiler may share
+    // or not share exp between phi and phi', vector widths differ): equal to a few ulp.
+    for (int64_t i = 0; i < o1.O.n; ++i) EXPECT_NEAR(o1.O.buf[i], o3.O.buf[i], 1e-6 * (1 + std::abs(o1.O.buf[i])));
+    EXPECT_EQ(0, std::memcmp(o1.dQ.data(), o3.dQ.data(), o1.dQ.n * sizeof(float)));  // backward: same code
     for (int i = 0; i < 3; ++i) {
       EXPECT_TRUE(std::isnan(o3.attn.buf[i]));  // untouched
       EXPECT_TRUE(std::isnan(o3.jac.buf[i]));
