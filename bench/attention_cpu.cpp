@@ -27,19 +27,19 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Median wall time of fn over enough repetitions to fill ~min_total seconds (at least 3).
+// Best (minimum) wall time of fn over enough repetitions to fill ~min_total seconds (at
+// least 5): the machine may be shared, and the minimum is the run least disturbed.
 template <class F>
-double time_median(F&& fn, double min_total = 1.0) {
+double time_best(F&& fn, double min_total = 1.0) {
   fn();  // warm-up: page faults, OpenBLAS buffers
   std::vector<double> t;
   const double start = now();
-  while (t.size() < 3 || (now() - start < min_total && t.size() < 200)) {
+  while (t.size() < 5 || (now() - start < min_total && t.size() < 200)) {
     const double t0 = now();
     fn();
     t.push_back(now() - t0);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return *std::min_element(t.begin(), t.end());
 }
 
 std::vector<float> randn(size_t n, std::mt19937& rng) {
@@ -53,7 +53,7 @@ void bench_sgemm(int M, int N, int K) {
   std::mt19937 rng(1);
   const auto A = randn(static_cast<size_t>(M) * K, rng), B = randn(static_cast<size_t>(K) * N, rng);
   std::vector<float> C(static_cast<size_t>(M) * N);
-  const double t = time_median([&] {
+  const double t = time_best([&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
                 C.data(), N);
   });
@@ -77,7 +77,7 @@ void bench_attention(const char* name, ActivationSpec act, int64_t N) {
     AttentionSpec spec;
     spec.act = act;
     spec.collect_norms = norms;
-    const double t = time_median([&] {
+    const double t = time_best([&] {
       attention_forward_cpu(spec, sh, q.data(), k.data(), v.data(), nullptr, O.data(), lse.data(), attn.data(),
                             jac.data());
       attention_backward_cpu(spec, sh, q.data(), k.data(), v.data(), nullptr, O.data(), dO.data(), lse.data(),

@@ -3,7 +3,7 @@
 # vs OpenBLAS SGEMM, all with 2 threads, and the cost of collecting the norms.
 # usage: bench/attention_cpu.sh [N ...]        (BUILD=build dir, default ./build)
 # Prints a table: GFLOP/s (12 BH N^2 d per forward+backward, FlashAttention's count of
-# useful flops) and the ratios ours/PyTorch, ours/SGEMM, norms-on/norms-off time.
+# useful flops; best of >= 5 repetitions, the machine may be shared) and the ratios ours/PyTorch, ours/SGEMM, norms-on/norms-off time.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${BUILD:-$here/../build}"
