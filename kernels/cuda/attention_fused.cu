@@ -260,10 +260,12 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FwdArgs a) {
     float inv = 1.0f;
     double attn = 0.0, jac = 0.0;
     if constexpr (kSoftmax) {
+      // Shuffles outside any row-dependent branch: the two half-warps may differ.
       const float z = half_warp_sum(l[r]);
+      const float a2 = half_warp_sum(n1[r]), a3 = half_warp_sum(n2[r]);
       inv = z > 0.0f ? 1.0f / z : 0.0f;
       if (a.norms && z > 0.0f) {
-        const RowNormSq rn = softmax_row_norms_from_sums(z, half_warp_sum(n1[r]), half_warp_sum(n2[r]));
+        const RowNormSq rn = softmax_row_norms_from_sums(z, a2, a3);
         attn = rn.attn;
         jac = rn.jac;
       }
@@ -603,7 +605,6 @@ void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& sh,
       return;
     }
     const F32Copy q(Q, BH * sh.Nq * sh.d, stream), k(K, BH * sh.Nk * sh.d, stream), v(V, BH * sh.Nk * sh.dv, stream);
-    const F32Copy o(nullptr, 0, stream);
     float* o32 = nullptr;
     ATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&o32), sizeof(float) * BH * sh.Nq * sh.dv, stream));
     attention_forward_cuda_ref(spec, sh, q.p, k.p, v.p, key_mask, o32, lse, attn_fro, jac_fro, ws, stream);
