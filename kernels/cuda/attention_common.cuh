@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -94,6 +95,26 @@ void launch_mask_prefix(const float* key_mask, int32_t* prefix, int64_t B, int64
 // attn_fro[bh] = sqrt(sum_i row_attn[bh,i]), jac_fro likewise; fixed summation order.
 void launch_norm_reduce(const double* row_attn, const double* row_jac, int64_t BH, int64_t Nq, double* attn_fro,
                         double* jac_fro, cudaStream_t stream);
+
+// The scale of S = Q K^T * scale (attention.h: 0 means 1/sqrt(d)).
+inline float score_scale(const AttentionSpec& spec, const AttentionShape& sh) {
+  return spec.score_scale != 0.0f ? spec.score_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.d)));
+}
+
+// The MaskInfo of a call; counts key_mask prefixes on the stream when there is a mask.
+inline MaskInfo make_mask(const AttentionSpec& spec, const AttentionShape& sh, const float* key_mask, int32_t* prefix,
+                   cudaStream_t stream) {
+  MaskInfo m;
+  m.key_mask = key_mask;
+  m.Nq = sh.Nq;
+  m.Nk = sh.Nk;
+  m.causal = spec.causal;
+  if (key_mask) {
+    cuda::launch_mask_prefix(key_mask, prefix, sh.B, sh.Nk, stream);
+    m.prefix = prefix;
+  }
+  return m;
+}
 
 void launch_bf16_to_f32(const __nv_bfloat16* in, float* out, int64_t n, cudaStream_t stream);
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t stream);

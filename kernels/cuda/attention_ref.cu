@@ -9,7 +9,9 @@
 namespace attnsweep {
 namespace {
 
+using cuda::make_mask;
 using cuda::MaskInfo;
+using cuda::score_scale;
 
 constexpr int kRowThreads = 256;
 
@@ -167,29 +169,11 @@ void gemm_rm(cublasHandle_t h, int64_t batch, float alpha, RowMajor A, RowMajor 
       static_cast<int>(A.cols), A.stride, &beta, C, static_cast<int>(n), strideC, static_cast<int>(batch)));
 }
 
-float score_scale(const AttentionSpec& spec, const AttentionShape& sh) {
-  return spec.score_scale != 0.0f ? spec.score_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.d)));
-}
-
 void check_shape(const AttentionShape& sh) {
   if (sh.B < 0 || sh.H < 0 || sh.Nq < 0 || sh.Nk < 0 || sh.d < 1 || sh.dv < 1)
     throw std::invalid_argument("attention (CUDA): bad shape");
   if (sh.Nq > (1 << 30) || sh.Nk > (1 << 30) || sh.B * sh.H * sh.Nq > (int64_t{1} << 31) - 1)
     throw std::invalid_argument("attention (CUDA ref): shape too large for the materialising path");
-}
-
-MaskInfo make_mask(const AttentionSpec& spec, const AttentionShape& sh, const float* key_mask, int32_t* prefix,
-                   cudaStream_t stream) {
-  MaskInfo m;
-  m.key_mask = key_mask;
-  m.Nq = sh.Nq;
-  m.Nk = sh.Nk;
-  m.causal = spec.causal;
-  if (key_mask) {
-    cuda::launch_mask_prefix(key_mask, prefix, sh.B, sh.Nk, stream);
-    m.prefix = prefix;
-  }
-  return m;
 }
 
 }  // namespace

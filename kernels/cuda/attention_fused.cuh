@@ -1,4 +1,4 @@
-// Fused attention, FlashAttention-2 style: one block owns a tile of query rows (forward,
+// Fused attention kernels, FlashAttention-2 style: one block owns a tile of query rows (forward,
 // dQ) or of keys (dK, dV) and streams the other side through shared memory, so the
 // N x N score matrix never reaches global memory. Templated on the activation (element-
 // wise phi needs no running maximum; softmax rescales online and keeps running sums of
@@ -12,18 +12,17 @@
 // the backward writes every gradient element from exactly one thread (no atomics):
 // one kernel over key tiles computes dK, dV and one over query tiles computes dQ, both
 // recomputing S.
+#pragma once
+
 #include "kernels/cuda/attention_common.cuh"
 
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
 
-namespace attnsweep {
-namespace {
+namespace attnsweep::cuda::fused {
 
-using cuda::MaskInfo;
-
-constexpr int kThreads = 256;
+inline constexpr int kThreads = 256;
 
 template <int D>
 struct Tiles {
@@ -553,24 +552,6 @@ void launch(Kernel kernel, int64_t blocks, size_t smem_bytes, cudaStream_t strea
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
-float score_scale(const AttentionSpec& spec, const AttentionShape& sh) {
-  return spec.score_scale != 0.0f ? spec.score_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.d)));
-}
-
-MaskInfo make_mask(const AttentionSpec& spec, const AttentionShape& sh, const float* key_mask, int32_t* prefix,
-                   cudaStream_t stream) {
-  MaskInfo m;
-  m.key_mask = key_mask;
-  m.Nq = sh.Nq;
-  m.Nk = sh.Nk;
-  m.causal = spec.causal;
-  if (key_mask) {
-    cuda::launch_mask_prefix(key_mask, prefix, sh.B, sh.Nk, stream);
-    m.prefix = prefix;
-  }
-  return m;
-}
-
 // Stream-ordered float32 copies of bf16 tensors for the materialising fallback.
 struct F32Copy {
   float* p = nullptr;
@@ -587,136 +568,4 @@ struct F32Copy {
   }
 };
 
-}  // namespace
-
-bool attention_cuda_fused_supported(const AttentionShape& sh) {
-  return sh.d == sh.dv && (sh.d == 16 || sh.d == 32 || sh.d == 64 || sh.d == 128);
-}
-
-void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
-                            const void* K, const void* V, const float* key_mask, void* O, float* lse,
-                            double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws, cudaStream_t stream) {
-  const int64_t BH = sh.B * sh.H;
-  if (!attention_cuda_fused_supported(sh)) {
-    if (dtype == CudaDType::f32) {
-      attention_forward_cuda_ref(spec, sh, static_cast<const float*>(Q), static_cast<const float*>(K),
-                                 static_cast<const float*>(V), key_mask, static_cast<float*>(O), lse, attn_fro,
-                                 jac_fro, ws, stream);
-      return;
-    }
-    const F32Copy q(Q, BH * sh.Nq * sh.d, stream), k(K, BH * sh.Nk * sh.d, stream), v(V, BH * sh.Nk * sh.dv, stream);
-    float* o32 = nullptr;
-    ATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&o32), sizeof(float) * BH * sh.Nq * sh.dv, stream));
-    attention_forward_cuda_ref(spec, sh, q.p, k.p, v.p, key_mask, o32, lse, attn_fro, jac_fro, ws, stream);
-    cuda::launch_f32_to_bf16(o32, static_cast<__nv_bfloat16*>(O), BH * sh.Nq * sh.dv, stream);
-    ATTN_CUDA_CHECK(cudaFreeAsync(o32, stream));
-    return;
-  }
-  if (BH == 0 || sh.Nq == 0) return;
-  if (sh.Nk == 0) throw std::invalid_argument("attention (CUDA fused): Nk == 0 is not supported");
-  const bool norms = spec.collect_norms && attn_fro && jac_fro;
-  cuda::Carver sizing(nullptr);
-  sizing.take<double>(BH * sh.Nq);
-  sizing.take<double>(BH * sh.Nq);
-  sizing.take<int32_t>(sh.B * sh.Nk);
-  cuda::Carver carve(ws->reserve(sizing.used()));
-  double* row_attn = carve.take<double>(BH * sh.Nq);
-  double* row_jac = carve.take<double>(BH * sh.Nq);
-  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
-
-  FwdArgs a;
-  a.act = spec.act;
-  a.mask = make_mask(spec, sh, key_mask, prefix, stream);
-  a.H = sh.H;
-  a.scale = score_scale(spec, sh);
-  a.norms = norms;
-  a.Q = Q;
-  a.K = K;
-  a.V = V;
-  a.O = O;
-  a.lse = lse;
-  a.row_attn = row_attn;
-  a.row_jac = row_jac;
-  dispatch(spec.act.activation, sh.d, dtype, [&](auto a_tag, auto d_tag, auto t_tag) {
-    constexpr Activation A = decltype(a_tag)::value;
-    constexpr int D = decltype(d_tag)::value;
-    using T = decltype(t_tag);
-    const int64_t nqb = (sh.Nq + Tiles<D>::BM - 1) / Tiles<D>::BM;
-    launch(fused_forward_kernel<A, D, T>, nqb * BH, sizeof(float) * fwd_smem_floats<D>(), stream, a);
-  });
-  if (norms) cuda::launch_norm_reduce(row_attn, row_jac, BH, sh.Nq, attn_fro, jac_fro, stream);
-}
-
-void attention_backward_cuda(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
-                             const void* K, const void* V, const float* key_mask, const void* O, const void* dO,
-                             const float* lse, void* dQ, void* dK, void* dV, AttentionCudaWorkspace* ws,
-                             cudaStream_t stream) {
-  const int64_t BH = sh.B * sh.H;
-  const bool softmax = spec.act.activation == Activation::softmax;
-  if (!attention_cuda_fused_supported(sh)) {
-    if (dtype == CudaDType::f32) {
-      attention_backward_cuda_ref(spec, sh, static_cast<const float*>(Q), static_cast<const float*>(K),
-                                  static_cast<const float*>(V), key_mask, static_cast<const float*>(O),
-                                  static_cast<const float*>(dO), lse, static_cast<float*>(dQ),
-                                  static_cast<float*>(dK), static_cast<float*>(dV), ws, stream);
-      return;
-    }
-    const int64_t nq = BH * sh.Nq, nk = BH * sh.Nk;
-    const F32Copy q(Q, nq * sh.d, stream), k(K, nk * sh.d, stream), v(V, nk * sh.dv, stream),
-        o(O, nq * sh.dv, stream), dout(dO, nq * sh.dv, stream);
-    float* grads = nullptr;
-    const int64_t ng = nq * sh.d + nk * sh.d + nk * sh.dv;
-    ATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&grads), sizeof(float) * ng, stream));
-    float* dq32 = grads;
-    float* dk32 = dq32 + nq * sh.d;
-    float* dv32 = dk32 + nk * sh.d;
-    attention_backward_cuda_ref(spec, sh, q.p, k.p, v.p, key_mask, o.p, dout.p, lse, dq32, dk32, dv32, ws, stream);
-    cuda::launch_f32_to_bf16(dq32, static_cast<__nv_bfloat16*>(dQ), nq * sh.d, stream);
-    cuda::launch_f32_to_bf16(dk32, static_cast<__nv_bfloat16*>(dK), nk * sh.d, stream);
-    cuda::launch_f32_to_bf16(dv32, static_cast<__nv_bfloat16*>(dV), nk * sh.dv, stream);
-    ATTN_CUDA_CHECK(cudaFreeAsync(grads, stream));
-    return;
-  }
-  if (BH == 0) return;
-  if (sh.Nq == 0 || sh.Nk == 0) throw std::invalid_argument("attention (CUDA fused): Nq == 0 or Nk == 0");
-  if (softmax && (!lse || !O)) throw std::invalid_argument("attention backward (CUDA fused): softmax needs lse and O");
-  cuda::Carver sizing(nullptr);
-  sizing.take<float>(BH * sh.Nq);
-  sizing.take<int32_t>(sh.B * sh.Nk);
-  cuda::Carver carve(ws->reserve(sizing.used()));
-  float* dsum = carve.take<float>(BH * sh.Nq);
-  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
-
-  BwdArgs a;
-  a.act = spec.act;
-  a.mask = make_mask(spec, sh, key_mask, prefix, stream);
-  a.H = sh.H;
-  a.scale = score_scale(spec, sh);
-  a.Q = Q;
-  a.K = K;
-  a.V = V;
-  a.dO = dO;
-  a.lse = softmax ? lse : nullptr;
-  a.Dsum = softmax ? dsum : nullptr;
-  a.dQ = dQ;
-  a.dK = dK;
-  a.dV = dV;
-  dispatch(spec.act.activation, sh.d, dtype, [&](auto a_tag, auto d_tag, auto t_tag) {
-    constexpr Activation A = decltype(a_tag)::value;
-    constexpr int D = decltype(d_tag)::value;
-    using T = decltype(t_tag);
-    if constexpr (A == Activation::softmax) {
-      const int64_t rows = BH * sh.Nq;
-      const int64_t blocks = (rows + kThreads / 32 - 1) / (kThreads / 32);
-      softmax_dsum_kernel<D, T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          static_cast<const T*>(O), static_cast<const T*>(dO), dsum, rows);
-      ATTN_CUDA_CHECK_LAUNCH();
-    }
-    const int64_t nkb = (sh.Nk + Tiles<D>::BN - 1) / Tiles<D>::BN;
-    const int64_t nqb = (sh.Nq + Tiles<D>::BM - 1) / Tiles<D>::BM;
-    launch(fused_dkdv_kernel<A, D, T>, nkb * BH, sizeof(float) * dkdv_smem_floats<D>(), stream, a);
-    launch(fused_dq_kernel<A, D, T>, nqb * BH, sizeof(float) * dq_smem_floats<D>(), stream, a);
-  });
-}
-
-}  // namespace attnsweep
+}  // namespace attnsweep::cuda::fused
