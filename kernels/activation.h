@@ -86,6 +86,54 @@ ATTN_HD T dphi_elementwise(const PhiParams& p, T s) {
   }
 }
 
+// ipow with the exponent fixed at compile time (square-and-multiply, the same products
+// as ipow for P <= 4), so that loops over a score row vectorise.
+template <int32_t P, class T>
+ATTN_HD T ipow_fixed(T x) {
+  if constexpr (P <= 0) {
+    return T(1);
+  } else if constexpr (P == 1) {
+    return x;
+  } else {
+    const T h = ipow_fixed<P / 2>(x);
+    if constexpr (P % 2 == 1) return x * (h * h);
+    else return h * h;
+  }
+}
+
+// phi and phi' with the activation (and, for Deg > 0, the poly degree) fixed at compile
+// time, for fused kernels whose row loops must vectorise. Deg == 0 reads p.degree.
+// exp_fn lets a backend supply its own exp (the CPU kernel passes a vectorisable one).
+// The same math as phi_elementwise / dphi_elementwise; tests check that they agree.
+template <Activation A, int32_t Deg, class T, class ExpFn>
+ATTN_HD T phi_fixed(const PhiParams& p, T s, ExpFn exp_fn) {
+  if constexpr (A == Activation::poly) {
+    if constexpr (Deg > 0) return T(p.c) * ipow_fixed<Deg>(s);
+    else return T(p.c) * ipow(s, p.degree);
+  } else if constexpr (A == Activation::relu) {
+    return s > T(0) ? T(p.c) * s : T(0);
+  } else if constexpr (A == Activation::sigmoid) {
+    return T(1) / (T(1) + exp_fn(-(s + T(p.bias))));
+  } else {
+    return T(0);
+  }
+}
+
+template <Activation A, int32_t Deg, class T, class ExpFn>
+ATTN_HD T dphi_fixed(const PhiParams& p, T s, ExpFn exp_fn) {
+  if constexpr (A == Activation::poly) {
+    if constexpr (Deg > 0) return T(p.c) * T(Deg) * ipow_fixed<Deg - 1>(s);
+    else return T(p.c) * T(p.degree) * ipow(s, p.degree - 1);
+  } else if constexpr (A == Activation::relu) {
+    return s > T(0) ? T(p.c) : T(0);
+  } else if constexpr (A == Activation::sigmoid) {
+    const T y = T(1) / (T(1) + exp_fn(-(s + T(p.bias))));
+    return y * (T(1) - y);
+  } else {
+    return T(0);
+  }
+}
+
 // Squared Frobenius norms of one row of phi(S) and of its Jacobian block.
 struct RowNormSq {
   double attn = 0.0;  // sum_j phi(s_j)^2

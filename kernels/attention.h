@@ -3,10 +3,27 @@
 // Jacobian. Layouts are contiguous row-major: Q [B,H,Nq,d], K [B,H,Nk,d],
 // V [B,H,Nk,dv], O/dO [B,H,Nq,dv], key_mask [B,Nk] (1 = attend, 0 = padding).
 // One entry point per backend; the same math (activation.h) in each.
+//
+// Masks and what N means (every backend must follow this):
+// - Query row i of a (b, h) attends key j iff key_mask[b, j] != 0 (or key_mask is null)
+//   and, when causal, j <= i + (Nk - Nq). n_i = the number of keys row i attends.
+// - The N of the scale c (inv_sqrt_n: 1/sqrt(n_i), inv_n: 1/n_i) and of the sigmoid
+//   bias (-log n_i) is n_i, per row: a padded batch behaves exactly like the unpadded
+//   one, and a causal row i sees the scale of its own prefix length.
+// - Keys a row does not attend contribute nothing: softmax treats their scores as -inf,
+//   element-wise phi gives them phi = 0 and phi' = 0 (in O, in the gradients and in both
+//   norms). A row with n_i = 0 outputs 0, has lse = -inf, zero gradients and zero norms.
+//
+// Norms (float64 accumulation, deterministic: per-row sums are reduced in a fixed order
+// that does not depend on the thread count):
+//   attn_fro[b,h] = sqrt(sum_i sum_j phi(s_ij)^2)
+//   jac_fro[b,h]  = sqrt(sum_i ||J_i||_F^2), J_i = d phi(s_i.) / d s_i.; softmax:
+//                   sum p^2 - 2 sum p^3 + (sum p^2)^2, element-wise: sum_j phi'(s_ij)^2.
 #pragma once
 
 #include "kernels/activation.h"
 
+#include <cmath>
 #include <cstdint>
 
 namespace attnsweep {
@@ -18,19 +35,27 @@ struct AttentionShape {
 struct AttentionSpec {
   ActivationSpec act;
   bool causal = false;          // query i attends keys j <= i + (Nk - Nq)
-  bool collect_norms = true;    // fill attn_fro / jac_fro
+  bool collect_norms = true;    // fill attn_fro / jac_fro (false skips the work)
   float score_scale = 0.0f;     // 0: 1/sqrt(d)
 };
 
+// The score scale actually used: spec.score_scale, or 1/sqrt(d) when it is 0.
+inline float attention_score_scale(const AttentionSpec& spec, const AttentionShape& shape) {
+  return spec.score_scale != 0.0f ? spec.score_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.d)));
+}
+
 // Forward. lse [B,H,Nq] is written for softmax (log-sum-exp of each score row, what the
-// backward needs) and may be null otherwise. attn_fro / jac_fro [B,H] (float64) are
-// written when collect_norms: ||phi(S)||_F and ||d phi(S)/dS||_F per batch item and head.
+// backward needs; -inf for rows that attend nothing) and may be null otherwise (or when
+// no backward follows). attn_fro / jac_fro [B,H] (float64) are written when
+// collect_norms: ||phi(S)||_F and ||d phi(S)/dS||_F per batch item and head; they may be
+// null when !collect_norms. key_mask may be null (every key attended).
 void attention_forward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q,
                            const float* K, const float* V, const float* key_mask, float* O, float* lse,
                            double* attn_fro, double* jac_fro);
 
 // Backward from what the forward saved (softmax: lse and O; element-wise phi: nothing
-// beyond Q, K, V). Writes dQ, dK, dV (overwritten, not accumulated).
+// beyond Q, K, V; O and lse may be null for element-wise phi). Writes dQ, dK, dV
+// (overwritten, not accumulated).
 void attention_backward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q,
                             const float* K, const float* V, const float* key_mask, const float* O,
                             const float* dO, const float* lse, float* dQ, float* dK, float* dV);

@@ -1,0 +1,163 @@
+// Workspace, error reporting and the small deterministic helper kernels of the CUDA
+// attention paths.
+#include "kernels/cuda/attention_common.cuh"
+
+#include <stdexcept>
+#include <string>
+
+namespace attnsweep::cuda {
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                           ") in " + call + " at " + file + ":" + std::to_string(line));
+}
+
+void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line) {
+  throw std::runtime_error(std::string("cuBLAS error ") + cublasGetStatusName(st) + " in " + call + " at " + file +
+                           ":" + std::to_string(line));
+}
+
+namespace {
+
+constexpr int kPrefixThreads = 1024;
+
+// Block-wide inclusive scan of per-thread chunk counts; each thread owns a contiguous
+// chunk of keys so the global order of the prefix is the key order.
+__global__ void __launch_bounds__(kPrefixThreads)
+    mask_prefix_kernel(const float* __restrict__ key_mask, int32_t* __restrict__ prefix, int64_t Nk) {
+  __shared__ int32_t sums[kPrefixThreads];
+  const int64_t b = blockIdx.x;
+  const int tid = threadIdx.x;
+  const int64_t chunk = (Nk + kPrefixThreads - 1) / kPrefixThreads;
+  const int64_t lo = tid * chunk;
+  const int64_t hi = lo + chunk < Nk ? lo + chunk : Nk;
+  int32_t count = 0;
+  for (int64_t j = lo; j < hi; ++j) count += key_mask[b * Nk + j] != 0.0f;
+  sums[tid] = count;
+  __syncthreads();
+  // Hillis-Steele scan over the block (integers: exact, order irrelevant).
+  for (int off = 1; off < kPrefixThreads; off <<= 1) {
+    const int32_t add = tid >= off ? sums[tid - off] : 0;
+    __syncthreads();
+    sums[tid] += add;
+    __syncthreads();
+  }
+  int32_t run = sums[tid] - count;  // exclusive prefix of this chunk
+  for (int64_t j = lo; j < hi; ++j) {
+    run += key_mask[b * Nk + j] != 0.0f;
+    prefix[b * Nk + j] = run;
+  }
+}
+
+constexpr int kReduceThreads = 256;
+
+__global__ void __launch_bounds__(kReduceThreads)
+    norm_reduce_kernel(const double* __restrict__ row_attn, const double* __restrict__ row_jac, int64_t Nq,
+                       double* __restrict__ attn_fro, double* __restrict__ jac_fro) {
+  __shared__ double sa[kReduceThreads];
+  __shared__ double sj[kReduceThreads];
+  const int64_t bh = blockIdx.x;
+  const int tid = threadIdx.x;
+  double a = 0.0, j = 0.0;
+  for (int64_t i = tid; i < Nq; i += kReduceThreads) {
+    a += row_attn[bh * Nq + i];
+    j += row_jac[bh * Nq + i];
+  }
+  sa[tid] = a;
+  sj[tid] = j;
+  __syncthreads();
+  for (int off = kReduceThreads / 2; off > 0; off >>= 1) {
+    if (tid < off) {
+      sa[tid] += sa[tid + off];
+      sj[tid] += sj[tid + off];
+    }
+    __syncthreads();
+  }
+  if (tid == 0) {
+    attn_fro[bh] = sqrt(sa[0]);
+    jac_fro[bh] = sqrt(sj[0]);
+  }
+}
+
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ in, float* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = __bfloat162float(in[i]);
+}
+
+__global__ void f32_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16(in[i]);
+}
+
+unsigned elementwise_blocks(int64_t n) {
+  const int64_t blocks = (n + 255) / 256;
+  return static_cast<unsigned>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+}  // namespace
+
+void launch_mask_prefix(const float* key_mask, int32_t* prefix, int64_t B, int64_t Nk, cudaStream_t stream) {
+  if (B == 0 || Nk == 0) return;
+  mask_prefix_kernel<<<static_cast<unsigned>(B), kPrefixThreads, 0, stream>>>(key_mask, prefix, Nk);
+  ATTN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_norm_reduce(const double* row_attn, const double* row_jac, int64_t BH, int64_t Nq, double* attn_fro,
+                        double* jac_fro, cudaStream_t stream) {
+  if (BH == 0) return;
+  norm_reduce_kernel<<<static_cast<unsigned>(BH), kReduceThreads, 0, stream>>>(row_attn, row_jac, Nq, attn_fro,
+                                                                               jac_fro);
+  ATTN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_bf16_to_f32(const __nv_bfloat16* in, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  bf16_to_f32_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(in, out, n);
+  ATTN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  f32_to_bf16_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(in, out, n);
+  ATTN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace attnsweep::cuda
+
+namespace attnsweep {
+
+char* AttentionCudaWorkspace::reserve(size_t n) {
+  if (n > bytes) {
+    // cudaFree waits for the device, so work still reading the old buffer finishes first.
+    if (buffer) ATTN_CUDA_CHECK(cudaFree(buffer));
+    buffer = nullptr;
+    bytes = 0;
+    const size_t grown = n + n / 4;
+    ATTN_CUDA_CHECK(cudaMalloc(&buffer, grown));
+    bytes = grown;
+  }
+  return static_cast<char*>(buffer);
+}
+
+AttentionCudaWorkspace* attention_cuda_workspace_create() {
+  auto* ws = new AttentionCudaWorkspace;
+  const cublasStatus_t st = cublasCreate(&ws->cublas);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    delete ws;
+    cuda::throw_cublas_error(st, "cublasCreate", __FILE__, __LINE__);
+  }
+  // Plain FP32 GEMMs (no TF32): the materialising path is the oracle.
+  ATTN_CUBLAS_CHECK(cublasSetMathMode(ws->cublas, CUBLAS_PEDANTIC_MATH));
+  return ws;
+}
+
+void attention_cuda_workspace_destroy(AttentionCudaWorkspace* ws) {
+  if (!ws) return;
+  if (ws->buffer) cudaFree(ws->buffer);  // no throw from a destructor path
+  if (ws->cublas) cublasDestroy(ws->cublas);
+  delete ws;
+}
+
+}  // namespace attnsweep

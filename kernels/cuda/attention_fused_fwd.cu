@@ -1,0 +1,70 @@
+// Fused attention forward: the entry point (kernels in attention_fused.cuh).
+#include "kernels/cuda/attention_fused.cuh"
+
+#include <stdexcept>
+
+namespace attnsweep {
+
+using namespace cuda::fused;
+using cuda::make_mask;
+using cuda::score_scale;
+
+bool attention_cuda_fused_supported(const AttentionShape& sh) {
+  return sh.d == sh.dv && (sh.d == 16 || sh.d == 32 || sh.d == 64 || sh.d == 128);
+}
+
+void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
+                            const void* K, const void* V, const float* key_mask, void* O, float* lse,
+                            double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws, cudaStream_t stream) {
+  const int64_t BH = sh.B * sh.H;
+  if (!attention_cuda_fused_supported(sh)) {
+    if (dtype == CudaDType::f32) {
+      attention_forward_cuda_ref(spec, sh, static_cast<const float*>(Q), static_cast<const float*>(K),
+                                 static_cast<const float*>(V), key_mask, static_cast<float*>(O), lse, attn_fro,
+                                 jac_fro, ws, stream);
+      return;
+    }
+    const F32Copy q(Q, BH * sh.Nq * sh.d, stream), k(K, BH * sh.Nk * sh.d, stream), v(V, BH * sh.Nk * sh.dv, stream);
+    float* o32 = nullptr;
+    ATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&o32), sizeof(float) * BH * sh.Nq * sh.dv, stream));
+    attention_forward_cuda_ref(spec, sh, q.p, k.p, v.p, key_mask, o32, lse, attn_fro, jac_fro, ws, stream);
+    cuda::launch_f32_to_bf16(o32, static_cast<__nv_bfloat16*>(O), BH * sh.Nq * sh.dv, stream);
+    ATTN_CUDA_CHECK(cudaFreeAsync(o32, stream));
+    return;
+  }
+  if (BH == 0 || sh.Nq == 0) return;
+  if (sh.Nk == 0) throw std::invalid_argument("attention (CUDA fused): Nk == 0 is not supported");
+  const bool norms = spec.collect_norms && attn_fro && jac_fro;
+  cuda::Carver sizing(nullptr);
+  sizing.take<double>(BH * sh.Nq);
+  sizing.take<double>(BH * sh.Nq);
+  sizing.take<int32_t>(sh.B * sh.Nk);
+  cuda::Carver carve(ws->reserve(sizing.used()));
+  double* row_attn = carve.take<double>(BH * sh.Nq);
+  double* row_jac = carve.take<double>(BH * sh.Nq);
+  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
+
+  FwdArgs a;
+  a.act = spec.act;
+  a.mask = make_mask(spec, sh, key_mask, prefix, stream);
+  a.H = sh.H;
+  a.scale = score_scale(spec, sh);
+  a.norms = norms;
+  a.Q = Q;
+  a.K = K;
+  a.V = V;
+  a.O = O;
+  a.lse = lse;
+  a.row_attn = row_attn;
+  a.row_jac = row_jac;
+  dispatch(spec.act.activation, sh.d, dtype, [&](auto a_tag, auto d_tag, auto t_tag) {
+    constexpr Activation A = decltype(a_tag)::value;
+    constexpr int D = decltype(d_tag)::value;
+    using T = decltype(t_tag);
+    const int64_t nqb = (sh.Nq + Tiles<D>::BM - 1) / Tiles<D>::BM;
+    launch(fused_forward_kernel<A, D, T>, nqb * BH, sizeof(float) * fwd_smem_floats<D>(), stream, a);
+  });
+  if (norms) cuda::launch_norm_reduce(row_attn, row_jac, BH, sh.Nq, attn_fro, jac_fro, stream);
+}
+
+}  // namespace attnsweep

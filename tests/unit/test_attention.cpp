@@ -1,0 +1,578 @@
+// CPU attention against an independent float64 reference written plainly here
+// (materialised S, phi(S), P V; backward by the chain rule, softmax through its
+// Jacobian), the reference against central finite differences, and the norm bounds of
+// Theorem 4.1. Every case prints its full parameter string when it fails.
+#include "kernels/attention.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace attnsweep {
+namespace {
+
+// ---- the float64 reference ------------------------------------------------------------
+
+double ref_scale_c(const ActivationSpec& a, int64_t n) {
+  switch (a.scale) {
+    case ScaleKind::none: return 1.0;
+    case ScaleKind::inv_sqrt_n: return 1.0 / std::sqrt(static_cast<double>(n));
+    case ScaleKind::inv_n: return 1.0 / static_cast<double>(n);
+    case ScaleKind::value: return a.scale_value;
+  }
+  return 1.0;
+}
+
+double ref_phi(const ActivationSpec& a, double s, int64_t n) {
+  const double c = ref_scale_c(a, n);
+  switch (a.activation) {
+    case Activation::poly: return c * std::pow(s, a.degree);
+    case Activation::relu: return s > 0 ? c * s : 0.0;
+    case Activation::sigmoid: return 1.0 / (1.0 + std::exp(-(s - std::log(static_cast<double>(n)))));
+    default: return 0.0;
+  }
+}
+
+double ref_dphi(const ActivationSpec& a, double s, int64_t n) {
+  const double c = ref_scale_c(a, n);
+  switch (a.activation) {
+    case Activation::poly: return c * a.degree * std::pow(s, a.degree - 1);
+    case Activation::relu: return s > 0 ? c : 0.0;
+    case Activation::sigmoid: {
+      const double y = 1.0 / (1.0 + std::exp(-(s - std::log(static_cast<double>(n)))));
+      return y * (1.0 - y);
+    }
+    default: return 0.0;
+  }
+}
+
+struct Ref {
+  std::vector<double> O, dQ, dK, dV, attn, jac;
+};
+
+// Q [B,H,Nq,d], K [B,H,Nk,d], V [B,H,Nk,dv], dO [B,H,Nq,dv] (may be empty), mask [B,Nk].
+Ref reference(const AttentionSpec& spec, const AttentionShape& sh, const std::vector<double>& Q,
+              const std::vector<double>& K, const std::vector<double>& V, const std::vector<double>& mask,
+              const std::vector<double>& dO) {
+  const int64_t B = sh.B, H = sh.H, Nq = sh.Nq, Nk = sh.Nk, d = sh.d, dv = sh.dv;
+  const double scale = spec.score_scale != 0.0f ? spec.score_scale : 1.0 / std::sqrt(static_cast<double>(d));
+  const bool softmax = spec.act.activation == Activation::softmax;
+  Ref r;
+  r.O.assign(B * H * Nq * dv, 0.0);
+  r.dQ.assign(B * H * Nq * d, 0.0);
+  r.dK.assign(B * H * Nk * d, 0.0);
+  r.dV.assign(B * H * Nk * dv, 0.0);
+  r.attn.assign(B * H, 0.0);
+  r.jac.assign(B * H, 0.0);
+  std::vector<double> S(Nk), P(Nk), G(Nk), dP(Nk), dS(Nk);
+  std::vector<char> vis(Nk);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t bh = b * H + h;
+      const double* q = &Q[bh * Nq * d];
+      const double* k = &K[bh * Nk * d];
+      const double* v = &V[bh * Nk * dv];
+      double attn = 0, jac = 0;
+      for (int64_t i = 0; i < Nq; ++i) {
+        int64_t n = 0;
+        for (int64_t j = 0; j < Nk; ++j) {
+          vis[j] = (mask.empty() || mask[b * Nk + j] != 0.0) && (!spec.causal || j <= i + Nk - Nq);
+          n += vis[j];
+          double s = 0;
+          for (int64_t c = 0; c < d; ++c) s += q[i * d + c] * k[j * d + c];
+          S[j] = scale * s;
+        }
+        if (n == 0) continue;  // attends nothing: output, gradients and norms stay 0
+        if (softmax) {
+          double mx = -INFINITY, z = 0;
+          for (int64_t j = 0; j < Nk; ++j)
+            if (vis[j]) mx = std::max(mx, S[j]);
+          for (int64_t j = 0; j < Nk; ++j) z += vis[j] ? std::exp(S[j] - mx) : 0.0;
+          for (int64_t j = 0; j < Nk; ++j) P[j] = vis[j] ? std::exp(S[j] - mx) / z : 0.0;
+        } else {
+          for (int64_t j = 0; j < Nk; ++j) {
+            P[j] = vis[j] ? ref_phi(spec.act, S[j], n) : 0.0;
+            G[j] = vis[j] ? ref_dphi(spec.act, S[j], n) : 0.0;
+          }
+        }
+        for (int64_t j = 0; j < Nk; ++j) {
+          attn += P[j] * P[j];
+          for (int64_t c = 0; c < dv; ++c) r.O[(bh * Nq + i) * dv + c] += P[j] * v[j * dv + c];
+        }
+        if (!dO.empty())
+          for (int64_t j = 0; j < Nk; ++j) {
+            double s = 0;
+            for (int64_t c = 0; c < dv; ++c) s += dO[(bh * Nq + i) * dv + c] * v[j * dv + c];
+            dP[j] = s;
+          }
+        if (softmax) {
+          // J_kl = dP_k/dS_l = p_k (delta_kl - p_l) over attended keys; dS = J^T dP.
+          for (int64_t l = 0; l < Nk; ++l) {
+            dS[l] = 0;
+            if (!vis[l]) continue;
+            for (int64_t kk = 0; kk < Nk; ++kk) {
+              if (!vis[kk]) continue;
+              const double J = P[kk] * ((kk == l ? 1.0 : 0.0) - P[l]);
+              jac += J * J;
+              if (!dO.empty()) dS[l] += J * dP[kk];
+            }
+          }
+        } else {
+          for (int64_t j = 0; j < Nk; ++j) {
+            jac += G[j] * G[j];
+            dS[j] = G[j] * (dO.empty() ? 0.0 : dP[j]);
+          }
+        }
+        if (dO.empty()) continue;
+        for (int64_t j = 0; j < Nk; ++j) {
+          for (int64_t c = 0; c < d; ++c) {
+            r.dQ[(bh * Nq + i) * d + c] += scale * dS[j] * k[j * d + c];
+            r.dK[(bh * Nk + j) * d + c] += scale * dS[j] * q[i * d + c];
+          }
+          for (int64_t c = 0; c < dv; ++c) r.dV[(bh * Nk + j) * dv + c] += P[j] * dO[(bh * Nq + i) * dv + c];
+        }
+      }
+      r.attn[bh] = std::sqrt(attn);
+      r.jac[bh] = std::sqrt(jac);
+    }
+  return r;
+}
+
+// ---- cases ----------------------------------------------------------------------------
+
+std::string act_name(const ActivationSpec& a) {
+  std::ostringstream o;
+  switch (a.activation) {
+    case Activation::softmax: return "softmax";
+    case Activation::sigmoid: return "sigmoid";
+    case Activation::poly: o << "poly" << a.degree; break;
+    case Activation::relu: o << "relu"; break;
+  }
+  switch (a.scale) {
+    case ScaleKind::none: o << "_none"; break;
+    case ScaleKind::inv_sqrt_n: o << "_inv_sqrt_n"; break;
+    case ScaleKind::inv_n: o << "_inv_n"; break;
+    case ScaleKind::value: o << "_c" << static_cast<int>(std::lround(a.scale_value * 1000)) << "m"; break;
+  }
+  return o.str();
+}
+
+std::vector<ActivationSpec> all_activations() {
+  std::vector<ActivationSpec> v;
+  v.push_back({Activation::softmax, 1, ScaleKind::none, 1.0});
+  for (int p = 1; p <= 3; ++p)
+    for (ScaleKind s : {ScaleKind::none, ScaleKind::inv_sqrt_n, ScaleKind::inv_n, ScaleKind::value})
+      v.push_back({Activation::poly, p, s, 0.25});
+  v.push_back({Activation::relu, 1, ScaleKind::none, 1.0});
+  v.push_back({Activation::relu, 1, ScaleKind::inv_n, 1.0});
+  v.push_back({Activation::sigmoid, 1, ScaleKind::none, 1.0});
+  return v;
+}
+
+struct ShapeCase {
+  AttentionShape sh;
+  bool mask = false;
+  bool causal = false;
+};
+
+std::vector<ShapeCase> all_shapes() {
+  return {
+      {{1, 1, 1, 1, 1, 1}, false, false},          // N = 1, d = 1
+      {{2, 1, 7, 7, 16, 16}, true, false},         // key mask (batch 1 fully padded)
+      {{1, 2, 7, 13, 16, 8}, false, true},         // Nq < Nk, causal
+      {{2, 1, 13, 7, 16, 16}, true, true},         // Nq > Nk causal: leading rows attend nothing
+      {{1, 2, 129, 129, 64, 64}, false, false},    // crosses the 64-row blocks
+      {{2, 1, 129, 65, 64, 32}, true, true},       // mask + causal, dv != d
+      {{1, 1, 1000, 1000, 64, 64}, false, false},  // N = 1000
+      {{1, 1, 70, 1000, 16, 16}, true, false},     // long masked rows
+  };
+}
+
+std::string shape_name(const ShapeCase& c) {
+  std::ostringstream o;
+  o << "B" << c.sh.B << "_H" << c.sh.H << "_Nq" << c.sh.Nq << "_Nk" << c.sh.Nk << "_d" << c.sh.d << "_dv" << c.sh.dv
+    << (c.mask ? "_mask" : "") << (c.causal ? "_causal" : "");
+  return o.str();
+}
+
+struct Inputs {
+  std::vector<float> q, k, v, dO, mask;
+};
+
+Inputs random_inputs(const ShapeCase& c, uint32_t seed) {
+  const AttentionShape& s = c.sh;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Inputs in;
+  auto fill = [&](std::vector<float>& x, int64_t n) {
+    x.resize(n);
+    for (auto& e : x) e = nd(rng);
+  };
+  fill(in.q, s.B * s.H * s.Nq * s.d);
+  fill(in.k, s.B * s.H * s.Nk * s.d);
+  fill(in.v, s.B * s.H * s.Nk * s.dv);
+  fill(in.dO, s.B * s.H * s.Nq * s.dv);
+  if (c.mask) {
+    in.mask.resize(s.B * s.Nk);
+    std::bernoulli_distribution keep(0.75);
+    for (auto& m : in.mask) m = keep(rng) ? 1.0f : 0.0f;
+    in.mask[0] = 1.0f;
+    if (s.B > 1)  // the second batch item is all padding: its rows attend nothing
+      std::fill(in.mask.begin() + s.Nk, in.mask.begin() + 2 * s.Nk, 0.0f);
+  }
+  return in;
+}
+
+std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+
+// An output buffer filled with NaN (so anything left unwritten fails the finite check)
+// and followed by guard values that an out-of-bounds write would change (ggml style).
+template <class T>
+struct Guarded {
+  static constexpr int64_t kGuard = 67;
+  static constexpr T kGuardValue = T(-12345.678);
+  std::vector<T> buf;
+  int64_t n;
+  explicit Guarded(int64_t n_) : buf(n_ + kGuard, T(NAN)), n(n_) {
+    std::fill(buf.begin() + n, buf.end(), kGuardValue);
+  }
+  T* data() { return buf.data(); }
+  bool guard_ok() const {
+    for (int64_t i = n; i < n + kGuard; ++i)
+      if (!(buf[i] == kGuardValue)) return false;
+    return true;
+  }
+};
+
+// Relative error of got against ref: max(||got-ref||_2 / ||ref||_2, max|got-ref| / max|ref|).
+// Non-finite values are reported first. ref == 0 demands got == 0.
+template <class T>
+::testing::AssertionResult close(const char* what, const T* got, const std::vector<double>& ref, double tol) {
+  double num = 0, den = 0, maxerr = 0, maxref = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double g = static_cast<double>(got[i]);
+    if (!std::isfinite(g))
+      return ::testing::AssertionFailure() << what << ": non-finite value " << g << " at index " << i;
+    const double e = std::abs(g - ref[i]);
+    num += e * e;
+    den += ref[i] * ref[i];
+    maxerr = std::max(maxerr, e);
+    maxref = std::max(maxref, std::abs(ref[i]));
+  }
+  if (den == 0.0) {
+    if (num == 0.0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << what << ": reference is 0 but max |got| = " << maxerr;
+  }
+  const double rel = std::max(std::sqrt(num / den), maxerr / maxref);
+  if (rel <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": relative error " << rel << " > tolerance " << tol
+                                       << " (max abs err " << maxerr << ", max |ref| " << maxref << ")";
+}
+
+struct KernelOut {
+  Guarded<float> O, lse, dQ, dK, dV;
+  Guarded<double> attn, jac;
+  explicit KernelOut(const AttentionShape& s)
+      : O(s.B * s.H * s.Nq * s.dv), lse(s.B * s.H * s.Nq), dQ(s.B * s.H * s.Nq * s.d), dK(s.B * s.H * s.Nk * s.d),
+        dV(s.B * s.H * s.Nk * s.dv), attn(s.B * s.H), jac(s.B * s.H) {}
+};
+
+void run_kernel(const AttentionSpec& spec, const ShapeCase& c, const Inputs& in, KernelOut& out) {
+  const float* mask = c.mask ? in.mask.data() : nullptr;
+  attention_forward_cpu(spec, c.sh, in.q.data(), in.k.data(), in.v.data(), mask, out.O.data(), out.lse.data(),
+                        out.attn.data(), out.jac.data());
+  attention_backward_cpu(spec, c.sh, in.q.data(), in.k.data(), in.v.data(), mask, out.O.data(), in.dO.data(),
+                         out.lse.data(), out.dQ.data(), out.dK.data(), out.dV.data());
+}
+
+// Tolerance for float32 kernels against the float64 reference. Inputs are exact in both;
+// the kernel rounds each product and sum to float32 (eps = 1.19e-7): an SGEMM over K
+// terms errs by about sqrt(K) eps relative to the terms' magnitude, phi adds a few ulp
+// (fast_expf ~2 ulp, s^3 three roundings) and the backward chains such products (dP, dS,
+// then dQ/dK/dV). So the relative error grows like eps sqrt(Nk + d + dv). Observed worst
+// over all cases: 7.8e-7 at Nk = 1000 (tolerance 3.2e-5), 6.9e-8 at N = 1 (1.6e-6): a
+// 20-40x margin, while one wrong row in 129 gives > 1e-2 and a wrong scale N far more.
+double tolerance(const AttentionShape& s) {
+  return 8 * 1.19e-7 * std::sqrt(static_cast<double>(s.Nk + s.d + s.dv));
+}
+
+struct Case {
+  ActivationSpec act;
+  ShapeCase shape;
+};
+
+std::string case_name(const Case& c) { return act_name(c.act) + "__" + shape_name(c.shape); }
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }  // gtest prints this on failure
+
+class AttentionVsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionVsReference, ForwardBackwardNorms) {
+  const Case& c = GetParam();
+  SCOPED_TRACE("case: " + case_name(c));
+  AttentionSpec spec;
+  spec.act = c.act;
+  spec.causal = c.shape.causal;
+  const Inputs in = random_inputs(c.shape, 1234);
+  const Ref ref = reference(spec, c.shape.sh, to_double(in.q), to_double(in.k), to_double(in.v),
+                            to_double(in.mask), to_double(in.dO));
+  KernelOut out(c.shape.sh);
+  run_kernel(spec, c.shape, in, out);
+  const double tol = tolerance(c.shape.sh);
+  EXPECT_TRUE(close("O", out.O.data(), ref.O, tol));
+  EXPECT_TRUE(close("attn_fro", out.attn.data(), ref.attn, tol));
+  EXPECT_TRUE(close("jac_fro", out.jac.data(), ref.jac, tol));
+  EXPECT_TRUE(close("dQ", out.dQ.data(), ref.dQ, tol));
+  EXPECT_TRUE(close("dK", out.dK.data(), ref.dK, tol));
+  EXPECT_TRUE(close("dV", out.dV.data(), ref.dV, tol));
+  for (auto [name, ok] : {std::pair{"O", out.O.guard_ok()}, {"lse", out.lse.guard_ok()}, {"dQ", out.dQ.guard_ok()},
+                          {"dK", out.dK.guard_ok()}, {"dV", out.dV.guard_ok()}, {"attn_fro", out.attn.guard_ok()},
+                          {"jac_fro", out.jac.guard_ok()}})
+    EXPECT_TRUE(ok) << "write past the end of " << name;
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> v;
+  for (const auto& a : all_activations())
+    for (const auto& s : all_shapes()) v.push_back({a, s});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllActivationsShapes, AttentionVsReference, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
+
+// ---- the reference's backward against central finite differences ------------------------
+
+class ReferenceVsFiniteDifferences : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ReferenceVsFiniteDifferences, Gradients) {
+  const Case& c = GetParam();
+  SCOPED_TRACE("case: " + case_name(c));
+  AttentionSpec spec;
+  spec.act = c.act;
+  spec.causal = c.shape.causal;
+  const Inputs in = random_inputs(c.shape, 99);
+  std::vector<double> q = to_double(in.q), k = to_double(in.k), v = to_double(in.v), mask = to_double(in.mask),
+                      dO = to_double(in.dO);
+  const Ref ref = reference(spec, c.shape.sh, q, k, v, mask, dO);
+  // L = sum(O * dO), so dL/dX is what the backward computes from dO.
+  auto loss = [&]() {
+    const Ref r = reference(spec, c.shape.sh, q, k, v, mask, {});
+    double l = 0;
+    for (size_t i = 0; i < r.O.size(); ++i) l += r.O[i] * dO[i];
+    return l;
+  };
+  // Central differences in float64: truncation ~h^2 |L'''| ~ 1e-10, rounding ~1e-16/h;
+  // 1e-6 relative to the largest gradient leaves ample margin and catches any real error.
+  const double h = 1e-5;
+  auto check = [&](const char* what, std::vector<double>& x, const std::vector<double>& grad) {
+    std::vector<double> fd(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double x0 = x[i];
+      x[i] = x0 + h;
+      const double lp = loss();
+      x[i] = x0 - h;
+      const double lm = loss();
+      x[i] = x0;
+      fd[i] = (lp - lm) / (2 * h);
+    }
+    EXPECT_TRUE(close(what, grad.data(), fd, 1e-6));
+  };
+  check("dQ", q, ref.dQ);
+  check("dK", k, ref.dK);
+  check("dV", v, ref.dV);
+}
+
+std::vector<Case> fd_cases() {
+  const std::vector<ShapeCase> shapes = {
+      {{1, 1, 3, 4, 3, 2}, false, false},
+      {{2, 1, 4, 5, 2, 3}, true, false},
+      {{1, 2, 5, 3, 2, 2}, false, true},  // Nq > Nk causal
+  };
+  std::vector<Case> v;
+  for (const auto& a : all_activations())
+    for (const auto& s : shapes) v.push_back({a, s});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllActivations, ReferenceVsFiniteDifferences, ::testing::ValuesIn(fd_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
+
+// ---- properties ---------------------------------------------------------------------------
+
+// A padded batch behaves exactly like the unpadded one: N of the scale and of the sigmoid
+// bias is the number of attended keys, padded keys get no gradient.
+TEST(Attention, PaddingIsInvisible) {
+  for (const auto& a : all_activations()) {
+    SCOPED_TRACE("activation: " + act_name(a));
+    AttentionSpec spec;
+    spec.act = a;
+    const ShapeCase small{{1, 2, 9, 10, 8, 8}, false, false};
+    ShapeCase padded = small;
+    padded.sh.Nk = 13;
+    padded.mask = true;
+    const Inputs in = random_inputs(small, 7);
+    Inputs pin = random_inputs(padded, 8);  // padding keys/values are garbage
+    for (int64_t bh = 0; bh < 2; ++bh) {
+      std::copy_n(in.k.begin() + bh * 10 * 8, 10 * 8, pin.k.begin() + bh * 13 * 8);
+      std::copy_n(in.v.begin() + bh * 10 * 8, 10 * 8, pin.v.begin() + bh * 13 * 8);
+    }
+    pin.q = in.q;
+    pin.dO = in.dO;
+    pin.mask.assign(13, 1.0f);
+    std::fill(pin.mask.begin() + 10, pin.mask.end(), 0.0f);
+    KernelOut o1(small.sh), o2(padded.sh);
+    run_kernel(spec, small, in, o1);
+    run_kernel(spec, padded, pin, o2);
+    for (int64_t i = 0; i < 2 * 9 * 8; ++i) {
+      EXPECT_NEAR(o1.O.buf[i], o2.O.buf[i], 1e-5 * (1 + std::abs(o1.O.buf[i])));
+      EXPECT_NEAR(o1.dQ.buf[i], o2.dQ.buf[i], 1e-5 * (1 + std::abs(o1.dQ.buf[i])));
+    }
+    for (int64_t bh = 0; bh < 2; ++bh) {
+      EXPECT_NEAR(o1.attn.buf[bh], o2.attn.buf[bh], 1e-6 * o1.attn.buf[bh]);
+      EXPECT_NEAR(o1.jac.buf[bh], o2.jac.buf[bh], 1e-6 * o1.jac.buf[bh]);
+      for (int64_t j = 0; j < 13 * 8; ++j) {
+        const float gk = o2.dK.buf[bh * 13 * 8 + j], gv = o2.dV.buf[bh * 13 * 8 + j];
+        if (j >= 10 * 8) {
+          EXPECT_EQ(gk, 0.0f);
+          EXPECT_EQ(gv, 0.0f);
+        } else {
+          EXPECT_NEAR(gk, o1.dK.buf[bh * 10 * 8 + j], 1e-5 * (1 + std::abs(gk)));
+          EXPECT_NEAR(gv, o1.dV.buf[bh * 10 * 8 + j], 1e-5 * (1 + std::abs(gv)));
+        }
+      }
+    }
+  }
+}
+
+// Norms and outputs do not depend on the thread count (fixed reduction order), and
+// collect_norms = false leaves the norm buffers alone and the outputs unchanged.
+TEST(Attention, DeterministicAcrossThreadsAndNormsOff) {
+  const ShapeCase c{{3, 1, 130, 77, 16, 16}, true, true};
+  const Inputs in = random_inputs(c, 5);
+  for (const auto& a : all_activations()) {
+    SCOPED_TRACE("activation: " + act_name(a));
+    AttentionSpec spec;
+    spec.act = a;
+    spec.causal = true;
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    KernelOut o1(c.sh);
+    run_kernel(spec, c, in, o1);
+    omp_set_num_threads(2);
+    KernelOut o2(c.sh);
+    run_kernel(spec, c, in, o2);
+    spec.collect_norms = false;
+    KernelOut o3(c.sh);
+    run_kernel(spec, c, in, o3);
+    omp_set_num_threads(saved);
+    EXPECT_EQ(0, std::memcmp(o1.attn.data(), o2.attn.data(), 3 * sizeof(double)));
+    EXPECT_EQ(0, std::memcmp(o1.jac.data(), o2.jac.data(), 3 * sizeof(double)));
+    EXPECT_EQ(0, std::memcmp(o1.O.data(), o2.O.data(), o1.O.n * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(o1.dK.data(), o2.dK.data(), o1.dK.n * sizeof(float)));
+    // Without the norms the fused loop is compiled differently (the compiler may share
+    // or not share exp between phi and phi', vector widths differ): equal to a few ulp.
+    for (int64_t i = 0; i < o1.O.n; ++i) EXPECT_NEAR(o1.O.buf[i], o3.O.buf[i], 1e-6 * (1 + std::abs(o1.O.buf[i])));
+    EXPECT_EQ(0, std::memcmp(o1.dQ.data(), o3.dQ.data(), o1.dQ.n * sizeof(float)));  // backward: same code
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(std::isnan(o3.attn.buf[i]));  // untouched
+      EXPECT_TRUE(std::isnan(o3.jac.buf[i]));
+    }
+  }
+}
+
+// The compile-time phi/phi' of the fused kernels agree with the runtime definitions.
+TEST(Activation, FixedFormsMatchRuntime) {
+  const auto ex = [](double x) { return std::exp(x); };
+  for (const auto& a : all_activations()) {
+    if (a.activation == Activation::softmax) continue;
+    const PhiParams p = resolve_phi(a, 37);
+    for (double s = -3.0; s <= 3.0; s += 0.37) {
+      double f = 0, g = 0;
+      switch (a.activation) {
+        case Activation::poly:
+          if (a.degree == 1) f = phi_fixed<Activation::poly, 1>(p, s, ex), g = dphi_fixed<Activation::poly, 1>(p, s, ex);
+          if (a.degree == 2) f = phi_fixed<Activation::poly, 2>(p, s, ex), g = dphi_fixed<Activation::poly, 2>(p, s, ex);
+          if (a.degree == 3) f = phi_fixed<Activation::poly, 3>(p, s, ex), g = dphi_fixed<Activation::poly, 3>(p, s, ex);
+          EXPECT_DOUBLE_EQ((phi_fixed<Activation::poly, 0>(p, s, ex)), phi_elementwise(p, s));
+          break;
+        case Activation::relu:
+          f = phi_fixed<Activation::relu, 0>(p, s, ex), g = dphi_fixed<Activation::relu, 0>(p, s, ex);
+          break;
+        case Activation::sigmoid:
+          f = phi_fixed<Activation::sigmoid, 0>(p, s, ex), g = dphi_fixed<Activation::sigmoid, 0>(p, s, ex);
+          break;
+        default: break;
+      }
+      EXPECT_DOUBLE_EQ(f, phi_elementwise(p, s)) << act_name(a) << " s=" << s;
+      EXPECT_DOUBLE_EQ(g, dphi_elementwise(p, s)) << act_name(a) << " s=" << s;
+    }
+  }
+}
+
+// ---- Theorem 4.1: ||softmax(S)||_F <= sqrt(N), ||d softmax/dS||_F <= sqrt(N)/2 ------------
+
+// Runs softmax attention with S = Q exactly (K = I, score_scale = 1, d = Nk = N) and
+// returns the kernel's {attn_fro, jac_fro} and the reference's.
+std::array<double, 4> softmax_norms_of(const std::vector<float>& logits, int64_t N) {
+  ShapeCase c{{1, 1, N, N, N, 1}, false, false};
+  AttentionSpec spec;
+  spec.score_scale = 1.0f;
+  Inputs in;
+  in.q = logits;
+  in.k.assign(N * N, 0.0f);
+  for (int64_t j = 0; j < N; ++j) in.k[j * N + j] = 1.0f;
+  in.v.assign(N, 1.0f);
+  in.dO.assign(N, 1.0f);
+  KernelOut out(c.sh);
+  run_kernel(spec, c, in, out);
+  const Ref r = reference(spec, c.sh, to_double(in.q), to_double(in.k), to_double(in.v), {}, {});
+  return {out.attn.buf[0], out.jac.buf[0], r.attn[0], r.jac[0]};
+}
+
+TEST(Theorem41, SoftmaxNormBounds) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t N : {1, 2, 7, 64, 129}) {
+    const double rootN = std::sqrt(static_cast<double>(N));
+    for (const char* kind : {"random", "huge", "onehot", "twohot"}) {
+      if (std::string(kind) == "twohot" && N < 2) continue;
+      SCOPED_TRACE(std::string("N=") + std::to_string(N) + " input=" + kind);
+      std::vector<float> S(N * N);
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          float& s = S[i * N + j];
+          const std::string k = kind;
+          if (k == "random") s = 3.0f * nd(rng);
+          else if (k == "huge") s = 1e4f * nd(rng);
+          else if (k == "onehot") s = j == (i * 7) % N ? 1e4f : -1e4f;
+          else s = (j == i % N || j == (i + 1) % N) ? 1e4f : -1e4f;  // two equal maximal logits
+        }
+      const auto n = softmax_norms_of(S, N);
+      for (int which : {0, 2}) {  // kernel, reference
+        EXPECT_TRUE(std::isfinite(n[which]) && std::isfinite(n[which + 1]));
+        EXPECT_LE(n[which], rootN * (1 + 1e-6));
+        EXPECT_LE(n[which + 1], rootN / 2 * (1 + 1e-6));
+        if (std::string(kind) == "onehot") {
+          EXPECT_NEAR(n[which], rootN, 1e-6 * rootN);  // the sqrt(N) bound is attained
+          EXPECT_NEAR(n[which + 1], 0.0, 1e-6 * rootN);
+        }
+        if (std::string(kind) == "twohot") {
+          // Rows (1/2, 1/2, 0...): per row sum p^2 - 2 sum p^3 + (sum p^2)^2 = 1/4.
+          EXPECT_NEAR(n[which + 1], rootN / 2, 1e-6 * rootN / 2);
+          EXPECT_NEAR(n[which], rootN / std::sqrt(2.0), 1e-6 * rootN);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnsweep

@@ -1,0 +1,386 @@
+// CUDA attention against the CPU backend: the materialising cuBLAS path (the GPU
+// oracle) and the fused kernels (float32 and bfloat16), forward (O, lse, attn_fro,
+// jac_fro) and backward (dQ, dK, dV), for every activation and scale, N = 1, 7, 129,
+// 1000, d = 16, 64, 128, Nq != Nk, key masks (with a batch item that attends nothing),
+// causal masks; the fallback for unsupported head sizes; bit-identical reruns.
+// Every test needs a GPU and reports SKIPPED without one (never passes vacuously).
+#ifdef ATTNSWEEP_HAVE_CUDA
+
+#include "kernels/attention.h"
+#include "kernels/attention_cuda.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace attnsweep {
+namespace {
+
+bool have_device() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define SKIP_WITHOUT_DEVICE() \
+  if (!have_device()) GTEST_SKIP() << "no CUDA device"
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n_) check(cudaMalloc(&p_, n_ * sizeof(T)), "cudaMalloc");
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
+    if (n_) check(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (p_) cudaFree(p_);
+  }
+  T* get() const { return static_cast<T*>(p_); }
+  std::vector<T> download() const {
+    std::vector<T> h(n_);
+    check(cudaDeviceSynchronize(), "kernel");
+    if (n_) check(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_;
+};
+
+using Workspace = std::unique_ptr<AttentionCudaWorkspace, void (*)(AttentionCudaWorkspace*)>;
+Workspace make_workspace() { return Workspace(attention_cuda_workspace_create(), attention_cuda_workspace_destroy); }
+
+// bfloat16 on the host: round to nearest even, as __float2bfloat16 does.
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = to_bf16(x[i]);
+  return r;
+}
+std::vector<float> from_bf16(const std::vector<uint16_t>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = from_bf16(x[i]);
+  return r;
+}
+
+struct Case {
+  std::string act_name;
+  ActivationSpec act;
+  int64_t Nq, Nk, d, dv;
+  bool key_mask, causal;
+};
+
+std::string case_name(const Case& c) {
+  std::ostringstream s;
+  s << c.act_name << "_q" << c.Nq << "_k" << c.Nk << "_d" << c.d;
+  if (c.dv != c.d) s << "_dv" << c.dv;
+  if (c.key_mask) s << "_mask";
+  if (c.causal) s << "_causal";
+  return s.str();
+}
+
+struct Inputs {
+  AttentionSpec spec;
+  AttentionShape shape;
+  std::vector<float> Q, K, V, dO, mask;
+};
+
+Inputs make_inputs(const Case& c, bool round_to_bf16) {
+  Inputs in;
+  in.spec.act = c.act;
+  in.spec.causal = c.causal;
+  in.spec.collect_norms = true;
+  in.shape.B = 2;
+  in.shape.H = c.Nq * c.Nk >= 100000 ? 1 : 2;
+  in.shape.Nq = c.Nq;
+  in.shape.Nk = c.Nk;
+  in.shape.d = c.d;
+  in.shape.dv = c.dv;
+  const AttentionShape& s = in.shape;
+  std::mt19937 rng(static_cast<uint32_t>(c.Nq * 7919 + c.Nk * 104729 + c.d * 31 + c.key_mask + 2 * c.causal));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto fill = [&](std::vector<float>& v, int64_t n) {
+    v.resize(n);
+    for (auto& x : v) x = round_to_bf16 ? from_bf16(to_bf16(normal(rng))) : normal(rng);
+  };
+  fill(in.Q, s.B * s.H * s.Nq * s.d);
+  fill(in.K, s.B * s.H * s.Nk * s.d);
+  fill(in.V, s.B * s.H * s.Nk * s.dv);
+  fill(in.dO, s.B * s.H * s.Nq * s.dv);
+  if (c.key_mask) {
+    // Item 0: about 3 in 4 keys attended (key 0 always); the last item attends nothing.
+    in.mask.assign(s.B * s.Nk, 0.0f);
+    std::bernoulli_distribution keep(0.75);
+    for (int64_t j = 0; j < s.Nk; ++j) in.mask[j] = (j == 0 || keep(rng)) ? 1.0f : 0.0f;
+  }
+  return in;
+}
+
+struct Outputs {
+  std::vector<float> O, lse, dQ, dK, dV;
+  std::vector<double> attn_fro, jac_fro;
+};
+
+Outputs run_cpu(const Inputs& in) {
+  const AttentionShape& s = in.shape;
+  Outputs o;
+  o.O.resize(s.B * s.H * s.Nq * s.dv);
+  o.lse.resize(s.B * s.H * s.Nq);
+  o.attn_fro.resize(s.B * s.H);
+  o.jac_fro.resize(s.B * s.H);
+  o.dQ.resize(in.Q.size());
+  o.dK.resize(in.K.size());
+  o.dV.resize(in.V.size());
+  const float* mask = in.mask.empty() ? nullptr : in.mask.data();
+  attention_forward_cpu(in.spec, s, in.Q.data(), in.K.data(), in.V.data(), mask, o.O.data(), o.lse.data(),
+                        o.attn_fro.data(), o.jac_fro.data());
+  attention_backward_cpu(in.spec, s, in.Q.data(), in.K.data(), in.V.data(), mask, o.O.data(), in.dO.data(),
+                         o.lse.data(), o.dQ.data(), o.dK.data(), o.dV.data());
+  return o;
+}
+
+enum class Path { ref, fused_f32, fused_bf16 };
+
+// Runs forward then backward (from this path's own O and lse) on the GPU.
+Outputs run_gpu(const Inputs& in, Path path, AttentionCudaWorkspace* ws) {
+  const AttentionShape& s = in.shape;
+  const int64_t nO = s.B * s.H * s.Nq * s.dv, nrow = s.B * s.H * s.Nq, nbh = s.B * s.H;
+  std::unique_ptr<DeviceBuffer<float>> mask;
+  if (!in.mask.empty()) mask = std::make_unique<DeviceBuffer<float>>(in.mask);
+  const float* m = mask ? mask->get() : nullptr;
+  DeviceBuffer<float> lse(nrow);
+  DeviceBuffer<double> attn(nbh), jac(nbh);
+  Outputs o;
+  if (path == Path::fused_bf16) {
+    DeviceBuffer<uint16_t> Q(to_bf16(in.Q)), K(to_bf16(in.K)), V(to_bf16(in.V)), dO(to_bf16(in.dO));
+    DeviceBuffer<uint16_t> O(nO), dQ(in.Q.size()), dK(in.K.size()), dV(in.V.size());
+    attention_forward_cuda(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), m, O.get(), lse.get(), attn.get(),
+                           jac.get(), ws, nullptr);
+    attention_backward_cuda(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), m, O.get(), dO.get(), lse.get(),
+                            dQ.get(), dK.get(), dV.get(), ws, nullptr);
+    o.O = from_bf16(O.download());
+    o.dQ = from_bf16(dQ.download());
+    o.dK = from_bf16(dK.download());
+    o.dV = from_bf16(dV.download());
+  } else {
+    DeviceBuffer<float> Q(in.Q), K(in.K), V(in.V), dO(in.dO);
+    DeviceBuffer<float> O(nO), dQ(in.Q.size()), dK(in.K.size()), dV(in.V.size());
+    if (path == Path::ref) {
+      attention_forward_cuda_ref(in.spec, s, Q.get(), K.get(), V.get(), m, O.get(), lse.get(), attn.get(), jac.get(),
+                                 ws, nullptr);
+      attention_backward_cuda_ref(in.spec, s, Q.get(), K.get(), V.get(), m, O.get(), dO.get(), lse.get(), dQ.get(),
+                                  dK.get(), dV.get(), ws, nullptr);
+    } else {
+      attention_forward_cuda(in.spec, s, CudaDType::f32, Q.get(), K.get(), V.get(), m, O.get(), lse.get(),
+                             attn.get(), jac.get(), ws, nullptr);
+      attention_backward_cuda(in.spec, s, CudaDType::f32, Q.get(), K.get(), V.get(), m, O.get(), dO.get(),
+                              lse.get(), dQ.get(), dK.get(), dV.get(), ws, nullptr);
+    }
+    o.O = O.download();
+    o.dQ = dQ.download();
+    o.dK = dK.download();
+    o.dV = dV.download();
+  }
+  o.lse = lse.download();
+  o.attn_fro = attn.download();
+  o.jac_fro = jac.download();
+  return o;
+}
+
+// max |got - want| <= tol * max(max |want|, floor): errors measured against the
+// tensor's scale, since the activations' outputs span orders of magnitude.
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                  double tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1e-6, worst = 0.0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "] = " << got[i];
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (e > worst) worst = e, at = i;
+  }
+  EXPECT_LE(worst, tol * scale) << what << ": worst at [" << at << "] got " << (got.empty() ? 0.f : got[at])
+                                << " want " << (want.empty() ? 0.f : want[at]) << ", scale " << scale;
+}
+
+void expect_norms_close(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+                        double rtol, double atol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
+    EXPECT_NEAR(got[i], want[i], rtol * std::fabs(want[i]) + atol) << what << "[" << i << "]";
+  }
+}
+
+// lse only for softmax and only where the row attends something (finite on the CPU);
+// an empty row must be -inf on the GPU.
+void expect_lse_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                      double tol) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isfinite(want[i]))
+      EXPECT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i]))) << what << "[" << i << "]";
+    else
+      EXPECT_TRUE(std::isinf(got[i]) && got[i] < 0) << what << "[" << i << "] = " << got[i];
+  }
+}
+
+// Tolerances.
+// float32: the paths differ only in summation order (cuBLAS, tiles, OpenBLAS), so errors
+//   are a few float32 ulps times sqrt(N) relative to the tensor's largest entry.
+// bfloat16: the CPU gets the same bf16-rounded inputs, so input rounding cancels; what
+//   remains is the rounding of the stored outputs O, dQ, dK, dV to bf16 (2^-9 relative),
+//   D_i = dO . O computed from the rounded O in the softmax backward (an error of
+//   2^-9 |D_i| in each dS entry), and (for a tensor-core P V) P rounded to bf16 before the
+//   product: each term off by up to 2^-8 relative, accumulated in fp32 over N terms of
+//   mixed sign, which stays below ~2^-8 of the largest |entry| in practice. 2e-2 covers
+//   these with a margin. The norms are computed from fp32 scores in every path.
+constexpr double kTolF32 = 2e-4;
+constexpr double kTolBf16 = 2e-2;
+constexpr double kNormRtol = 2e-4, kNormAtol = 2e-3;  // atol: sqrt near 0 (one-hot softmax rows)
+
+void compare(const std::string& tag, const Outputs& got, const Outputs& want, bool softmax, double tol) {
+  expect_close(tag + " O", got.O, want.O, tol);
+  expect_close(tag + " dQ", got.dQ, want.dQ, tol);
+  expect_close(tag + " dK", got.dK, want.dK, tol);
+  expect_close(tag + " dV", got.dV, want.dV, tol);
+  if (softmax) expect_lse_close(tag + " lse", got.lse, want.lse, tol);
+  expect_norms_close(tag + " attn_fro", got.attn_fro, want.attn_fro, kNormRtol, kNormAtol);
+  expect_norms_close(tag + " jac_fro", got.jac_fro, want.jac_fro, kNormRtol, kNormAtol);
+}
+
+class AttentionCuda : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionCuda, RefAndFusedMatchCpu) {
+  SKIP_WITHOUT_DEVICE();
+  const Case& c = GetParam();
+  const bool softmax = c.act.activation == Activation::softmax;
+  Workspace ws = make_workspace();
+  {
+    const Inputs in = make_inputs(c, false);
+    const Outputs cpu = run_cpu(in);
+    compare("ref vs cpu", run_gpu(in, Path::ref, ws.get()), cpu, softmax, kTolF32);
+    compare("fused f32 vs cpu", run_gpu(in, Path::fused_f32, ws.get()), cpu, softmax, kTolF32);
+  }
+  {
+    const Inputs in = make_inputs(c, true);  // bf16-representable inputs for both sides
+    compare("fused bf16 vs cpu", run_gpu(in, Path::fused_bf16, ws.get()), run_cpu(in), softmax, kTolBf16);
+  }
+}
+
+std::vector<std::pair<std::string, ActivationSpec>> activations() {
+  auto spec = [](Activation a, int32_t degree, ScaleKind s, double v = 1.0) {
+    ActivationSpec r;
+    r.activation = a;
+    r.degree = degree;
+    r.scale = s;
+    r.scale_value = v;
+    return r;
+  };
+  return {
+      {"softmax", spec(Activation::softmax, 1, ScaleKind::none)},
+      {"poly3_inv_sqrt_n", spec(Activation::poly, 3, ScaleKind::inv_sqrt_n)},
+      {"poly3_none", spec(Activation::poly, 3, ScaleKind::none)},
+      {"poly1_inv_n", spec(Activation::poly, 1, ScaleKind::inv_n)},
+      {"poly2_value", spec(Activation::poly, 2, ScaleKind::value, 1.0 / 14.0)},
+      {"relu_inv_n", spec(Activation::relu, 1, ScaleKind::inv_n)},
+      {"relu_none", spec(Activation::relu, 1, ScaleKind::none)},
+      {"sigmoid", spec(Activation::sigmoid, 1, ScaleKind::none)},
+  };
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  const std::vector<std::pair<int64_t, int64_t>> lengths = {{1, 1},   {7, 7},   {129, 129}, {1000, 1000},
+                                                            {7, 129}, {129, 7}, {1, 1000}};
+  for (const auto& [name, act] : activations())
+    for (const auto& [nq, nk] : lengths)
+      for (int64_t d : {16, 64, 128}) {
+        if (d == 128 && nq == 1000) continue;  // d = 128 tiles are covered at 129 and 1 x 1000
+        for (int m = 0; m < 4; ++m) cases.push_back({name, act, nq, nk, d, d, (m & 1) != 0, (m & 2) != 0});
+      }
+  // Shapes the fused kernels do not specialise: the materialising fallback (both dtypes).
+  for (const auto& [name, act] : activations()) {
+    cases.push_back({name, act, 33, 65, 48, 48, true, false});
+    cases.push_back({name, act, 65, 33, 64, 32, false, true});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCuda, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// Two runs of the same inputs give the same bits: the norms are reduced in a fixed order
+// and the backward uses no atomics.
+TEST(AttentionCudaDeterminism, BackwardAndNormsBitIdentical) {
+  SKIP_WITHOUT_DEVICE();
+  Workspace ws = make_workspace();
+  for (const auto& [name, act] : activations()) {
+    for (Path path : {Path::fused_f32, Path::fused_bf16, Path::ref}) {
+      const Inputs in = make_inputs({name, act, 300, 513, 64, 64, true, true}, path == Path::fused_bf16);
+      const Outputs a = run_gpu(in, path, ws.get());
+      const Outputs b = run_gpu(in, path, ws.get());
+      const std::string tag = name + " path " + std::to_string(static_cast<int>(path));
+      auto same = [&](const auto& x, const auto& y, const char* what) {
+        ASSERT_EQ(x.size(), y.size());
+        EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0]))) << tag << " " << what;
+      };
+      same(a.O, b.O, "O");
+      same(a.dQ, b.dQ, "dQ");
+      same(a.dK, b.dK, "dK");
+      same(a.dV, b.dV, "dV");
+      same(a.attn_fro, b.attn_fro, "attn_fro");
+      same(a.jac_fro, b.jac_fro, "jac_fro");
+    }
+  }
+}
+
+// Theorem 4.1 with the tight Jacobian constant (science.md): per head,
+// ||softmax(S)||_F <= sqrt(rows) and ||J||_F <= sqrt(rows) / 2, on peaked inputs too.
+TEST(AttentionCudaNorms, SoftmaxBoundsHoldOnPeakedScores) {
+  SKIP_WITHOUT_DEVICE();
+  Workspace ws = make_workspace();
+  Case c{"softmax", ActivationSpec{}, 257, 257, 64, 64, false, false};
+  Inputs in = make_inputs(c, false);
+  in.spec.score_scale = 4.0f;  // large scores: nearly one-hot rows
+  const Outputs o = run_gpu(in, Path::fused_f32, ws.get());
+  for (size_t i = 0; i < o.attn_fro.size(); ++i) {
+    EXPECT_LE(o.attn_fro[i], std::sqrt(257.0) * (1 + 1e-6));
+    EXPECT_LE(o.jac_fro[i], std::sqrt(257.0) / 2 * (1 + 1e-6));
+    EXPECT_GT(o.attn_fro[i], 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace attnsweep
+
+#endif  // ATTNSWEEP_HAVE_CUDA
