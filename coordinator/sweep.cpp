@@ -372,7 +372,9 @@ class Coordinator {
       report(now, false);
       double wait = world_ > 1 ? 0.002 : 0.25;
       wait = std::min(wait, std::max(0.0, local_.next_deadline() - now));
-      if (!stopping && !finishing) wait = std::min(wait, std::max(0.0, sched_.next_ready_time() - now));
+      // A cell backing off wakes us when it is due; a ready cell waits for a free slot (SIGCHLD wakes us).
+      if (!stopping && !finishing)
+        if (const double t = sched_.next_ready_time(); t > now) wait = std::min(wait, t - now);
       wait_for_event(wait);
     }
     const bool interrupted = stopping && !sched_.all_terminal();
