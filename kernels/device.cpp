@@ -1,5 +1,7 @@
 #include "kernels/device.h"
 
+#include <cstdio>
+
 #ifdef ATTNSWEEP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -17,6 +19,39 @@ int cuda_device_count() {
 #else
   return 0;
 #endif
+}
+
+std::string cuda_device_name(int dev) {
+#ifdef ATTNSWEEP_HAVE_CUDA
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, dev) == cudaSuccess) return p.name;
+  cudaGetLastError();
+#endif
+  (void)dev;
+  return "";
+}
+
+std::string cuda_device_uuid(int dev) {
+#ifdef ATTNSWEEP_HAVE_CUDA
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, dev) == cudaSuccess) {
+    static const int groups[] = {4, 2, 2, 2, 6};
+    std::string out = "GPU";
+    int k = 0;
+    char buf[3];
+    for (int g : groups) {
+      out += '-';
+      for (int i = 0; i < g; ++i, ++k) {
+        std::snprintf(buf, sizeof buf, "%02x", static_cast<unsigned char>(p.uuid.bytes[k]));
+        out += buf;
+      }
+    }
+    return out;
+  }
+  cudaGetLastError();
+#endif
+  (void)dev;
+  return "";
 }
 
 bool cuda_backend_built() {

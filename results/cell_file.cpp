@@ -55,6 +55,7 @@ void write_cell_file(const std::string& path, const CellResult& r) {
     f.set_attribute_double("wall_seconds", r.wall_seconds);
     f.set_attribute_string("started", r.started);
     f.set_attribute_string("finished", r.finished);
+    for (const auto& [name, value] : r.provenance) f.set_attribute_string(name, value);
     {
       h5::Group final_group = f.require_group("/final");
       for (const auto& [name, value] : r.final_metrics) final_group.set_attribute_double(name, value);

@@ -33,6 +33,8 @@ struct CellResult {
   std::string started, finished;       // ISO 8601 UTC
   std::map<std::string, double> final_metrics;  // attributes of /final
   std::vector<ResultDataset> datasets;
+  // More root attributes (host, gpu_name, gpu_uuid, slurm_job_id, ...): where it ran.
+  std::map<std::string, std::string> provenance;
 };
 
 // Writes `path` atomically (PATH.tmp.<pid> -> fsync -> rename -> fsync dir).

@@ -1,13 +1,16 @@
 #include "worker/run_cell.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <exception>
 
 #include "experiments/task.h"
+#include "kernels/device.h"
 #include "results/cell_file.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -40,6 +43,19 @@ int run_cell(const std::string& cell_id, const json& config, const std::string& 
   res.config = config;
   res.device = opt.device;
   res.started = iso_utc_now();
+  // Where it ran, for the post-mortem of a sweep over many nodes.
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  res.provenance["host"] = host;
+  const std::pair<const char*, const char*> from_env[] = {{"slurm_job_id", "SLURM_JOB_ID"},
+                                                          {"slurm_restart_count", "SLURM_RESTART_COUNT"},
+                                                          {"cuda_visible_devices", "CUDA_VISIBLE_DEVICES"}};
+  for (const auto& [attr, var] : from_env)
+    if (const char* x = std::getenv(var)) res.provenance[attr] = x;
+  if (opt.device == "cuda") {
+    res.provenance["gpu_name"] = cuda_device_name(0);
+    res.provenance["gpu_uuid"] = cuda_device_uuid(0);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   TaskOutput out;
   try {
