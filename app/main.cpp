@@ -18,6 +18,7 @@
 #include "coordinator/status.h"
 #include "coordinator/sweep.h"
 #include "results/aggregate.h"
+#include "slurm/submit.h"
 #include "worker/run_cell.h"
 
 namespace po = boost::program_options;
@@ -37,6 +38,7 @@ const char* kUsage =
     "  plan GRID.json [--json]           validate and expand a grid: one line per cell, then the total\n"
     "  run GRID.json --out DIR [...]     run every cell (local slots, or every rank of mpirun/srun)\n"
     "  train CELL.json --out FILE.h5     run one cell in this process\n"
+    "  submit GRID.json --out DIR --nodes N --gpus-per-node G [...]   write DIR/job.sbatch, sbatch it\n"
     "  status DIR [--json]               done / diverged / failed / pending, ETA\n"
     "  aggregate DIR                     DIR/aggregate.h5 + DIR/summary.csv, log-log fits\n"
     "  attention IN.h5 --out OUT.h5 ...  one attention forward + backward, for checking numerics\n"
@@ -199,6 +201,35 @@ int cmd_run(int argc, char** argv) {
   return run_sweep(grid, opt);
 }
 
+int cmd_submit(int argc, char** argv) {
+  SubmitOptions opt;
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help")("grid", po::value(&opt.grid_file)->required(), "the grid file")(
+      "out", po::value(&opt.out_dir)->required(), "results directory (on a file system every node sees)")(
+      "nodes", po::value(&opt.nodes)->required(), "nodes (one MPI rank each)")(
+      "gpus-per-node", po::value(&opt.gpus_per_node)->required(), "GPUs per node, one worker slot each (0: CPU slots)")(
+      "time", po::value(&opt.time)->default_value("24:00:00"), "wall-time limit of each job (HH:MM:SS or D-HH:MM:SS)")(
+      "partition", po::value(&opt.partition), "Slurm partition")("account", po::value(&opt.account), "Slurm account")(
+      "cpus-per-gpu", po::value(&opt.cpus_per_gpu)->default_value(8), "CPU cores per GPU")(
+      "cpus-per-node", po::value(&opt.cpus_per_node)->default_value(0), "CPU slots per node with --gpus-per-node 0 (default 2)")(
+      "grace-s", po::value(&opt.grace_s)->default_value(120), "seconds of warning before the time limit (--signal=B:USR1@grace)")(
+      "mpi", po::value(&opt.mpi)->default_value("pmix"), "srun --mpi plugin")(
+      "retries", po::value(&opt.retries), "retries of a failed cell (default: the grid's, else 2)")(
+      "timeout-s", po::value(&opt.timeout_s), "per-attempt timeout (default: the grid's, else none)")(
+      "dry-run", "write DIR/job.sbatch and stop");
+  po::positional_options_description pos;
+  pos.add("grid", 1);
+  po::variables_map vm;
+  if (!parse("submit", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm,
+           "attnsweep submit GRID.json --out DIR --nodes N --gpus-per-node G [--time HH:MM:SS] [--partition P] "
+           "[--account A] [--dry-run]",
+           desc))
+    return kExitOk;
+  opt.dry_run = vm.count("dry-run") > 0;
+  return submit(opt);
+}
+
 std::atomic<int> g_train_stop{0};
 void on_train_signal(int sig) { g_train_stop.store(sig); }
 
@@ -333,6 +364,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return cmd_train(argc - 1, argv + 1);
     if (cmd == "aggregate") return cmd_aggregate(argc - 1, argv + 1);
     if (cmd == "status") return cmd_status(argc - 1, argv + 1);
+    if (cmd == "submit") return cmd_submit(argc - 1, argv + 1);
     if (cmd == "attention") return cmd_attention(argc - 1, argv + 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnsweep %s: %s\n", cmd.c_str(), e.what());

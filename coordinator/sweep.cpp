@@ -686,6 +686,19 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
   }
+  // srun started N tasks but MPI sees fewer: a PMI mismatch would run N independent
+  // sweeps into one directory. Refuse instead.
+  if (const char* st = std::getenv("SLURM_STEP_NUM_TASKS")) {
+    const int n = std::atoi(st);
+    if (n > 1 && world != n) {
+      std::fprintf(stderr,
+                   "attnsweep run: srun started %d tasks but MPI sees %d rank%s: the MPI library was not started through "
+                   "srun's PMI (try srun --mpi=pmix; srun --mpi=list shows the choices)\n",
+                   n, world, world == 1 ? "" : "s");
+      if (mpi) MPI_Finalize();
+      return 2;
+    }
+  }
   auto finish = [&](int code) {
     if (mpi) MPI_Finalize();
     return code;

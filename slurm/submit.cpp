@@ -1,0 +1,169 @@
+#include "slurm/submit.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <stdexcept>
+#include <vector>
+
+#include "coordinator/grid.h"
+#include "coordinator/process.h"
+#include "coordinator/rundir.h"
+#include "slurm_template.h"
+#include "worker/run_cell.h"
+
+namespace attnsweep {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+}
+
+// Single-quotes a word for bash.
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:+,@%") ==
+                        std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::vector<std::string> validate(const SubmitOptions& o) {
+  std::vector<std::string> p;
+  if (o.nodes < 1) p.push_back("--nodes: expected an integer >= 1, got " + std::to_string(o.nodes));
+  if (o.gpus_per_node < 0) p.push_back("--gpus-per-node: expected an integer >= 0, got " + std::to_string(o.gpus_per_node));
+  if (o.cpus_per_gpu < 1) p.push_back("--cpus-per-gpu: expected an integer >= 1, got " + std::to_string(o.cpus_per_gpu));
+  if (o.cpus_per_node < 0) p.push_back("--cpus-per-node: expected an integer >= 1, got " + std::to_string(o.cpus_per_node));
+  if (o.grace_s < 1) p.push_back("--grace-s: expected an integer >= 1, got " + std::to_string(o.grace_s));
+  // Slurm's formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+  static const std::regex time_re(R"(^(\d+-)?\d+(:\d{1,2}){0,2}$)");
+  if (!std::regex_match(o.time, time_re)) p.push_back("--time: expected HH:MM:SS or D-HH:MM:SS, got \"" + o.time + "\"");
+  static const std::regex name_re(R"(^[A-Za-z0-9_.,-]+$)");
+  if (!o.partition.empty() && !std::regex_match(o.partition, name_re))
+    p.push_back("--partition: expected a partition name, got \"" + o.partition + "\"");
+  if (!o.account.empty() && !std::regex_match(o.account, name_re))
+    p.push_back("--account: expected an account name, got \"" + o.account + "\"");
+  if (o.mpi != "pmix" && o.mpi != "pmi2" && o.mpi != "none" && o.mpi.rfind("pmix_", 0) != 0)
+    p.push_back("--mpi: expected pmix, pmix_v<N>, pmi2 or none (see srun --mpi=list), got \"" + o.mpi + "\"");
+  return p;
+}
+
+}  // namespace
+
+std::string render_sbatch(const SubmitOptions& o, const std::string& exe, const std::string& grid_name) {
+  std::string s = kSbatchTemplate;
+  const std::string dir = fs::absolute(o.out_dir).lexically_normal().string();
+  const int cpus = o.gpus_per_node > 0 ? o.cpus_per_gpu * o.gpus_per_node : (o.cpus_per_node > 0 ? o.cpus_per_node : 2);
+  std::string run_args = o.gpus_per_node > 0 ? "--device cuda" : "--device cpu --workers " + std::to_string(cpus);
+  if (o.retries >= 0) run_args += " --retries " + std::to_string(o.retries);
+  if (o.timeout_s > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " --timeout-s %g", o.timeout_s);
+    run_args += buf;
+  }
+  std::string job = "attnsweep-" + grid_name;
+  for (char& c : job)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  replace_all(s, "@VERSION@", ATTNSWEEP_VERSION);
+  replace_all(s, "@DATE@", iso_utc_now());
+  replace_all(s, "@JOB_NAME@", job);
+  replace_all(s, "@NODES@", std::to_string(o.nodes));
+  replace_all(s, "@GPU_LINE@", o.gpus_per_node > 0 ? "#SBATCH --gpus-per-node=" + std::to_string(o.gpus_per_node)
+                                                   : "# (no GPUs: --gpus-per-node 0 runs CPU slots)");
+  replace_all(s, "@CPUS_PER_TASK@", std::to_string(cpus));
+  replace_all(s, "@TIME@", o.time);
+  replace_all(s, "@PARTITION_LINE@", o.partition.empty() ? "# (default partition)" : "#SBATCH --partition=" + o.partition);
+  replace_all(s, "@ACCOUNT_LINE@", o.account.empty() ? "# (default account)" : "#SBATCH --account=" + o.account);
+  replace_all(s, "@GRACE@", std::to_string(o.grace_s));
+  replace_all(s, "@MPI@", o.mpi);
+  replace_all(s, "@EXE@", shell_quote(exe));
+  replace_all(s, "@DIR@", shell_quote(dir));
+  replace_all(s, "@RUN_ARGS@", run_args);
+  return s;
+}
+
+int submit(const SubmitOptions& o) {
+  std::vector<std::string> problems = validate(o);
+  Grid grid;
+  try {
+    grid = load_grid(o.grid_file);
+  } catch (const InputError& e) {
+    problems.insert(problems.end(), e.problems.begin(), e.problems.end());
+  }
+  if (fs::exists(o.out_dir) && !fs::is_directory(o.out_dir))
+    problems.push_back("--out " + o.out_dir + ": exists and is not a directory");
+  if (grid.resources.gpus_per_cell > 1 && o.gpus_per_node > 0 && grid.resources.gpus_per_cell > o.gpus_per_node)
+    problems.push_back(o.grid_file + ": resources.gpus_per_cell: " + std::to_string(grid.resources.gpus_per_cell) +
+                       " GPUs per cell cannot fit on nodes of " + std::to_string(o.gpus_per_node) + " GPUs");
+  if (!o.dry_run && ::access("/usr/bin/sbatch", X_OK) != 0 && std::system("command -v sbatch >/dev/null 2>&1") != 0)
+    problems.push_back("sbatch: not found (run submit on a Slurm login node, or use --dry-run to only write the script)");
+  if (!problems.empty()) {
+    for (const std::string& p : problems) std::fprintf(stderr, "attnsweep submit: %s\n", p.c_str());
+    return 2;
+  }
+  try {
+    make_dirs(o.out_dir);
+    const std::string probe = o.out_dir + "/.write-test";
+    atomic_write_text(probe, "ok\n", false);
+    fs::remove(probe);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnsweep submit: --out %s: not writable (%s)\n", o.out_dir.c_str(), e.what());
+    return 2;
+  }
+  // The job runs the grid as it was at submit time, whatever happens to the file later.
+  const std::string grid_copy = o.out_dir + "/grid.json";
+  const std::string text = read_text(o.grid_file);
+  if (fs::exists(grid_copy) && read_text(grid_copy) != text) {
+    // Load the existing copy: same cells means a resubmit; different cells are refused
+    // later by `run` (manifest) unless --force, exactly as for a local run.
+    try {
+      if (load_grid(grid_copy).hash != grid.hash) {
+        std::fprintf(stderr,
+                     "attnsweep submit: %s holds a different grid (%s); use another --out, or run with --force "
+                     "after replacing it\n",
+                     o.out_dir.c_str(), grid_copy.c_str());
+        return 2;
+      }
+    } catch (const InputError&) {
+    }
+  }
+  atomic_write_text(grid_copy, text);
+  const std::string script = o.out_dir + "/job.sbatch";
+  atomic_write_text(script, render_sbatch(o, self_executable(), grid.name));
+  fs::permissions(script, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+  if (o.dry_run) {
+    std::printf("%s (%zu cells; not submitted: --dry-run)\n", script.c_str(), grid.cells.size());
+    return 0;
+  }
+  const std::string cmd = "sbatch --parsable " + shell_quote(script) + " 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) {
+    std::fprintf(stderr, "attnsweep submit: cannot run sbatch\n");
+    return 1;
+  }
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  const int status = ::pclose(pipe);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  if (status != 0) {
+    std::fprintf(stderr, "attnsweep submit: sbatch failed: %s\n", out.c_str());
+    return 1;
+  }
+  const std::string job_id = out.substr(0, out.find(';'));  // --parsable: "id[;cluster]"
+  std::printf("%s\n", job_id.c_str());
+  std::fprintf(stderr,
+               "attnsweep submit: job %s, %zu cells -> %s (watch: attnsweep status %s; stop: scancel %s; it requeues "
+               "itself after preemption)\n",
+               job_id.c_str(), grid.cells.size(), o.out_dir.c_str(), o.out_dir.c_str(), job_id.c_str());
+  return 0;
+}
+
+}  // namespace attnsweep

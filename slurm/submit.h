@@ -1,0 +1,31 @@
+// `attnsweep submit`: validate everything, write DIR/job.sbatch from the template in
+// slurm/job.sbatch.in, call sbatch, print the job id.
+#pragma once
+
+#include <string>
+
+namespace attnsweep {
+
+struct SubmitOptions {
+  std::string grid_file;
+  std::string out_dir;
+  int nodes = 1;
+  int gpus_per_node = 0;      // 0: CPU slots
+  int cpus_per_gpu = 8;
+  int cpus_per_node = 0;      // CPU jobs: cpus per node (0: 2)
+  std::string time = "24:00:00";
+  std::string partition, account;
+  int grace_s = 120;          // --signal=B:USR1@grace
+  std::string mpi = "pmix";
+  int retries = -1;
+  double timeout_s = -1;
+  bool dry_run = false;
+};
+
+// Returns the exit code (0 submitted or written, 2 bad input, 1 sbatch failed).
+int submit(const SubmitOptions& opt);
+
+// The job script for these options (no side effects), with `exe` as the binary path.
+std::string render_sbatch(const SubmitOptions& opt, const std::string& exe, const std::string& grid_name);
+
+}  // namespace attnsweep

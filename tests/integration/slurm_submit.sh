@@ -1,0 +1,64 @@
+# `attnsweep submit` through a real one-node Slurm (munge + slurmctld + slurmd started
+# here): a small grid completes; then a job is sent USR1 mid-run (scancel --signal),
+# exits 75, requeues itself, resumes, and finishes every cell exactly once.
+source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/slurm_cluster.bash"
+start_cluster
+
+# 1. A small grid: norm-probe cells and synthetic cells.
+cat > small.json <<'JSON'
+{"name": "slurm-small",
+ "axes": {"task": ["norm_probe"], "activation": ["softmax", "poly"], "degree": [3], "scale": ["inv_sqrt_n"],
+          "prompt_length": [16, 64], "seed": [0]},
+ "include": [{"task": "synthetic", "seed": 1, "seconds": 0.5}, {"task": "synthetic", "seed": 2, "crash_attempts": 1}],
+ "resources": {"retries": 2}}
+JSON
+run_rc "$ATTNSWEEP" submit small.json --out small --nodes 1 --gpus-per-node 0 --cpus-per-node 2 --time 00:10:00 --grace-s 10
+check "submit exits 0 ($ERR)" test "$RC" = 0
+job=$OUT
+check "submit printed a job id ($job)" grep -qE '^[0-9]+$' <<<"$job"
+wait_job "$job" 120
+cat small/slurm-"$job".out
+check "the job's run exited 0" grep -q "run exited 0" small/slurm-"$job".out
+check "6 result files" test "$(ls small/runs/*.h5 | wc -l)" = 6
+check "results record the Slurm job" $PY - small/runs "$job" <<'PY'
+import glob, sys, h5py
+for f in glob.glob(sys.argv[1] + "/*.h5"):
+    with h5py.File(f) as h:
+        assert h.attrs["status"] == "complete", f
+        assert h.attrs["slurm_job_id"] == sys.argv[2], (f, h.attrs.get("slurm_job_id"))
+PY
+
+# 2. Preemption: USR1 mid-run -> exit 75 -> requeue -> resume -> each cell finished once.
+cat > long.json <<'JSON'
+{"name": "slurm-preempt", "axes": {"task": ["synthetic"], "seed": [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},
+ "fixed": {"seconds": 1.5}}
+JSON
+run_rc "$ATTNSWEEP" submit long.json --out long --nodes 1 --gpus-per-node 0 --cpus-per-node 2 --time 00:10:00 --grace-s 10
+check "second submit exits 0" test "$RC" = 0
+job=$OUT
+# Wait until a few cells are done, then preempt.
+for _ in $(seq 300); do
+  [ "$(ls long/runs/*.h5 2>/dev/null | wc -l)" -ge 3 ] && break
+  sleep 0.1
+done
+check "cells were running before the signal" test "$(ls long/runs/*.h5 | wc -l)" -ge 3
+scancel --signal=USR1 --full "$job"
+wait_job "$job" 180
+cat long/slurm-"$job".out
+check "the interrupted run exited 75" grep -q "run exited 75" long/slurm-"$job".out
+check "the job requeued itself" grep -q "requeueing $job" long/slurm-"$job".out
+check "the job ended COMPLETED ($JOB_STATE)" test "$JOB_STATE" = COMPLETED
+check "the requeued job finished (exit 0)" grep -q "run exited 0" long/slurm-"$job".out
+check "16 result files" test "$(ls long/runs/*.h5 | wc -l)" = 16
+check "two runs, each cell finished exactly once, some preempted" $PY - long/events.jsonl <<'PY'
+import collections, json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+starts = [e for e in ev if e["event"] == "sweep_started"]
+fin = collections.Counter(e["cell_id"] for e in ev if e["event"] == "finished")
+pre = [e for e in ev if e["event"] == "preempted"]
+print(f"{len(starts)} runs, {len(fin)} cells finished, max {max(fin.values())} per cell, {len(pre)} preempted attempts")
+assert len(starts) == 2 and len(fin) == 16 and max(fin.values()) == 1 and len(pre) >= 1
+stopped = [e for e in ev if e["event"] == "sweep_finished"]
+assert [e["exit_code"] for e in stopped] == [75, 0], stopped
+PY
