@@ -62,3 +62,9 @@ assert len(starts) == 2 and len(fin) == 16 and max(fin.values()) == 1 and len(pr
 stopped = [e for e in ev if e["event"] == "sweep_finished"]
 assert [e["exit_code"] for e in stopped] == [75, 0], stopped
 PY
+
+# 3. A PMI mismatch (srun starts 2 tasks, MPI is not started through srun) is refused.
+run_rc srun -n 2 --mpi=none "$ATTNSWEEP" run small.json --out mismatch --workers 1
+check "srun --mpi=none with 2 tasks fails (rc $RC)" test "$RC" != 0
+check "and says why: $ERR" grep -q "srun started 2 tasks but MPI sees 1 rank" <<<"$ERR"
+check "nothing was run" test ! -e mismatch/runs
