@@ -19,7 +19,7 @@ def phi(name, s, n):
     raise ValueError(name)
 
 
-def bench(name, n, bh=32, d=64, min_total=1.0):
+def bench(name, n, bh=32, d=64, min_total=3.0):
     g = torch.Generator().manual_seed(2)
     q = torch.randn(bh, n, d, generator=g, requires_grad=True)
     k = torch.randn(bh, n, d, generator=g, requires_grad=True)
