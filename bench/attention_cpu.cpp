@@ -55,8 +55,8 @@ struct Sgemm {
 };
 
 // The machine may be shared: the SGEMM baseline and our kernel with norms on and off are
-// timed in interleaved rounds (so all three see the same load), for at least 5 rounds
-// and ~min_total seconds, and the best (minimum) time of each is kept.
+// timed in alternating phases (so all three see the same load) for ~min_total seconds
+// (at least 2 cycles), and the best (minimum) time of each is kept.
 void bench_attention(const char* name, ActivationSpec act, int64_t N, Sgemm& sgemm, double min_total) {
   AttentionShape sh;
   sh.B = 1;
@@ -78,18 +78,26 @@ void bench_attention(const char* name, ActivationSpec act, int64_t N, Sgemm& sge
     attention_backward_cpu(spec, sh, q.data(), k.data(), v.data(), nullptr, O.data(), dO.data(), lse.data(),
                            dQ.data(), dK.data(), dV.data());
   };
-  auto timed = [](auto&& fn) {
-    const double t0 = now();
-    fn();
-    return now() - t0;
+  // One phase: fn repeated for ~phase seconds (at least 3 calls), its best time. Calls are
+  // grouped in phases, not alternated, because the threads of OpenBLAS and of OpenMP
+  // spin for a while after their work and would slow down the next call of the other.
+  auto phase = [](auto&& fn, double seconds) {
+    double best = 1e30;
+    const double start = now();
+    for (int i = 0; i < 3 || now() - start < seconds; ++i) {
+      const double t0 = now();
+      fn();
+      best = std::min(best, now() - t0);
+    }
+    return best;
   };
   attention(true);  // warm-up: page faults, OpenBLAS buffers
   double best_sg = 1e30, best_on = 1e30, best_off = 1e30;
   const double start = now();
-  for (int round = 0; round < 5 || (now() - start < min_total && round < 1000); ++round) {
-    best_sg = std::min(best_sg, timed([&] { sgemm(); }));
-    best_on = std::min(best_on, timed([&] { attention(true); }));
-    best_off = std::min(best_off, timed([&] { attention(false); }));
+  for (int cycle = 0; cycle < 2 || now() - start < min_total; ++cycle) {
+    best_sg = std::min(best_sg, phase([&] { sgemm(); }, min_total / 12));
+    best_on = std::min(best_on, phase([&] { attention(true); }, min_total / 6));
+    best_off = std::min(best_off, phase([&] { attention(false); }, min_total / 6));
   }
   const double flops = 12.0 * BH * N * N * sh.d;
   std::printf("sgemm,%s,%lld,,%.6f,%.2f\n", name, static_cast<long long>(N), best_sg, Sgemm::flops() / best_sg * 1e-9);
