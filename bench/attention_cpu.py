@@ -4,6 +4,7 @@
 Run with Debian's /usr/bin/python3 (torch 1.13); threads from --threads (default 2)."""
 import argparse
 import math
+import os
 import time
 
 import torch
@@ -19,7 +20,7 @@ def phi(name, s, n):
     raise ValueError(name)
 
 
-def bench(name, n, bh=32, d=64, min_total=1.0):
+def bench(name, n, bh=32, d=64, min_total=float(os.environ.get("ATTN_BENCH_SECONDS", "3"))):
     g = torch.Generator().manual_seed(2)
     q = torch.randn(bh, n, d, generator=g, requires_grad=True)
     k = torch.randn(bh, n, d, generator=g, requires_grad=True)

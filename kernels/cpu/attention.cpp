@@ -1,4 +1,4 @@
-// CPU attention: blocked over query rows (kBlockRows at a time), OpenBLAS SGEMM for the
+// CPU attention: blocked over query rows (block_rows(Nk) at a time, 16..256), OpenBLAS SGEMM for the
 // products, and one fused pass over each block of scores that applies phi (or softmax),
 // and accumulates the norm sums (forward) or forms dS (backward). OpenMP over
 // (batch item, head, query block) in the forward and over (batch item, head) in the
@@ -35,7 +35,17 @@
 namespace attnsweep {
 namespace {
 
-constexpr int64_t kBlockRows = 64;
+// Query rows per block: as many as keep the backward's two [rows, Nk] float buffers
+// (S/P and dP/dS) within ~1 MiB, so that they stay in L2 between the SGEMM that writes
+// them, the fused pass and the SGEMMs that read them; more rows amortise OpenBLAS's
+// packing of K and V (repacked for every block) and lengthen the K = rows dimension of
+// dV += P^T dO and dK += dS^T Q. 16..256, a multiple of 16; a function of Nk only, so
+// the norms' reduction order does not depend on the thread count.
+int64_t block_rows(int64_t Nk) {
+  const int64_t budget = int64_t{1} << 20;
+  const int64_t rows = budget / (2 * static_cast<int64_t>(sizeof(float)) * std::max<int64_t>(Nk, 1));
+  return std::clamp<int64_t>(rows / 16 * 16, 16, 256);
+}
 
 #define ATTN_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -185,6 +195,7 @@ void forward_impl(const AttentionSpec& spec, const AttentionShape& sh, const flo
                   const float* V, const float* key_mask, float* O, float* lse, double* attn_fro,
                   double* jac_fro) {
   const int64_t BH = sh.B * sh.H, Nq = sh.Nq, Nk = sh.Nk, d = sh.d, dv = sh.dv;
+  const int64_t kBlockRows = block_rows(Nk);
   const int64_t nblk = (Nq + kBlockRows - 1) / kBlockRows, ntasks = BH * nblk;
   const float scale = attention_score_scale(spec, sh);
   const bool norms = spec.collect_norms;
@@ -275,6 +286,7 @@ void backward_impl(const AttentionSpec& spec, const AttentionShape& sh, const fl
                    const float* V, const float* key_mask, const float* O, const float* dO, const float* lse,
                    float* dQ, float* dK, float* dV) {
   const int64_t BH = sh.B * sh.H, Nq = sh.Nq, Nk = sh.Nk, d = sh.d, dv = sh.dv;
+  const int64_t kBlockRows = block_rows(Nk);
   const int64_t nblk = (Nq + kBlockRows - 1) / kBlockRows;
   const float scale = attention_score_scale(spec, sh);
   const std::vector<int64_t> prefix = key_prefix_counts(sh, key_mask);
