@@ -152,29 +152,34 @@ void run_cuda(const AttentionSpec& spec, const AttentionShape& sh, const Array& 
     return static_cast<float*>(p);
   };
   AttentionCudaWorkspace* ws = attention_cuda_workspace_create();
+  auto down = [](auto& host, const void* src) {
+    cuda_check(cudaMemcpy(host.data(), src, host.size() * sizeof(host[0]), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  };
   try {
-    float* dQ = up(q.data);
-    float* dK = up(k.data);
-    float* dV = up(v.data);
-    float* dM = mask != nullptr ? up(mask->data) : nullptr;
-    float* dO_ = static_cast<float*>(dev(o.size() * sizeof(float)));
-    float* dL = static_cast<float*>(dev(static_cast<size_t>(sh.B * sh.H * sh.Nq) * sizeof(float)));
-    double* dA = static_cast<double*>(dev(attn.size() * sizeof(double)));
-    double* dJ = static_cast<double*>(dev(jac.size() * sizeof(double)));
-    attention_forward_cuda(spec, sh, CudaDType::f32, dQ, dK, dV, dM, dO_, dL, dA, dJ, ws, nullptr);
+    // g_* live on the GPU
+    float* g_q = up(q.data);
+    float* g_k = up(k.data);
+    float* g_v = up(v.data);
+    float* g_mask = mask != nullptr ? up(mask->data) : nullptr;
+    float* g_o = static_cast<float*>(dev(o.size() * sizeof(float)));
+    float* g_lse = static_cast<float*>(dev(static_cast<size_t>(sh.B * sh.H * sh.Nq) * sizeof(float)));
+    double* g_attn = static_cast<double*>(dev(attn.size() * sizeof(double)));
+    double* g_jac = static_cast<double*>(dev(jac.size() * sizeof(double)));
+    attention_forward_cuda(spec, sh, CudaDType::f32, g_q, g_k, g_v, g_mask, g_o, g_lse, g_attn, g_jac, ws, nullptr);
     if (dO != nullptr) {
-      float* dGo = up(dO->data);
-      float* gq = static_cast<float*>(dev(dq.size() * sizeof(float)));
-      float* gk = static_cast<float*>(dev(dk.size() * sizeof(float)));
-      float* gv = static_cast<float*>(dev(dv.size() * sizeof(float)));
-      attention_backward_cuda(spec, sh, CudaDType::f32, dQ, dK, dV, dM, dO_, dGo, dL, gq, gk, gv, ws, nullptr);
-      cuda_check(cudaMemcpy(dq.data(), gq, dq.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
-      cuda_check(cudaMemcpy(dk.data(), gk, dk.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
-      cuda_check(cudaMemcpy(dv.data(), gv, dv.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      float* g_do = up(dO->data);
+      float* g_dq = static_cast<float*>(dev(dq.size() * sizeof(float)));
+      float* g_dk = static_cast<float*>(dev(dk.size() * sizeof(float)));
+      float* g_dv = static_cast<float*>(dev(dv.size() * sizeof(float)));
+      attention_backward_cuda(spec, sh, CudaDType::f32, g_q, g_k, g_v, g_mask, g_o, g_do, g_lse, g_dq, g_dk, g_dv,
+                              ws, nullptr);
+      down(dq, g_dq);
+      down(dk, g_dk);
+      down(dv, g_dv);
     }
-    cuda_check(cudaMemcpy(o.data(), dO_, o.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
-    cuda_check(cudaMemcpy(attn.data(), dA, attn.size() * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy");
-    cuda_check(cudaMemcpy(jac.data(), dJ, jac.size() * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    down(o, g_o);
+    down(attn, g_attn);
+    down(jac, g_jac);
   } catch (...) {
     for (void* p : allocs) cudaFree(p);
     attention_cuda_workspace_destroy(ws);

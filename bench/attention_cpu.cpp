@@ -108,7 +108,35 @@ void bench_attention(const char* name, ActivationSpec act, int64_t N, Sgemm& sge
 
 }  // namespace
 
+// --profile on|off ACTIVATION N: one forward + backward (B*H = 4), nothing else: for
+// counting instructions under valgrind --tool=callgrind --toggle-collect='attnsweep::attention_*'
+// (the cost of the norms, independent of the machine's load).
+int profile_once(bool norms, const std::string& act, int64_t N) {
+  ActivationSpec a{Activation::softmax, 1, ScaleKind::none, 1.0};
+  if (act == "poly3_inv_sqrt_n") a = {Activation::poly, 3, ScaleKind::inv_sqrt_n, 1.0};
+  else if (act == "relu_inv_n") a = {Activation::relu, 1, ScaleKind::inv_n, 1.0};
+  else if (act != "softmax") return 2;
+  AttentionShape sh;
+  sh.H = 4;
+  sh.Nq = sh.Nk = N;
+  sh.d = sh.dv = 64;
+  std::mt19937 rng(2);
+  const size_t n = static_cast<size_t>(sh.H * N * 64);
+  const auto q = randn(n, rng), k = randn(n, rng), v = randn(n, rng), dO = randn(n, rng);
+  std::vector<float> O(n), lse(static_cast<size_t>(sh.H * N)), dQ(n), dK(n), dV(n);
+  std::vector<double> attn(4), jac(4);
+  AttentionSpec spec;
+  spec.act = a;
+  spec.collect_norms = norms;
+  attention_forward_cpu(spec, sh, q.data(), k.data(), v.data(), nullptr, O.data(), lse.data(), attn.data(), jac.data());
+  attention_backward_cpu(spec, sh, q.data(), k.data(), v.data(), nullptr, O.data(), dO.data(), lse.data(), dQ.data(),
+                         dK.data(), dV.data());
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--profile")
+    return profile_once(std::string(argv[2]) == "on", argv[3], std::atoll(argv[4]));
   std::vector<int64_t> Ns;
   for (int i = 1; i < argc; ++i) Ns.push_back(std::atoll(argv[i]));
   if (Ns.empty()) Ns = {64, 256, 1024};

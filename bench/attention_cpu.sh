@@ -6,6 +6,10 @@
 # Prints a table: GFLOP/s (12 BH N^2 d per forward+backward, FlashAttention's count of
 # useful flops; best times, the machine may be shared) and the ratios ours/PyTorch,
 # ours/SGEMM and norms-on/norms-off time.
+# Timing noise on a shared machine can swamp the norms' cost; count instructions instead:
+#   OMP_NUM_THREADS=1 OPENBLAS_CORETYPE=Haswell valgrind --tool=callgrind \
+#     --toggle-collect='attnsweep::attention_*' build/bench/attention_cpu --profile on softmax 256
+# (and `off`; Haswell because valgrind has no AVX-512).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${BUILD:-$here/../build}"
@@ -20,7 +24,10 @@ if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
   if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
   elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
 fi
-echo "# OMP_NUM_THREADS=$OMP_NUM_THREADS OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto} load: $(cut -d' ' -f1-3 /proc/loadavg)"
+# On a shared machine, spinning OpenMP threads (the default OMP_WAIT_POLICY) turn other
+# processes' load into 10-20 ms stalls per parallel region, for us and for PyTorch alike;
+# OMP_WAIT_POLICY=passive trades some latency for steadier numbers. Reported, not set.
+echo "# OMP_NUM_THREADS=$OMP_NUM_THREADS OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-default} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto} load: $(cut -d' ' -f1-3 /proc/loadavg)"
 tmp="$(mktemp)"
 trap 'rm -f "$tmp"' EXIT
 # REPEAT runs of each program (default 2), alternating; each figure is the best of them.

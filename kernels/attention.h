@@ -19,6 +19,12 @@
 //   attn_fro[b,h] = sqrt(sum_i sum_j phi(s_ij)^2)
 //   jac_fro[b,h]  = sqrt(sum_i ||J_i||_F^2), J_i = d phi(s_i.) / d s_i.; softmax:
 //                   sum p^2 - 2 sum p^3 + (sum p^2)^2, element-wise: sum_j phi'(s_ij)^2.
+//
+// CPU threading: OpenMP (omp_get_max_threads()) over (b, h, query block) in the forward
+// and (b, h) in the backward; OpenBLAS is switched to one thread while such a region runs
+// (OpenBLAS's thread count is process-global: do not call these from several host threads
+// at once). Workspace is allocated per call: about 2 * rows * Nk floats per thread, rows
+// = 16..256 chosen from Nk (kernels/cpu/attention.cpp).
 #pragma once
 
 #include "kernels/activation.h"

@@ -1,6 +1,6 @@
-// CPU attention: blocked over query rows (block_rows(Nk) at a time, 16..256), OpenBLAS SGEMM for the
-// products, and one fused pass over each block of scores that applies phi (or softmax),
-// and accumulates the norm sums (forward) or forms dS (backward). OpenMP over
+// CPU attention: blocked over query rows (block_rows(Nk) at a time, 16..256), OpenBLAS
+// SGEMM for the products, and one fused pass over each block of scores that applies phi
+// (or softmax) and accumulates the norm sums (forward) or forms dS (backward). OpenMP over
 // (batch item, head, query block) in the forward and over (batch item, head) in the
 // backward, where dK and dV accumulate over the query blocks of one head.
 //
