@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <regex>
 #include <stdexcept>
 #include <vector>
 
@@ -35,6 +34,31 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+bool all_digits(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+bool valid_slurm_time(std::string t) {
+  if (const size_t dash = t.find('-'); dash != std::string::npos) {
+    if (!all_digits(t.substr(0, dash))) return false;
+    t = t.substr(dash + 1);
+  }
+  int parts = 0;
+  for (size_t start = 0;; ++parts) {
+    const size_t colon = t.find(':', start);
+    if (!all_digits(t.substr(start, colon == std::string::npos ? std::string::npos : colon - start))) return false;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return parts <= 2;
+}
+
+bool valid_slurm_name(const std::string& s) {
+  return !s.empty() &&
+         s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,-") == std::string::npos;
+}
+
 std::vector<std::string> validate(const SubmitOptions& o) {
   std::vector<std::string> p;
   if (o.nodes < 1) p.push_back("--nodes: expected an integer >= 1, got " + std::to_string(o.nodes));
@@ -42,13 +66,10 @@ std::vector<std::string> validate(const SubmitOptions& o) {
   if (o.cpus_per_gpu < 1) p.push_back("--cpus-per-gpu: expected an integer >= 1, got " + std::to_string(o.cpus_per_gpu));
   if (o.cpus_per_node < 0) p.push_back("--cpus-per-node: expected an integer >= 1, got " + std::to_string(o.cpus_per_node));
   if (o.grace_s < 1) p.push_back("--grace-s: expected an integer >= 1, got " + std::to_string(o.grace_s));
-  // Slurm's formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
-  static const std::regex time_re(R"(^(\d+-)?\d+(:\d{1,2}){0,2}$)");
-  if (!std::regex_match(o.time, time_re)) p.push_back("--time: expected HH:MM:SS or D-HH:MM:SS, got \"" + o.time + "\"");
-  static const std::regex name_re(R"(^[A-Za-z0-9_.,-]+$)");
-  if (!o.partition.empty() && !std::regex_match(o.partition, name_re))
+  if (!valid_slurm_time(o.time)) p.push_back("--time: expected HH:MM:SS or D-HH:MM:SS, got \"" + o.time + "\"");
+  if (!o.partition.empty() && !valid_slurm_name(o.partition))
     p.push_back("--partition: expected a partition name, got \"" + o.partition + "\"");
-  if (!o.account.empty() && !std::regex_match(o.account, name_re))
+  if (!o.account.empty() && !valid_slurm_name(o.account))
     p.push_back("--account: expected an account name, got \"" + o.account + "\"");
   if (o.mpi != "pmix" && o.mpi != "pmi2" && o.mpi != "none" && o.mpi.rfind("pmix_", 0) != 0)
     p.push_back("--mpi: expected pmix, pmix_v<N>, pmi2 or none (see srun --mpi=list), got \"" + o.mpi + "\"");

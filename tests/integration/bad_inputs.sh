@@ -40,6 +40,10 @@ cases=(
   "train good.json --out x.h5|good.json: axes: unknown key"
   "train good.json --out x.h5 --device gpu|--device: expected cpu or cuda"
   "status nowhere|nowhere: no manifest.json"
+  "submit good.json --out o --nodes 0 --gpus-per-node 0 --dry-run|--nodes: expected an integer >= 1"
+  "submit good.json --out o --nodes 1 --gpus-per-node 0 --time 1:2:3:4 --dry-run|--time: expected HH:MM:SS"
+  "submit good.json --out o --nodes 1 --dry-run|the option '--gpus-per-node' is required"
+  "submit missing.json --out o --nodes 1 --gpus-per-node 0 --dry-run|missing.json: cannot read file"
   "aggregate nowhere|nowhere: no runs/ folder"
 )
 m=0
