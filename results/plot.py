@@ -32,7 +32,7 @@ SCALE_NAMES = {"none": "", "inv_sqrt_n": "/√N", "inv_n": "/N"}
 SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 plt.rcParams.update({
-    "figure.dpi": 110, "font.size": 9.5, "axes.titlesize": 10.5, "axes.labelsize": 9.5,
+    "figure.dpi": 120, "font.size": 9.5, "axes.titlesize": 10.5, "axes.labelsize": 9.5,
     "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
     "grid.alpha": 0.25, "legend.fontsize": 8, "legend.frameon": False,
 })
@@ -150,7 +150,7 @@ class Groups:
 
 def fig_png(fig):
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
 
@@ -226,8 +226,10 @@ class Report:
                 lab = self.g.label[g] + (f"  (slope {slope:+.2f})" if math.isfinite(slope) else "")
                 ax.errorbar(ns, mean, yerr=std, color=col, marker="o", ms=3.5, lw=1.3, capsize=2.5, label=lab)
             xs = np.geomspace(nmin, nmax, 50)
-            blab = "√N (Thm: ‖softmax‖_F ≤ √N)" if bound == 1.0 else "√N/2 (Thm: ‖∇softmax‖_F ≤ √N/2)"
-            ax.plot(xs, bound * np.sqrt(xs), color="black", ls="--", lw=1.1, label=blab)
+            blab = "bound √N" if bound == 1.0 else "bound √N/2"
+            ax.plot(xs, bound * np.sqrt(xs), color="black", ls="--", lw=1.1, label="_nolegend_")
+            ax.annotate(blab, (xs[-1], bound * math.sqrt(xs[-1])), xytext=(-4, 6), textcoords="offset points",
+                        ha="right", fontsize=8.5, color="black")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("prompt length N")

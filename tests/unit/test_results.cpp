@@ -542,7 +542,7 @@ TEST_F(AggregateTest, RerunReadsOnlyChangedFiles) {
   for (size_t i = 0; i < ids.size(); ++i) {
     SCOPED_TRACE(ids[i]);
     if (ids[i] == "poly_n64_s0") {
-      EXPECT_EQ(v[i * T + 19], 1.0 / 20);
+      EXPECT_EQ(v[i * T + 19], double(1.0f / 20.0f));
       EXPECT_EQ(extra[i], 7.0);
     } else if (ids[i] == "poly_n256_s1") {  // copied from the previous aggregate, re-padded to 20
       EXPECT_EQ(v[i * T + 16], 256.0 + 16);
