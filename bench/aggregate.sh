@@ -23,7 +23,7 @@ if [ ! -f "$DIR/manifest.json" ] || [ "$(ls "$DIR/runs" | wc -l)" != "$CELLS" ];
   echo "generating $CELLS cells x $STEPS steps x 4 layers x 4 heads in $DIR ..."
   t0=$(date +%s.%N)
   "$GEN" "$DIR" --cells "$CELLS" --steps "$STEPS" --layers 4 --heads 4 --procs "$(nproc)"
-  echo "  generated in $(echo "$(date +%s.%N) - $t0" | bc) s, $(du -sh "$DIR/runs" | cut -f1) on disk"
+  echo "  generated in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s, $(du -sh "$DIR/runs" | cut -f1) on disk"
 fi
 rm -f "$DIR/aggregate.h5"
 sync
@@ -36,7 +36,7 @@ measure() {  # measure LABEL: runs aggregate under GNU time, prints wall and pea
   wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$log" | awk -F: '{ s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; print s }')
   rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$log")
   printf '%-34s wall %7.2f s (target <= 30 s)   peak RSS %7.1f MiB (target <= 1024 MiB)   %s\n' \
-    "$label" "$wall" "$(echo "$rss / 1024" | bc -l)" "$(grep -o 'aggregated.*cells ([^)]*)' "$log.out")"
+    "$label" "$wall" "$(awk -v r="$rss" 'BEGIN { print r / 1024 }')" "$(grep -o 'aggregated.*cells ([^)]*)' "$log.out")"
   rm -f "$log" "$log.out"
 }
 

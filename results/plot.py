@@ -166,7 +166,7 @@ def loglog_fit(x, y):
     if len(np.unique(x)) < 2:
         return math.nan, math.nan
     slope, intercept = np.polyfit(x, y, 1)
-    return slope, intercept
+    return (0.0 if abs(slope) < 0.005 else slope), intercept  # no "-0.00" in legends
 
 
 def per_n(values, ns):
@@ -212,7 +212,7 @@ class Report:
         panels = [(m, b) for m, b in (("attn_fro", 1.0), ("jac_fro", 0.5)) if self.metric(m) is not None]
         if not panels:
             return
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels) + 2.2, 4.4), squeeze=False)
+        fig, axes = plt.subplots(1, len(panels), figsize=(3.9 * len(panels) + 2.6, 3.9), squeeze=False)
         cols = colors(len(self.g.keys))
         nmin, nmax = np.nanmin(self.N[self.complete]), np.nanmax(self.N[self.complete])
         for ax, (m, bound) in zip(axes[0], panels):
@@ -265,7 +265,7 @@ class Report:
         groups = groups[:6]
         if not groups:
             return
-        fig, axes = plt.subplots(len(names), len(groups), figsize=(3.3 * len(groups) + 1.5, 2.9 * len(names)),
+        fig, axes = plt.subplots(len(names), len(groups), figsize=(min(10.5, 2.3 * len(groups) + 1.4), 2.5 * len(names)),
                                  squeeze=False, sharex=True)
         for r, name in enumerate(names):
             arr = tr[name]
@@ -297,14 +297,14 @@ class Report:
         self.add("Norms over training, per layer",
                  "‖φ(S)‖_F (top) and ‖∂φ(S)/∂S‖_F (bottom) of each layer during training, mean over heads and "
                  "over seeds, one panel per activation (at its largest prompt length). Reproduces paper A, "
-                 "Figs 2–3: scaled polynomial activations keep their norms bounded through training.", fig)
+                 "Figs 2–3 (how the norms of each activation grow or stay bounded over training, layer by layer).", fig)
 
     # (3) test accuracy against N
     def accuracy_vs_n(self):
         acc = self.metric("test_accuracy")
         if acc is None or self.N is None:
             return
-        fig, ax = plt.subplots(figsize=(7.6, 4.2))
+        fig, ax = plt.subplots(figsize=(7.4, 3.9))
         for col, g in zip(colors(len(self.g.keys)), self.g.keys):
             idx = self.g.rows(g, self.complete & np.isfinite(acc))
             if len(idx) == 0:
@@ -329,7 +329,7 @@ class Report:
         if self.N is None or (lim is None and mse is None):
             return
         panels = [p for p in (("limit_sq_error", lim), ("test_mse", mse)) if p[1] is not None]
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 2.0, 4.2), squeeze=False)
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.0 * len(panels) + 2.0, 3.9), squeeze=False)
         for ax, (name, v) in zip(axes[0], panels):
             for col, g in zip(colors(len(self.g.keys)), self.g.keys):
                 idx = self.g.rows(g, self.complete & np.isfinite(v))
@@ -369,7 +369,9 @@ class Report:
         ns = sorted(np.unique(self.N[np.isfinite(self.N)])) if self.N is not None else [None]
         if len(ns) > 4:
             ns = [ns[int(round(i))] for i in np.linspace(0, len(ns) - 1, 4)]
-        fig, axes = plt.subplots(1, len(ns), figsize=(3.6 * len(ns) + 1.8, 3.6), squeeze=False, sharey=True)
+        fig, axes = plt.subplots(1, len(ns), figsize=(min(10.5, 2.6 * len(ns) + 2.4), 3.4), squeeze=False, sharey=True)
+        finite = loss[np.isfinite(loss)]
+        log_y = finite.size and finite.min() > 0 and finite.max() / finite.min() > 30
         import warnings
         for ax, n in zip(axes[0], ns):
             for col, g in zip(colors(len(self.g.keys)), self.g.keys):
@@ -387,7 +389,8 @@ class Report:
                 ax.plot(x[ok], mean[ok], color=col, lw=1.3, label=f"{self.g.label[g]} ({len(idx)} seeds)")
                 if len(idx) > 1:
                     ax.fill_between(x[ok], lo[ok], hi[ok], color=col, alpha=0.18, lw=0)
-            ax.set_yscale("log")
+            if log_y:
+                ax.set_yscale("log")
             ax.set_xlabel("training step")
             ax.set_title(f"N = {int(n)}" if n is not None else "all cells")
         axes[0][0].set_ylabel("training loss")
