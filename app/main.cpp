@@ -25,6 +25,7 @@ namespace po = boost::program_options;
 using namespace attnsweep;
 
 int cmd_attention(int argc, char** argv);  // app/cmd_attention.cpp
+int cmd_report(int argc, char** argv);     // app/cmd_report.cpp
 
 namespace {
 
@@ -41,6 +42,7 @@ const char* kUsage =
     "  submit GRID.json --out DIR --nodes N --gpus-per-node G [...]   write DIR/job.sbatch, sbatch it\n"
     "  status DIR [--json]               done / diverged / failed / pending, ETA\n"
     "  aggregate DIR                     DIR/aggregate.h5 + DIR/summary.csv, log-log fits\n"
+    "  report DIR                        DIR/report.html: figures, final metrics, counts\n"
     "  attention IN.h5 --out OUT.h5 ...  one attention forward + backward, for checking numerics\n"
     "\n"
     "exit codes: 0 finished, 1 cells failed, 2 bad usage or input, 75 interrupted (resumable)\n";
@@ -318,7 +320,8 @@ int cmd_aggregate(int argc, char** argv) {
                   f.slope_ci95, f.r2, static_cast<long long>(f.points), range);
     }
   }
-  std::printf("aggregated %lld cells%s -> %s/aggregate.h5, %s/summary.csv\n", static_cast<long long>(r.cells),
+  std::printf("aggregated %lld cells (%lld read, %lld unchanged)%s -> %s/aggregate.h5, %s/summary.csv\n",
+              static_cast<long long>(r.cells), static_cast<long long>(r.reread), static_cast<long long>(r.reused),
               r.skipped.empty() ? "" : (" (" + std::to_string(r.skipped.size()) + " files skipped)").c_str(),
               dir.c_str(), dir.c_str());
   return kExitOk;
@@ -366,6 +369,7 @@ int main(int argc, char** argv) {
     if (cmd == "status") return cmd_status(argc - 1, argv + 1);
     if (cmd == "submit") return cmd_submit(argc - 1, argv + 1);
     if (cmd == "attention") return cmd_attention(argc - 1, argv + 1);
+    if (cmd == "report") return cmd_report(argc - 1, argv + 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnsweep %s: %s\n", cmd.c_str(), e.what());
     return 1;

@@ -11,6 +11,9 @@
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <utility>
+
+#include <sys/stat.h>
 
 #include "results/atomic_file.h"
 #include "results/cell_file.h"
@@ -55,9 +58,14 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
   }
 }
 
+// Groups of a cell file whose [T, L, H] datasets become /trajectories/<group>_<name>
+// [cells, T, L, H] (float32, NaN-padded): the per-layer, per-head norms over training.
+const std::vector<std::string> kTrajectoryGroups3 = {"/norms"};
+
 struct TrajectorySource {
-  std::string name;  // "train_loss"
-  std::string path;  // "/train/loss"
+  std::string name;             // "train_loss", "norms_attn_fro"
+  std::string path;             // "/train/loss"
+  std::vector<uint64_t> shape;  // [T] or [T, L, H]
 };
 
 // What pass 1 keeps of one readable cell file: its summary row, not its datasets.
@@ -66,34 +74,144 @@ struct Row {
   CellSummary summary;
   std::map<std::string, json> params;
   std::vector<TrajectorySource> trajectories;
+  int64_t size = 0, mtime_ns = 0;  // of the file when read (the index's key)
+  int64_t old_row = -1;            // row of the previous aggregate.h5 it is copied from, or -1
 };
 
 struct TrajectoryInfo {
-  uint64_t length = 0;
+  std::vector<uint64_t> shape;  // the largest extent of each axis over cells
   std::string description;
 };
 
-// 1-D numeric datasets under `group` (recursively).
-void find_trajectories(const h5::Group& group, std::vector<TrajectorySource>& out,
+void merge_shape(std::vector<uint64_t>& into, const std::vector<uint64_t>& shape) {
+  if (into.empty()) into.assign(shape.size(), 0);
+  for (size_t i = 0; i < shape.size() && i < into.size(); ++i) into[i] = std::max(into[i], shape[i]);
+}
+
+// Numeric datasets under `group` (recursively) of the given rank.
+void find_trajectories(const h5::Group& group, size_t rank, std::vector<TrajectorySource>& out,
                        std::map<std::string, TrajectoryInfo>& info) {
   for (const std::string& child : group.children()) {
     if (group.is_group(child)) {
-      find_trajectories(group.open_group(child), out, info);
+      find_trajectories(group.open_group(child), rank, out, info);
     } else if (group.is_dataset(child)) {
       h5::Dataset d = group.open_dataset(child);
       auto shape = d.shape();
-      if (shape.size() != 1 || (d.kind() != h5::Kind::Float && d.kind() != h5::Kind::Integer)) continue;
+      if (shape.size() != rank || (d.kind() != h5::Kind::Float && d.kind() != h5::Kind::Integer)) continue;
       std::string name = d.path().substr(1);
       std::replace(name.begin(), name.end(), '/', '_');
-      out.push_back({name, d.path()});
+      out.push_back({name, d.path(), shape});
       TrajectoryInfo& t = info[name];
-      t.length = std::max(t.length, shape[0]);
+      merge_shape(t.shape, shape);
       if (t.description.empty() && d.has_attribute("description")) {
         auto a = d.attribute("description");
         if (a.kind() == h5::Kind::String) t.description = a.read_string();
       }
     }
   }
+}
+
+// ---- the index of the previous aggregate (/index in aggregate.h5) ---------------------
+// One entry per row: the file's name, size and mtime, and the row's summary as JSON, so
+// that an unchanged file is neither reopened nor reread: its row and trajectories are
+// copied from the previous aggregate.h5.
+
+constexpr int64_t kIndexFormat = 1;
+
+json row_to_json(const Row& r, const std::map<std::string, TrajectoryInfo>& info) {
+  json metrics = json::object();
+  for (const auto& [k, v] : r.summary.final_metrics) metrics[k] = std::isfinite(v) ? json(v) : json(nullptr);
+  json traj = json::array();
+  for (const TrajectorySource& t : r.trajectories) {
+    auto it = info.find(t.name);
+    traj.push_back({t.name, t.path, t.shape, it == info.end() ? std::string() : it->second.description});
+  }
+  return {{"cell_id", r.summary.cell_id},   {"config", r.summary.config},
+          {"status", r.summary.status},     {"diverged_at_step", r.summary.diverged_at_step},
+          {"device", r.summary.device},     {"wall_seconds", r.summary.wall_seconds},
+          {"final", metrics},               {"traj", traj}};
+}
+
+struct IndexEntry {
+  int64_t size = 0, mtime_ns = 0, row = 0;
+  std::string json_text;
+};
+
+// The previous aggregate's index; empty when there is none or it cannot be read.
+std::map<std::string, IndexEntry> read_index(const std::string& path) {
+  std::map<std::string, IndexEntry> out;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return out;
+  try {
+    h5::File f = h5::File::open_read(path);
+    if (!f.is_group("/index")) return out;
+    h5::Group g = f.open_group("/index");
+    if (!g.has_attribute("format") || g.attribute_int64("format") != kIndexFormat) return out;
+    auto files = g.open_dataset("file").read_strings();
+    auto sizes = g.open_dataset("size").read<int64_t>();
+    auto mtimes = g.open_dataset("mtime_ns").read<int64_t>();
+    auto rows = g.open_dataset("row").read_strings();
+    if (sizes.size() != files.size() || mtimes.size() != files.size() || rows.size() != files.size()) return {};
+    for (size_t i = 0; i < files.size(); ++i)
+      out[files[i]] = {sizes[i], mtimes[i], static_cast<int64_t>(i), std::move(rows[i])};
+  } catch (const std::exception&) {
+    return {};
+  }
+  return out;
+}
+
+// Restores a row from its index entry; false when the entry does not parse.
+bool row_from_index(const IndexEntry& e, Row& row, std::map<std::string, TrajectoryInfo>& info) {
+  try {
+    json j = json::parse(e.json_text);
+    CellSummary& s = row.summary;
+    s.cell_id = j.at("cell_id").get<std::string>();
+    s.config = j.at("config");
+    s.status = j.at("status").get<std::string>();
+    s.diverged_at_step = j.at("diverged_at_step").get<int64_t>();
+    s.device = j.at("device").get<std::string>();
+    s.wall_seconds = j.at("wall_seconds").get<double>();
+    for (const auto& [k, v] : j.at("final").items()) s.final_metrics[k] = v.is_null() ? kNaN : v.get<double>();
+    std::map<std::string, TrajectoryInfo> found;
+    for (const json& t : j.at("traj")) {
+      TrajectorySource src{t.at(0).get<std::string>(), t.at(1).get<std::string>(),
+                           t.at(2).get<std::vector<uint64_t>>()};
+      TrajectoryInfo& ti = found[src.name];
+      merge_shape(ti.shape, src.shape);
+      ti.description = t.at(3).get<std::string>();
+      row.trajectories.push_back(std::move(src));
+    }
+    for (auto& [k, t] : found) {
+      TrajectoryInfo& all = info[k];
+      if (!all.shape.empty() && all.shape.size() != t.shape.size()) return false;
+      merge_shape(all.shape, t.shape);
+      if (all.description.empty()) all.description = t.description;
+    }
+  } catch (const std::exception&) {
+    return false;
+  }
+  row.size = e.size;
+  row.mtime_ns = e.mtime_ns;
+  row.old_row = e.row;
+  return true;
+}
+
+void write_index(h5::File& f, const std::vector<Row>& rows, const std::map<std::string, TrajectoryInfo>& info) {
+  h5::Group g = f.require_group("/index");
+  g.set_attribute_int64("format", kIndexFormat);
+  std::vector<std::string> files, texts;
+  std::vector<int64_t> sizes, mtimes;
+  for (const Row& r : rows) {
+    files.push_back(r.file.substr(5));  // without "runs/"
+    sizes.push_back(r.size);
+    mtimes.push_back(r.mtime_ns);
+    texts.push_back(row_to_json(r, info).dump());
+  }
+  const std::vector<uint64_t> shape{rows.size()};
+  g.write_strings("file", files, "result file name under runs/, one per /cells row");
+  g.write_dataset<int64_t>("size", shape, sizes, "file size in bytes when aggregated");
+  g.write_dataset<int64_t>("mtime_ns", shape, mtimes, "file modification time (ns since the epoch) when aggregated");
+  g.write_strings("row", texts, "the row's summary and trajectory shapes as JSON (reused while the file is unchanged)");
 }
 
 // One /cells column (and summary.csv column).
@@ -396,6 +514,25 @@ Fit fit_loglog(const std::vector<double>& x, const std::vector<double>& y) {
   return f;
 }
 
+namespace {
+
+// File size and modification time in ns (the index's key).
+bool file_stamp(const std::string& path, int64_t& size, int64_t& mtime_ns) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return false;
+  size = static_cast<int64_t>(st.st_size);
+  mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return true;
+}
+
+// "FILE: reason" -> "reason" for messages that already name the file.
+std::string strip_path(std::string msg, const std::string& path) {
+  if (msg.rfind(path, 0) == 0) msg = msg.substr(path.size() + (msg.compare(path.size(), 2, ": ") == 0 ? 2 : 1));
+  return msg;
+}
+
+}  // namespace
+
 AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& opt) {
   const fs::path root(dir), runs = root / "runs";
   std::error_code ec;
@@ -410,38 +547,62 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   if (ec) throw std::runtime_error(runs.string() + ": cannot list (" + ec.message() + ")");
   std::sort(names.begin(), names.end());
 
+  const std::string out_path = (root / "aggregate.h5").string();
+  const std::map<std::string, IndexEntry> index =
+      opt.reuse_previous ? read_index(out_path) : std::map<std::string, IndexEntry>{};
+
   AggregateResult result;
-  // Pass 1: summaries, parameters and trajectory lengths; no datasets are read.
+  // Pass 1: summaries, parameters and trajectory shapes; no datasets are read. A file
+  // whose size and mtime match the previous aggregate's index is not opened at all.
   std::vector<Row> rows;
   std::map<std::string, TrajectoryInfo> trajectories;
   for (const std::string& name : names) {
     const std::string rel = "runs/" + name, path = (runs / name).string();
     const std::string id = fs::path(name).stem().string();  // runs/<cell_id>.h5
+    int64_t size = 0, mtime = 0;
+    const bool stamped = file_stamp(path, size, mtime);
+    if (stamped) {
+      auto it = index.find(name);
+      if (it != index.end() && it->second.size == size && it->second.mtime_ns == mtime) {
+        Row row;
+        row.file = rel;
+        std::map<std::string, TrajectoryInfo> merged = trajectories;
+        if (row_from_index(it->second, row, merged) && row.summary.cell_id == id) {
+          trajectories = std::move(merged);
+          flatten(row.summary.config, "", row.params);
+          rows.push_back(std::move(row));
+          ++result.reused;
+          continue;
+        }
+      }
+    }
     std::string why;
     auto summary = read_valid_cell_summary(path, id, &why);
     if (!summary) {
       result.skipped.push_back(rel + ": " + why);
       continue;
     }
-    Row row{rel, std::move(*summary), {}, {}};
+    Row row{rel, std::move(*summary), {}, {}, size, mtime, -1};
     flatten(row.summary.config, "", row.params);
     try {
       h5::File f = h5::File::open_read(path);
       std::map<std::string, TrajectoryInfo> found;
       for (const std::string& g : kTrajectoryGroups)
-        if (f.is_group(g)) find_trajectories(f.open_group(g), row.trajectories, found);
+        if (f.is_group(g)) find_trajectories(f.open_group(g), 1, row.trajectories, found);
+      for (const std::string& g : kTrajectoryGroups3)
+        if (f.is_group(g)) find_trajectories(f.open_group(g), 3, row.trajectories, found);
       for (const auto& [k, t] : found) {
         TrajectoryInfo& all = trajectories[k];
-        all.length = std::max(all.length, t.length);
+        merge_shape(all.shape, t.shape);
         if (all.description.empty()) all.description = t.description;
       }
     } catch (const std::exception& e) {
-      std::string msg = e.what();
-      if (msg.rfind(path, 0) == 0) msg = msg.substr(path.size() + (msg.compare(path.size(), 2, ": ") == 0 ? 2 : 1));
-      result.skipped.push_back(rel + ": " + msg);
+      result.skipped.push_back(rel + ": " + strip_path(e.what(), path));
       continue;
     }
+    if (!stamped) row.size = row.mtime_ns = -1;  // never matches: reread next time
     rows.push_back(std::move(row));
+    ++result.reread;
   }
   result.cells = static_cast<int64_t>(rows.size());
   const uint64_t cells = rows.size();
@@ -450,7 +611,6 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   for (const Column& c : cols) result.columns.push_back(c.name);
   result.fits = compute_fits(rows, opt);
 
-  const std::string out_path = (root / "aggregate.h5").string();
   const std::string tmp = temp_path_for(out_path);
   TempFileGuard guard(tmp);
   {
@@ -461,31 +621,70 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
       h5::Group g = f.require_group("/cells");
       for (const Column& c : cols) write_column(g, c);
     }
-    // Pass 2: each cell file once more, one trajectory row at a time into NaN-filled
-    // [cells, T] datasets (unwritten chunks read back as NaN).
+    // Pass 2: one trajectory row at a time into NaN-filled [cells, T] (float64) and
+    // [cells, T, L, H] (float32) datasets (unwritten chunks read back as NaN); a row of
+    // an unchanged file is copied from the previous aggregate, others are read from the
+    // cell file, each file opened once. Memory: one row per dataset at a time.
     {
+      std::optional<h5::File> previous;
+      std::map<std::string, h5::Dataset> previous_sets;
+      bool any_old = false;
+      for (const Row& r : rows) any_old |= r.old_row >= 0 && !r.trajectories.empty();
+      if (any_old) previous.emplace(h5::File::open_read(out_path));
+
       h5::Group g = f.require_group("/trajectories");
       std::map<std::string, h5::Dataset> out;
       for (const auto& [name, t] : trajectories) {
-        std::string desc = (t.description.empty() ? name : t.description) + " [cells, T], NaN-padded";
-        out.emplace(name, g.create_filled<double>(name, {cells, t.length}, kNaN, desc));
+        std::vector<uint64_t> shape{cells};
+        shape.insert(shape.end(), t.shape.begin(), t.shape.end());
+        const std::string axes = t.shape.size() == 1 ? "[cells, T]" : "[cells, T, L, H]";
+        std::string desc = (t.description.empty() ? name : t.description) + " " + axes + ", NaN-padded";
+        if (t.shape.size() == 1)
+          out.emplace(name, g.create_filled<double>(name, shape, kNaN, desc));
+        else
+          out.emplace(name, g.create_filled<float>(name, shape, std::numeric_limits<float>::quiet_NaN(), desc));
       }
+      auto copy_row = [&](h5::Dataset& dst, const TrajectorySource& src, uint64_t i, auto values) {
+        std::vector<uint64_t> offset(src.shape.size() + 1, 0), count{1};
+        offset[0] = i;
+        count.insert(count.end(), src.shape.begin(), src.shape.end());
+        dst.write_block(offset, count, std::span(std::as_const(values)));
+      };
       for (uint64_t i = 0; i < cells; ++i) {
-        if (rows[i].trajectories.empty()) continue;
+        const Row& row = rows[i];
+        if (row.trajectories.empty()) continue;
         try {
-          h5::File cell = h5::File::open_read((root / rows[i].file).string());
-          for (const TrajectorySource& src : rows[i].trajectories) {
-            std::vector<double> v = cell.open_dataset(src.path).read<double>();
-            out.at(src.name).write_block<double>({i, 0}, {1, v.size()}, v);
+          std::optional<h5::File> cell;
+          if (row.old_row < 0) cell.emplace(h5::File::open_read((root / row.file).string()));
+          for (const TrajectorySource& src : row.trajectories) {
+            h5::Dataset& dst = out.at(src.name);
+            if (dst.shape().size() != src.shape.size() + 1) continue;  // rank differs from the other cells'
+            if (row.old_row >= 0) {
+              auto it = previous_sets.find(src.name);
+              if (it == previous_sets.end())
+                it = previous_sets.emplace(src.name, previous->open_dataset("/trajectories/" + src.name)).first;
+              std::vector<uint64_t> offset(src.shape.size() + 1, 0), count{1};
+              offset[0] = static_cast<uint64_t>(row.old_row);
+              count.insert(count.end(), src.shape.begin(), src.shape.end());
+              if (src.shape.size() == 1)
+                copy_row(dst, src, i, it->second.read_block<double>(offset, count));
+              else
+                copy_row(dst, src, i, it->second.read_block<float>(offset, count));
+            } else if (src.shape.size() == 1) {
+              copy_row(dst, src, i, cell->open_dataset(src.path).read<double>());
+            } else {
+              copy_row(dst, src, i, cell->open_dataset(src.path).read<float>());
+            }
           }
         } catch (const h5::Error& e) {
           if (std::string(e.what()).find(tmp) != std::string::npos) throw;  // our output failed
-          result.skipped.push_back(rows[i].file + ": trajectories not read (row kept): " + e.what());
+          result.skipped.push_back(row.file + ": trajectories not read (row kept): " + e.what());
         }
       }
     }
     write_fits(f, result.fits);
     f.write_strings("/skipped", result.skipped, "runs/NAME: why a result file was left out");
+    write_index(f, rows, trajectories);
     f.close();
   }
   commit_file(tmp, out_path);

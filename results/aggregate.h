@@ -11,6 +11,9 @@ namespace attnsweep {
 struct AggregateOptions {
   int64_t fit_min_n = 0;           // fit only cells with prompt_length in [min, max]
   int64_t fit_max_n = INT64_MAX;
+  // Reuse the rows of files unchanged (same size and mtime) since the previous
+  // aggregate.h5 (its /index) instead of reopening them.
+  bool reuse_previous = true;
 };
 
 struct Fit {
@@ -24,6 +27,8 @@ struct Fit {
 
 struct AggregateResult {
   int64_t cells = 0;
+  int64_t reread = 0;                 // rows read from their cell files this time
+  int64_t reused = 0;                 // rows copied from the previous aggregate.h5 (unchanged files)
   std::vector<std::string> skipped;   // "runs/x.h5: reason"
   std::vector<Fit> fits;              // sorted by group, then metric
   std::vector<std::string> columns;   // the /cells (and summary.csv) columns, in order

@@ -303,6 +303,24 @@ std::vector<T> Dataset::read() const {
   return out;
 }
 
+template <Numeric T>
+std::vector<T> Dataset::read_block(const std::vector<uint64_t>& offset, const std::vector<uint64_t>& count) const {
+  if (offset.size() != count.size()) fail("read_block: offset and count differ in rank");
+  Kind k = kind();
+  if (k != Kind::Float && k != Kind::Integer) fail("does not hold numbers");
+  std::vector<T> out(product(count));
+  if (out.empty()) return out;
+  Id space(H5Dget_space(id()), H5Sclose);
+  if (H5Sget_simple_extent_ndims(space.get()) != static_cast<int>(count.size())) fail("read_block: wrong rank");
+  auto start = to_hsize(offset), cnt = to_hsize(count);
+  if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr) < 0)
+    fail("cannot select the block to read");
+  Id mem(H5Screate_simple(static_cast<int>(cnt.size()), cnt.data(), nullptr), H5Sclose);
+  if (H5Dread(id(), native_type<T>(), mem.get(), space.get(), H5P_DEFAULT, out.data()) < 0)
+    fail("cannot read block");
+  return out;
+}
+
 std::vector<std::string> Dataset::read_strings() const {
   Id type(H5Dget_type(id()), H5Tclose);
   if (!type.valid()) fail("cannot get the datatype");
@@ -575,6 +593,7 @@ void File::close() {
 
 #define ATTNSWEEP_H5_INSTANTIATE(T)                                                                                  \
   template std::vector<T> Dataset::read<T>() const;                                                                  \
+  template std::vector<T> Dataset::read_block<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&) const;  \
   template void Dataset::write_block<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&,                  \
                                         std::span<const T>);                                                         \
   template void Dataset::append_rows<T>(std::span<const T>);                                                         \

@@ -117,6 +117,9 @@ class Dataset : public Object {
   template <Numeric T>
   std::vector<T> read() const;
   std::vector<std::string> read_strings() const;
+  // The block at `offset` with extent `count` (row-major, product(count) elements).
+  template <Numeric T>
+  std::vector<T> read_block(const std::vector<uint64_t>& offset, const std::vector<uint64_t>& count) const;
 
   // Writes the block at `offset` with extent `count` (row-major data, product(count)).
   template <Numeric T>

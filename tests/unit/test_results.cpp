@@ -3,9 +3,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 
@@ -273,7 +275,7 @@ class AggregateTest : public ResultsTest {
             }
             r.datasets.push_back({"/train/step", {t}, step, "step"});
             r.datasets.push_back({"/train/loss", {t}, loss, "training loss"});
-            r.datasets.push_back({"/norms/attn_fro", {t, 1, 1}, std::vector<float>(t, 1.0f), "not a trajectory"});
+            r.datasets.push_back({"/norms/attn_fro", {t, 1, 1}, std::vector<float>(t, 1.0f), "||phi(S)||_F"});
           }
           write_cell_file(path("runs/" + r.cell_id + ".h5"), r);
           ++good_;
@@ -365,7 +367,8 @@ TEST_F(AggregateTest, CellColumnsAndTypes) {
 TEST_F(AggregateTest, TrajectoriesAreNaNPadded) {
   AggregateResult a = aggregate_dir(dir_.string(), {});
   h5::File f = h5::File::open_read(path("aggregate.h5"));
-  EXPECT_EQ(f.open_group("/trajectories").children(), (std::vector<std::string>{"train_loss", "train_step"}));
+  EXPECT_EQ(f.open_group("/trajectories").children(),
+            (std::vector<std::string>{"norms_attn_fro", "train_loss", "train_step"}));
   h5::Dataset loss = f.open_dataset("/trajectories/train_loss");
   const uint64_t cells = static_cast<uint64_t>(a.cells), T = 17;
   ASSERT_EQ(loss.shape(), (std::vector<uint64_t>{cells, T}));
@@ -459,6 +462,99 @@ TEST_F(ResultsTest, AggregateOfEmptyRuns) {
   EXPECT_TRUE(f.open_dataset("/skipped").read_strings().empty());
   EXPECT_TRUE(f.open_dataset("/cells/cell_id").read_strings().empty());
   EXPECT_EQ(read_scalar_csv_count(path("summary.csv")), 1.0);
+}
+
+TEST_F(AggregateTest, NormTrajectoriesAreFourDimensionalAndNaNPadded) {
+  // sample_cell has /norms/attn_fro [5, 2, 3]; the grid cells [t, 1, 1].
+  write_cell_file(path("runs/zz_sample.h5"), sample_cell("zz_sample"));
+  AggregateResult a = aggregate_dir(dir_.string(), {});
+  h5::File f = h5::File::open_read(path("aggregate.h5"));
+  h5::Dataset n = f.open_dataset("/trajectories/norms_attn_fro");
+  const uint64_t cells = static_cast<uint64_t>(a.cells);
+  ASSERT_EQ(n.shape(), (std::vector<uint64_t>{cells, 17, 2, 3}));
+  EXPECT_EQ(n.kind(), h5::Kind::Float);
+  auto ids = f.open_dataset("/cells/cell_id").read_strings();
+  const uint64_t row = static_cast<uint64_t>(std::find(ids.begin(), ids.end(), "zz_sample") - ids.begin());
+  ASSERT_LT(row, cells);
+  auto v = n.read_block<float>({row, 0, 0, 0}, {1, 17, 2, 3});
+  EXPECT_EQ(v[0 * 6 + 1 * 3 + 2], 0.5f * 5);   // t=0, l=1, h=2 -> element 5
+  EXPECT_EQ(v[4 * 6 + 1 * 3 + 2], 0.5f * 29);  // t=4 -> element 29
+  EXPECT_TRUE(std::isnan(v[5 * 6]));            // past its 5 steps
+  const uint64_t p64 = static_cast<uint64_t>(std::find(ids.begin(), ids.end(), "poly_n64_s0") - ids.begin());
+  auto w = n.read_block<float>({p64, 0, 0, 0}, {1, 17, 2, 3});
+  EXPECT_EQ(w[0], 1.0f);
+  EXPECT_TRUE(std::isnan(w[1]));  // head 1 it does not have
+}
+
+TEST_F(AggregateTest, RerunReadsOnlyChangedFiles) {
+  AggregateResult first = aggregate_dir(dir_.string(), {});
+  EXPECT_EQ(first.reread, good_);
+  EXPECT_EQ(first.reused, 0);
+  h5::File f1 = h5::File::open_read(path("aggregate.h5"));
+  auto loss1 = f1.open_dataset("/trajectories/train_loss").read<double>();
+  auto norms1 = f1.open_dataset("/trajectories/norms_attn_fro").read<float>();
+  f1.close();
+  std::ifstream c1(path("summary.csv"));
+  std::string csv1((std::istreambuf_iterator<char>(c1)), {});
+
+  AggregateResult second = aggregate_dir(dir_.string(), {});
+  EXPECT_EQ(second.reread, 0);
+  EXPECT_EQ(second.reused, good_);
+  EXPECT_EQ(second.skipped, first.skipped);  // bad files are still looked at and listed
+  EXPECT_EQ(second.columns, first.columns);
+  ASSERT_EQ(second.fits.size(), first.fits.size());
+  EXPECT_EQ(second.fits[0].slope, first.fits[0].slope);
+  {
+    h5::File f2 = h5::File::open_read(path("aggregate.h5"));
+    auto loss2 = f2.open_dataset("/trajectories/train_loss").read<double>();
+    ASSERT_EQ(loss2.size(), loss1.size());
+    for (size_t i = 0; i < loss1.size(); ++i)
+      EXPECT_TRUE(loss1[i] == loss2[i] || (std::isnan(loss1[i]) && std::isnan(loss2[i]))) << i;
+    auto norms2 = f2.open_dataset("/trajectories/norms_attn_fro").read<float>();
+    ASSERT_EQ(norms2.size(), norms1.size());
+    for (size_t i = 0; i < norms1.size(); ++i)
+      EXPECT_TRUE(norms1[i] == norms2[i] || (std::isnan(norms1[i]) && std::isnan(norms2[i]))) << i;
+  }
+  std::ifstream c2(path("summary.csv"));
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(c2)), {}), csv1);
+
+  // One file rewritten (new metric, longer trajectory), one added, one removed.
+  CellResult r = sample_cell("poly_n64_s0", 20);
+  r.config = json{{"activation", "poly"}, {"degree", 3}, {"scale", "inv_sqrt_n"}, {"lr", 1e-3},
+                  {"prompt_length", 64}, {"seed", 0}};
+  r.final_metrics = {{"attn_fro", 3 * 8.0}, {"jac_fro", 0.5 * 512.0}, {"extra", 7.0}};
+  fs::remove(path("runs/poly_n64_s0.h5"));
+  write_cell_file(path("runs/poly_n64_s0.h5"), r);
+  write_cell_file(path("runs/zz_new.h5"), sample_cell("zz_new"));
+  fs::remove(path("runs/softmax_n16_s0.h5"));
+  AggregateResult third = aggregate_dir(dir_.string(), {});
+  EXPECT_EQ(third.cells, good_);
+  EXPECT_EQ(third.reread, 2);
+  EXPECT_EQ(third.reused, good_ - 2);
+  h5::File f3 = h5::File::open_read(path("aggregate.h5"));
+  auto ids = f3.open_dataset("/cells/cell_id").read_strings();
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), "softmax_n16_s0"), 0);
+  const uint64_t T = 20;
+  h5::Dataset loss = f3.open_dataset("/trajectories/train_loss");
+  ASSERT_EQ(loss.shape(), (std::vector<uint64_t>{static_cast<uint64_t>(third.cells), T}));
+  auto v = loss.read<double>();
+  auto extra = f3.open_dataset("/cells/extra").read<double>();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    SCOPED_TRACE(ids[i]);
+    if (ids[i] == "poly_n64_s0") {
+      EXPECT_EQ(v[i * T + 19], double(1.0f / 20.0f));
+      EXPECT_EQ(extra[i], 7.0);
+    } else if (ids[i] == "poly_n256_s1") {  // copied from the previous aggregate, re-padded to 20
+      EXPECT_EQ(v[i * T + 16], 256.0 + 16);
+      EXPECT_TRUE(std::isnan(v[i * T + 17]));
+      EXPECT_TRUE(std::isnan(extra[i]));
+    }
+  }
+  AggregateOptions full;
+  full.reuse_previous = false;
+  AggregateResult fourth = aggregate_dir(dir_.string(), full);
+  EXPECT_EQ(fourth.reread, good_);
+  EXPECT_EQ(fourth.reused, 0);
 }
 
 // ---- fits -----------------------------------------------------------------------------

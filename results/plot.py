@@ -1,0 +1,560 @@
+#!/usr/bin/python3
+# `attnsweep report DIR`: DIR/aggregate.h5 (+ manifest.json, status.json) ->
+# DIR/report.html, one self-contained page (figures as base64 PNG). Compiled into the
+# attnsweep binary (results/CMakeLists.txt) and written to a temporary file at run time.
+#
+# usage: plot.py DIR VERSION
+# Prints "figures: N" (the number of <img> on the page) and the page's path.
+# Exit codes: 0 written, 2 bad input (no aggregate.h5 ...), 3 a Python module is missing.
+import base64
+import datetime
+import html
+import io
+import json
+import math
+import os
+import sys
+
+try:
+    import numpy as np
+    import h5py
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError as e:  # the caller names the Debian packages
+    print(f"missing Python module: {e.name}", file=sys.stderr)
+    sys.exit(3)
+
+FIXED = {"cell_id", "status", "device", "wall_seconds", "diverged_at_step"}
+ACT_NAMES = {"softmax": "softmax", "relu": "ReLU", "sigmoid": "sigmoid", "linear": "linear", "poly": "poly"}
+SCALE_NAMES = {"none": "", "inv_sqrt_n": "/√N", "inv_n": "/N"}
+SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+plt.rcParams.update({
+    "figure.dpi": 120, "font.size": 9.5, "axes.titlesize": 10.5, "axes.labelsize": 9.5,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+    "grid.alpha": 0.25, "legend.fontsize": 8, "legend.frameon": False,
+})
+
+
+def die(msg, code=2):
+    print(f"attnsweep report: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def load(dirname):
+    path = os.path.join(dirname, "aggregate.h5")
+    if not os.path.exists(path):
+        die(f"{path}: missing (run attnsweep aggregate {dirname})")
+    data = {"cells": {}, "params": [], "metrics": [], "traj": {}, "skipped": []}
+    with h5py.File(path, "r") as f:
+        data["n"] = int(f.attrs.get("cells", 0))
+        data["version"] = f.attrs.get("attnsweep_version", "")
+        if isinstance(data["version"], bytes):
+            data["version"] = data["version"].decode()
+        for k in f["cells"]:
+            d = f["cells"][k]
+            desc = d.attrs.get("description", "")
+            desc = desc.decode() if isinstance(desc, bytes) else str(desc)
+            if d.dtype.kind in "OSU":
+                data["cells"][k] = np.array(d.asstr()[()], dtype=object)
+            else:
+                data["cells"][k] = d[()]
+            if desc.startswith("config parameter"):
+                data["params"].append(k)
+            elif desc.startswith("final metric"):
+                data["metrics"].append(k)
+        if "skipped" in f:
+            data["skipped"] = list(f["skipped"].asstr()[()])
+        if "trajectories" in f:
+            for k in f["trajectories"]:
+                data["traj"][k] = f["trajectories"][k]  # read lazily below
+            data["traj"] = {k: v[()] for k, v in data["traj"].items() if v.size * v.dtype.itemsize < (2 << 30)}
+    return data
+
+
+def read_json(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
+
+
+def is_missing(v):
+    return v is None or (isinstance(v, str) and v == "") or (isinstance(v, float) and math.isnan(v))
+
+
+def value_text(v):
+    if isinstance(v, (float, np.floating)):
+        return str(int(v)) if float(v).is_integer() else f"{float(v):g}"
+    return str(v)
+
+
+class Groups:
+    """Cells grouped by every config parameter but prompt_length and seed."""
+
+    def __init__(self, data):
+        cells = data["cells"]
+        n = data["n"]
+        self.cells = cells
+        self.n = n
+        keys = [k for k in data["params"] if k not in ("prompt_length", "seed")]
+        rows = []
+        for i in range(n):
+            rows.append(tuple((k, cells[k][i].item() if hasattr(cells[k][i], "item") else cells[k][i]) for k in keys))
+        # Only parameters that vary name a group (task=norm_probe, samples=32 are said once).
+        self.varying = [k for j, k in enumerate(keys) if len({value_text(r[j][1]) for r in rows}) > 1]
+        self.constant = [(k, rows[0][j][1]) for j, k in enumerate(keys) if k not in self.varying and rows and not is_missing(rows[0][j][1])]
+        self.key_of_row = [tuple((k, value_text(v)) for k, v in r if k in self.varying) for r in rows]
+        order = sorted(set(self.key_of_row), key=lambda t: self.sort_key(t))
+        self.keys = order
+        self.label = {g: self.pretty(g) for g in order}
+
+    @staticmethod
+    def sort_key(g):
+        d = dict(g)
+        act = d.get("activation", "")
+        rank = {"softmax": 0, "linear": 1, "poly": 2, "relu": 3, "sigmoid": 4}.get(act, 5)
+        return (rank, d.get("degree", ""), {"none": 0, "inv_sqrt_n": 1, "inv_n": 2}.get(d.get("scale", ""), 3), g)
+
+    @staticmethod
+    def pretty(g):
+        d = dict(g)
+        parts = []
+        act = d.pop("activation", None)
+        deg = d.pop("degree", None)
+        scale = d.pop("scale", None)
+        if act is not None:
+            if act == "poly":
+                name = "s" + (deg.translate(SUPERSCRIPT) if deg not in (None, "nan", "") else "ᵖ")
+            else:
+                name = ACT_NAMES.get(act, act)
+            if scale not in (None, "", "nan"):
+                name += SCALE_NAMES.get(scale, " " + scale)
+            parts.append(name)
+        elif deg not in (None, "nan", ""):
+            parts.append(f"degree={deg}")
+        if scale not in (None, "", "nan") and act is None:
+            parts.append(f"scale={scale}")
+        parts += [f"{k}={v}" for k, v in d.items() if v not in ("", "nan")]
+        return ", ".join(parts) if parts else "all cells"
+
+    def rows(self, g, mask=None):
+        idx = [i for i in range(self.n) if self.key_of_row[i] == g]
+        if mask is not None:
+            idx = [i for i in idx if mask[i]]
+        return np.array(idx, dtype=int)
+
+
+def fig_png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def colors(n):
+    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def loglog_fit(x, y):
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    x, y = np.log(x[ok]), np.log(y[ok])
+    if len(np.unique(x)) < 2:
+        return math.nan, math.nan
+    slope, intercept = np.polyfit(x, y, 1)
+    return (0.0 if abs(slope) < 0.005 else slope), intercept  # no "-0.00" in legends
+
+
+def per_n(values, ns):
+    """Mean and std over seeds at each prompt length."""
+    out_n, mean, std, count = [], [], [], []
+    for n in np.unique(ns):
+        v = values[(ns == n) & np.isfinite(values)]
+        if len(v) == 0:
+            continue
+        out_n.append(n)
+        mean.append(v.mean())
+        std.append(v.std(ddof=1) if len(v) > 1 else 0.0)
+        count.append(len(v))
+    return np.array(out_n, dtype=float), np.array(mean), np.array(std), count
+
+
+def legend_outside(ax, ncol=1):
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), ncol=ncol, borderaxespad=0)
+
+
+class Report:
+    def __init__(self, data, groups):
+        self.data, self.g = data, groups
+        c = data["cells"]
+        self.complete = np.array([s == "complete" for s in c["status"]], dtype=bool) if data["n"] else np.zeros(0, bool)
+        self.N = c["prompt_length"].astype(float) if "prompt_length" in c else None
+        self.figures = []  # (title, caption, png)
+
+    def metric(self, name):
+        c = self.data["cells"]
+        if name not in self.data["metrics"] or name not in c:
+            return None
+        v = c[name].astype(float)
+        return v if np.isfinite(v[self.complete]).any() else None
+
+    def add(self, title, caption, fig):
+        self.figures.append((title, caption, fig_png(fig)))
+
+    # (1) norms at initialisation against N
+    def norms_vs_n(self):
+        if self.N is None or len(np.unique(self.N[self.complete])) < 2:
+            return
+        panels = [(m, b) for m, b in (("attn_fro", 1.0), ("jac_fro", 0.5)) if self.metric(m) is not None]
+        if not panels:
+            return
+        fig, axes = plt.subplots(1, len(panels), figsize=(3.9 * len(panels) + 2.6, 3.9), squeeze=False)
+        cols = colors(len(self.g.keys))
+        nmin, nmax = np.nanmin(self.N[self.complete]), np.nanmax(self.N[self.complete])
+        for ax, (m, bound) in zip(axes[0], panels):
+            v = self.metric(m)
+            for col, g in zip(cols, self.g.keys):
+                idx = self.g.rows(g, self.complete & np.isfinite(v) & (v > 0))
+                if len(idx) == 0:
+                    continue
+                ns, mean, std, _ = per_n(v[idx], self.N[idx])
+                slope, _ = loglog_fit(self.N[idx], v[idx])
+                lab = self.g.label[g] + (f"  (slope {slope:+.2f})" if math.isfinite(slope) else "")
+                ax.errorbar(ns, mean, yerr=std, color=col, marker="o", ms=3.5, lw=1.3, capsize=2.5, label=lab)
+            xs = np.geomspace(nmin, nmax, 50)
+            blab = "bound √N" if bound == 1.0 else "bound √N/2"
+            ax.plot(xs, bound * np.sqrt(xs), color="black", ls="--", lw=1.1, label="_nolegend_")
+            ax.annotate(blab, (xs[-1], bound * math.sqrt(xs[-1])), xytext=(-4, 6), textcoords="offset points",
+                        ha="right", fontsize=8.5, color="black")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("prompt length N")
+            ax.set_ylabel("‖φ(S)‖_F" if m == "attn_fro" else "‖∂φ(S)/∂S‖_F")
+            ax.set_title(("Activation norm" if m == "attn_fro" else "Jacobian norm") + " at initialisation")
+        legend_outside(axes[0][-1])
+        fig.tight_layout()
+        self.add("Norm laws at initialisation",
+                 "Frobenius norm of the attention activation φ(S) (left) and of its Jacobian ∂φ(S)/∂S (right) "
+                 "against prompt length N, log–log; mean over seeds, error bars ±1 sd. The legend gives each "
+                 "activation's fitted log–log slope (OLS over all complete cells). Reproduces Theorems 4.1–4.3: "
+                 "slope ≈ 1 for unscaled sᵖ, ≈ 0.5 for sᵖ/√N, ≈ 0 for sᵖ/N and for softmax; the dashed lines "
+                 "are the bounds ‖softmax‖_F ≤ √N and ‖∇softmax‖_F ≤ √N/2.", fig)
+
+    # (2) per-layer norm trajectories over training
+    def norm_trajectories(self):
+        tr = self.data["traj"]
+        names = [n for n in ("norms_attn_fro", "norms_jac_fro") if n in tr and tr[n].ndim == 4 and tr[n].shape[1] > 1]
+        names = [n for n in names if np.isfinite(tr[n]).any()]
+        if not names:
+            return
+        step = tr.get("train_step")
+        groups = []
+        for g in self.g.keys:
+            idx = self.g.rows(g, self.complete)
+            idx = [i for i in idx if np.isfinite(tr[names[0]][i]).any()]
+            if not idx:
+                continue
+            if self.N is not None:  # the largest prompt length of the group
+                nmax = max(self.N[i] for i in idx)
+                idx = [i for i in idx if self.N[i] == nmax]
+            groups.append((g, np.array(idx)))
+        groups = groups[:6]
+        if not groups:
+            return
+        fig, axes = plt.subplots(len(names), len(groups), figsize=(min(10.5, 2.3 * len(groups) + 1.4), 2.5 * len(names)),
+                                 squeeze=False, sharex=True)
+        for r, name in enumerate(names):
+            arr = tr[name]
+            L = arr.shape[2]
+            cols = plt.get_cmap("viridis")(np.linspace(0.05, 0.85, L))
+            for c, (g, idx) in enumerate(groups):
+                ax = axes[r][c]
+                per_cell = np.nanmean(arr[idx], axis=3)  # [cells, T, L], mean over heads
+                with np.errstate(all="ignore"):
+                    import warnings
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        mean = np.nanmean(per_cell, axis=0)  # [T, L] over seeds
+                x = np.nanmean(step[idx], axis=0) if step is not None and step.shape[1] >= arr.shape[1] else np.arange(arr.shape[1])
+                x = x[: arr.shape[1]]
+                for layer in range(L):
+                    y = mean[:, layer]
+                    if np.isfinite(y).any():
+                        ax.plot(x, y, color=cols[layer], lw=1.3, label=f"layer {layer + 1}")
+                title = self.g.label[g] + (f", N={int(self.N[idx[0]])}" if self.N is not None else "")
+                if r == 0:
+                    ax.set_title(title)
+                if c == 0:
+                    ax.set_ylabel("‖φ(S)‖_F" if name == "norms_attn_fro" else "‖∂φ(S)/∂S‖_F")
+                if r == len(names) - 1:
+                    ax.set_xlabel("training step")
+        legend_outside(axes[0][-1])
+        fig.tight_layout()
+        self.add("Norms over training, per layer",
+                 "‖φ(S)‖_F (top) and ‖∂φ(S)/∂S‖_F (bottom) of each layer during training, mean over heads and "
+                 "over seeds, one panel per activation (at its largest prompt length). Reproduces paper A, "
+                 "Figs 2–3 (how the norms of each activation grow or stay bounded over training, layer by layer).", fig)
+
+    # (3) test accuracy against N
+    def accuracy_vs_n(self):
+        acc = self.metric("test_accuracy")
+        if acc is None or self.N is None:
+            return
+        fig, ax = plt.subplots(figsize=(7.4, 3.9))
+        for col, g in zip(colors(len(self.g.keys)), self.g.keys):
+            idx = self.g.rows(g, self.complete & np.isfinite(acc))
+            if len(idx) == 0:
+                continue
+            ns, mean, std, count = per_n(acc[idx], self.N[idx])
+            ax.errorbar(ns, mean, yerr=std, color=col, marker="o", ms=4, lw=1.4, capsize=3,
+                        label=f"{self.g.label[g]} ({max(count)} seeds)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("prompt length N (tokens)")
+        ax.set_ylabel("test accuracy")
+        ax.set_title("Test accuracy against prompt length")
+        legend_outside(ax)
+        fig.tight_layout()
+        self.add("Accuracy against prompt length",
+                 "Final test accuracy of each activation at each prompt length N; mean over seeds, error bars "
+                 "±1 sd (diverged cells left out). Reproduces the comparison of softmax, s³/√N, s³, s/√N and "
+                 "ReLU/N on the image task (paper A), with the seeds and error bars paper A lacked.", fig)
+
+    # (4) paper B: concentration and test risk
+    def concentration(self):
+        lim, mse = self.metric("limit_sq_error"), self.metric("test_mse")
+        if self.N is None or (lim is None and mse is None):
+            return
+        panels = [p for p in (("limit_sq_error", lim), ("test_mse", mse)) if p[1] is not None]
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.0 * len(panels) + 2.0, 3.9), squeeze=False)
+        for ax, (name, v) in zip(axes[0], panels):
+            for col, g in zip(colors(len(self.g.keys)), self.g.keys):
+                idx = self.g.rows(g, self.complete & np.isfinite(v))
+                if len(idx) == 0:
+                    continue
+                ns, mean, std, _ = per_n(v[idx], self.N[idx])
+                lab = self.g.label[g]
+                if name == "limit_sq_error":
+                    slope, _ = loglog_fit(self.N[idx], v[idx])
+                    if math.isfinite(slope):
+                        lab += f"  (slope {slope:+.2f})"
+                ax.errorbar(ns, mean, yerr=std, color=col, marker="o", ms=4, lw=1.4, capsize=3, label=lab)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("context length L")
+            if name == "limit_sq_error":
+                ax.set_yscale("log")
+                ax.set_ylabel("‖attn_L − attn_∞‖² (squared distance to the limit)")
+                ax.set_title("Concentration around the Gaussian limit")
+            else:
+                ax.set_ylabel("test MSE")
+                ax.set_title("In-context regression test risk")
+            ax.legend(loc="best")
+        fig.tight_layout()
+        self.add("In-context regression: concentration and test risk",
+                 "Left: squared distance between finite-L softmax attention and its Gaussian limit against the "
+                 "context length L, log–log, with the fitted slope (paper B predicts ≈ −1). Right: test MSE of "
+                 "trained attention against L; paper B predicts softmax and linear attention approach each other "
+                 "as L grows. Means over seeds, error bars ±1 sd.", fig)
+
+    # (5) loss curves
+    def loss_curves(self):
+        tr = self.data["traj"]
+        loss = tr.get("train_loss")
+        if loss is None or loss.ndim != 2 or loss.shape[1] < 2 or not np.isfinite(loss).any():
+            return
+        step = tr.get("train_step")
+        ns = sorted(np.unique(self.N[np.isfinite(self.N)])) if self.N is not None else [None]
+        if len(ns) > 4:
+            ns = [ns[int(round(i))] for i in np.linspace(0, len(ns) - 1, 4)]
+        fig, axes = plt.subplots(1, len(ns), figsize=(min(10.5, 2.6 * len(ns) + 2.4), 3.4), squeeze=False, sharey=True)
+        finite = loss[np.isfinite(loss)]
+        log_y = finite.size and finite.min() > 0 and finite.max() / finite.min() > 30
+        import warnings
+        for ax, n in zip(axes[0], ns):
+            for col, g in zip(colors(len(self.g.keys)), self.g.keys):
+                mask = np.ones(self.g.n, bool) if n is None else (self.N == n)
+                idx = self.g.rows(g, mask)
+                idx = [i for i in idx if np.isfinite(loss[i]).any()]
+                if not idx:
+                    continue
+                y = loss[idx]
+                x = np.nanmean(step[idx], axis=0) if step is not None else np.arange(y.shape[1])
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    mean, lo, hi = np.nanmean(y, 0), np.nanmin(y, 0), np.nanmax(y, 0)
+                ok = np.isfinite(mean) & np.isfinite(x)
+                ax.plot(x[ok], mean[ok], color=col, lw=1.3, label=f"{self.g.label[g]} ({len(idx)} seeds)")
+                if len(idx) > 1:
+                    ax.fill_between(x[ok], lo[ok], hi[ok], color=col, alpha=0.18, lw=0)
+            if log_y:
+                ax.set_yscale("log")
+            ax.set_xlabel("training step")
+            ax.set_title(f"N = {int(n)}" if n is not None else "all cells")
+        axes[0][0].set_ylabel("training loss")
+        legend_outside(axes[0][-1])
+        fig.tight_layout()
+        self.add("Training loss",
+                 "Training loss against step for each activation, one panel per prompt length N (up to four); "
+                 "line = mean over seeds, band = range over seeds. Diverged cells end where their loss became "
+                 "non-finite.", fig)
+
+    def table(self):
+        c = self.data["cells"]
+        metrics = [m for m in self.data["metrics"] if self.metric(m) is not None]
+        if not metrics or self.data["n"] == 0:
+            return "", 0
+        head = ["activation" + ("" if not self.g.varying else "")]
+        if self.N is not None:
+            head.append("N")
+        head.append("seeds")
+        head += metrics
+        rows = []
+        for g in self.g.keys:
+            idx_all = self.g.rows(g)
+            ns = sorted(np.unique(self.N[idx_all])) if self.N is not None else [None]
+            for n in ns:
+                idx = [i for i in idx_all if n is None or self.N[i] == n]
+                done = [i for i in idx if self.complete[i]]
+                div = len(idx) - len(done)
+                cells = [html.escape(self.g.label[g])]
+                if n is not None:
+                    cells.append(value_text(n))
+                cells.append(f"{len(done)}" + (f" <span class=bad>+{div} diverged</span>" if div else ""))
+                for m in metrics:
+                    v = c[m].astype(float)[done] if done else np.array([])
+                    v = v[np.isfinite(v)]
+                    if len(v) == 0:
+                        cells.append("–")
+                    elif len(v) == 1:
+                        cells.append(f"{v[0]:.4g}")
+                    else:
+                        cells.append(f"{v.mean():.4g} <span class=pm>± {v.std(ddof=1):.2g}</span>")
+                rows.append(cells)
+        out = ["<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+        for r in rows:
+            out.append("<tr>" + "".join(f"<td>{x}</td>" for x in r) + "</tr>")
+        out.append("</tbody></table>")
+        return "\n".join(out), len(rows)
+
+
+CSS = """
+:root { --ink:#1d2330; --muted:#5b6577; --line:#e3e7ee; --bg:#f6f7f9; --accent:#2f5fb3; }
+* { box-sizing: border-box; }
+body { margin:0; background:var(--bg); color:var(--ink);
+  font: 15px/1.55 -apple-system, "Segoe UI", "DejaVu Sans", Roboto, Helvetica, Arial, sans-serif; }
+header { background:#fff; border-bottom:1px solid var(--line); }
+.wrap { max-width:1180px; margin:0 auto; padding:0 28px; }
+header .wrap { padding-top:26px; padding-bottom:20px; }
+h1 { font-size:25px; margin:0 0 4px; letter-spacing:-0.01em; }
+h1 .grid { color:var(--accent); }
+.sub { color:var(--muted); font-size:13.5px; }
+.stats { display:flex; flex-wrap:wrap; gap:12px; margin-top:16px; }
+.stat { background:var(--bg); border:1px solid var(--line); border-radius:8px; padding:8px 16px; min-width:110px; }
+.stat b { display:block; font-size:21px; font-variant-numeric: tabular-nums; }
+.stat span { color:var(--muted); font-size:12px; text-transform:uppercase; letter-spacing:.05em; }
+.stat.ok b { color:#207245; } .stat.warn b { color:#a86400; } .stat.bad b { color:#b3261e; }
+main { padding:8px 0 40px; }
+h2 { font-size:18px; margin:30px 0 10px; }
+figure { background:#fff; border:1px solid var(--line); border-radius:10px; margin:0 0 22px; padding:18px 18px 12px; }
+figure img { display:block; max-width:100%; height:auto; margin:0 auto; }
+figcaption { color:var(--muted); font-size:13.5px; margin-top:10px; border-top:1px solid var(--line); padding-top:10px; }
+figcaption b { color:var(--ink); }
+.card { background:#fff; border:1px solid var(--line); border-radius:10px; padding:6px 0; overflow-x:auto; }
+table { border-collapse:collapse; width:100%; font-size:13px; font-variant-numeric: tabular-nums; }
+th, td { padding:6px 12px; text-align:right; white-space:nowrap; }
+th:first-child, td:first-child { text-align:left; }
+thead th { position:sticky; top:0; background:#fff; border-bottom:2px solid var(--line); font-weight:600; }
+tbody tr:nth-child(even) { background:#fafbfc; }
+tbody tr:hover { background:#eef3fb; }
+.pm { color:var(--muted); } .bad { color:#b3261e; }
+.note { color:var(--muted); font-size:13px; }
+ul.skipped { font: 12.5px/1.5 ui-monospace, "DejaVu Sans Mono", monospace; color:#7a4b00; }
+footer { color:var(--muted); font-size:12px; padding:18px 0 30px; border-top:1px solid var(--line); }
+"""
+
+
+def main():
+    if len(sys.argv) != 3:
+        die("usage: plot.py DIR VERSION")
+    dirname, version = sys.argv[1], sys.argv[2]
+    data = load(dirname)
+    manifest = read_json(os.path.join(dirname, "manifest.json"))
+    status = read_json(os.path.join(dirname, "status.json"))
+    groups = Groups(data)
+    rep = Report(data, groups)
+    for make in (rep.norms_vs_n, rep.norm_trajectories, rep.accuracy_vs_n, rep.concentration, rep.loss_curves):
+        make()
+    table, table_rows = rep.table()
+
+    st = data["cells"].get("status", np.array([], dtype=object))
+    complete = int(sum(1 for s in st if s == "complete"))
+    diverged = int(sum(1 for s in st if s == "diverged"))
+    ids = set(data["cells"].get("cell_id", []))
+    failed = [f for f in status.get("failed_cells", []) if f.get("cell_id") not in ids]
+    total = int(manifest.get("cells", data["n"] + len(failed)))
+    pending = max(0, total - complete - diverged - len(failed))
+    grid = manifest.get("grid_name") or os.path.basename(os.path.abspath(dirname))
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    const = ", ".join(f"{k}={value_text(v)}" for k, v in groups.constant)
+
+    def stat(n, label, cls=""):
+        return f'<div class="stat {cls}"><b>{n}</b><span>{label}</span></div>'
+
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>attnsweep report: {html.escape(grid)}</title><style>{CSS}</style></head><body>",
+        '<header><div class="wrap">',
+        f'<h1>attnsweep report · <span class="grid">{html.escape(grid)}</span></h1>',
+        f'<div class="sub">attnsweep {html.escape(version)}'
+        + (f" (grid run with {html.escape(str(manifest['attnsweep_version']))})"
+           if manifest.get("attnsweep_version") and manifest.get("attnsweep_version") != version else "")
+        + f" · generated {now} · {html.escape(os.path.abspath(dirname))}</div>",
+    ]
+    if manifest.get("grid_hash"):
+        parts.append(f'<div class="sub">grid hash {html.escape(str(manifest["grid_hash"]))}'
+                     + (f" · state: {html.escape(str(status['state']))}" if status.get("state") else "") + "</div>")
+    if const:
+        parts.append(f'<div class="sub">every cell: {html.escape(const)}</div>')
+    parts.append('<div class="stats">' + stat(total, "cells") + stat(complete, "complete", "ok")
+                 + stat(diverged, "diverged", "warn" if diverged else "") + stat(len(failed), "failed", "bad" if failed else "")
+                 + (stat(pending, "pending") if pending else "") + stat(len(rep.figures), "figures") + "</div>")
+    parts.append("</div></header><main><div class=\"wrap\">")
+    if not rep.figures:
+        parts.append('<p class="note">No figure applies to these cells yet (no prompt-length axis, metrics or '
+                     'trajectories that the report knows how to plot).</p>')
+    for k, (title, caption, png) in enumerate(rep.figures, 1):
+        parts.append(f"<h2>Figure {k}. {html.escape(title)}</h2><figure>"
+                     f'<img alt="{html.escape(title)}" src="data:image/png;base64,{png}">'
+                     f"<figcaption><b>Figure {k}.</b> {html.escape(caption)}</figcaption></figure>")
+    if table:
+        parts.append("<h2>Final metrics</h2><p class=\"note\">Mean ± standard deviation over seeds of every "
+                     "/final metric, per activation and prompt length N (complete cells only; diverged cells "
+                     "are counted beside the seeds).</p>")
+        parts.append(f'<div class="card">{table}</div>')
+    if failed:
+        parts.append("<h2>Failed cells</h2><ul class=\"skipped\">" + "".join(
+            f"<li>{html.escape(str(f.get('cell_id')))}: {html.escape(str(f.get('reason', '')))}</li>" for f in failed) + "</ul>")
+    if data["skipped"]:
+        parts.append("<h2>Files left out by aggregate</h2><ul class=\"skipped\">"
+                     + "".join(f"<li>{html.escape(s)}</li>" for s in data["skipped"]) + "</ul>")
+    parts.append(f'<footer>Made by <code>attnsweep report</code> from aggregate.h5 ({data["n"]} cells); '
+                 "figures are embedded, the page needs no other file.</footer></div></main></body></html>")
+
+    out = os.path.join(dirname, "report.html")
+    tmp = f"{out}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(parts))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, out)
+    print(f"figures: {len(rep.figures)}")
+    print(f"table rows: {table_rows}")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
