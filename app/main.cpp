@@ -36,7 +36,7 @@ const char* kUsage =
     "\n"
     "  plan GRID.json [--json]           validate and expand a grid: one line per cell, then the total\n"
     "  run GRID.json --out DIR [...]     run every cell (local slots, or every rank of mpirun/srun)\n"
-    "  train CELL.json --out FILE.h5     run one cell in this process\n"
+    "  train CELL.json --out FILE.h5     run one cell in this process (--checkpoint PATH: resumable)\n"
     "  status DIR [--json]               done / diverged / failed / pending, ETA\n"
     "  aggregate DIR                     DIR/aggregate.h5 + DIR/summary.csv, log-log fits\n"
     "  attention IN.h5 --out OUT.h5 ...  one attention forward + backward, for checking numerics\n"
@@ -209,12 +209,13 @@ int cmd_train(int argc, char** argv) {
   desc.add_options()("help,h", "this help")("cell", po::value(&cell_path)->required(), "the cell file")(
       "out", po::value(&out)->required(), "result file to write (atomically)")(
       "device", po::value(&opt.device)->default_value("cpu"), "cpu | cuda")(
-      "threads", po::value(&opt.threads)->default_value(1), "threads");
+      "threads", po::value(&opt.threads)->default_value(1), "threads")(
+      "checkpoint", po::value(&opt.checkpoint), "checkpoint file: resumed from when valid, written on SIGTERM/SIGUSR1");
   po::positional_options_description pos;
   pos.add("cell", 1);
   po::variables_map vm;
   if (!parse("train", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep train CELL.json --out FILE.h5 [--device cpu|cuda] [--threads T]", desc)) return kExitOk;
+  if (help(vm, "attnsweep train CELL.json --out FILE.h5 [--device cpu|cuda] [--threads T] [--checkpoint PATH]", desc)) return kExitOk;
   if (opt.device != "cpu" && opt.device != "cuda") {
     std::fprintf(stderr, "attnsweep train: --device: expected cpu or cuda, got \"%s\"\n", opt.device.c_str());
     return kExitUsage;
