@@ -18,6 +18,7 @@
 #include "coordinator/status.h"
 #include "coordinator/sweep.h"
 #include "results/aggregate.h"
+#include "worker/cpu_env.h"
 #include "worker/run_cell.h"
 
 namespace po = boost::program_options;
@@ -203,6 +204,17 @@ std::atomic<int> g_train_stop{0};
 void on_train_signal(int sig) { g_train_stop.store(sig); }
 
 int cmd_train(int argc, char** argv) {
+  // Runtime settings that only take effect at process start (worker/cpu_env.h): set
+  // them and run this same command again, once.
+  if (std::getenv("ATTNSWEEP_CPU_ENV_SET") == nullptr) {
+    const auto fixes = cpu_env_fixes();
+    if (!fixes.empty()) {
+      for (const auto& [k, v] : fixes) ::setenv(k.c_str(), v.c_str(), 0);
+      ::setenv("ATTNSWEEP_CPU_ENV_SET", "1", 1);
+      ::execv("/proc/self/exe", argv - 1);  // argv - 1: main's argv ("attnsweep train ...")
+      // exec failed (no /proc): carry on with the slower defaults
+    }
+  }
   std::string cell_path, out;
   RunCellOptions opt;
   po::options_description desc("options");

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Training throughput of the reference cell (image task, patch 4 -> N = 49, dim 64, 4
+# layers, 4 heads, MLP x4, batch 128, AdamW, softmax) on CPU with 2 threads: attnsweep's
+# trainer next to PyTorch 1.13 (Debian's /usr/bin/python3) training the same model in the
+# same run, alternating three times (the machine may be shared), best of each.
+# usage: bench/trainer_cpu.sh [STEPS]      (BUILD=build dir, default ./build)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${BUILD:-$here/../build}"
+bin="$build/bench/trainer_cpu"
+steps="${1:-30}"
+[[ -x "$bin" ]] || { echo "trainer_cpu.sh: $bin not built (cmake --build $build)" >&2; exit 2; }
+export OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2
+# The settings attnsweep train gives itself (worker/cpu_env.h), given to PyTorch as well
+# so that both run on the same BLAS kernels and OpenMP policy: OpenBLAS 0.3.21 calls this
+# virtualised Xeon "Prescott" (SSE3 kernels) unless told, and spinning OpenMP threads hurt
+# on shared cores. PyTorch is also timed with its own defaults; the faster figure is the
+# baseline.
+if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
+  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
+echo "# 2 threads, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+tmp="$(mktemp)"
+trap 'rm -f "$tmp"' EXIT
+for rep in 1 2 3; do
+  "$bin" 2 "$steps" softmax >>"$tmp"
+  OMP_WAIT_POLICY=passive /usr/bin/python3 "$here/trainer_cpu.py" 2 "$steps" >>"$tmp"
+  (unset OPENBLAS_CORETYPE; /usr/bin/python3 "$here/trainer_cpu.py" 2 "$steps") >>"$tmp"
+done
+/usr/bin/python3 - "$tmp" <<'PY'
+import sys
+rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.strip()]
+ours = [float(r[3]) for r in rows if r[0] == "attnsweep"]
+pt = [float(r[3]) for r in rows if r[0] == "pytorch"]
+print("attnsweep samples/s:", " ".join(f"{v:.0f}" for v in ours))
+print("PyTorch   samples/s:", " ".join(f"{v:.0f}" for v in pt))
+print(f"best: attnsweep {max(ours):.0f} samples/s, PyTorch 1.13 {max(pt):.0f} samples/s, "
+      f"ratio {max(ours) / max(pt):.2f}x (target >= 2x)")
+PY
