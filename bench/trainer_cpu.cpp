@@ -2,10 +2,14 @@
 // (N = 49 tokens of 16 pixels), dim 64, 4 layers, 4 heads, MLP x4, 10 classes, batch 128,
 // AdamW, clipping; softmax attention unless an activation is given. Random inputs
 // (the data loader is not what is timed). Prints one CSV line:
-//   attnsweep,<activation>,<threads>,<samples/s>,<seconds per step>
+//   attnsweep,<activation>,<threads>,<samples/s>,<seconds per step>,<samples per CPU-second>
+// (samples per CPU-second, all threads' CPU time: less sensitive than wall time to other
+// processes on a shared machine)
 // usage: trainer_cpu [THREADS] [STEPS] [ACTIVATION]   (defaults 2, 30, softmax)
 #include <omp.h>
 #include <unistd.h>
+
+#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -63,9 +67,17 @@ int main(int argc, char** argv) {
   // Logging steps collect the norms: time them as every 50th step does (norms on one
   // step in 50, as log_every = 50).
   for (int t = 0; t < 3; ++t) tr.step(x.data(), y.data(), nullptr, B, t, true);  // warm-up
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  const double c0 = cpu_now();
   const auto t0 = std::chrono::steady_clock::now();
   for (int t = 0; t < steps; ++t) tr.step(x.data(), y.data(), nullptr, B, 3 + t, t % 50 == 0);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("attnsweep,%s,%d,%.1f,%.4f\n", act.c_str(), threads, static_cast<double>(B) * steps / s, s / steps);
+  const double cpu = cpu_now() - c0;
+  std::printf("attnsweep,%s,%d,%.1f,%.4f,%.1f\n", act.c_str(), threads, static_cast<double>(B) * steps / s, s / steps,
+              static_cast<double>(B) * steps / cpu);
   return 0;
 }

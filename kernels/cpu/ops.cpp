@@ -81,54 +81,69 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 // ---- layernorm ------------------------------------------------------------------------
+// Row kernels are target_clones (AVX-512 / AVX2 / baseline, see GELU) with `omp simd`
+// reductions: float64 accumulation as before, 8 lanes at a time. The lane order is fixed
+// by the row length, so results do not depend on the thread count.
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C) {
+namespace {
+
+#define OPS_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+OPS_ROW_CLONES void layernorm_forward_rows(float* out, float* mean, float* rstd, const float* inp,
+                                           const float* weight, const float* bias, int64_t rows, int64_t C) {
   const double eps = 1e-5;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
+  for (int64_t i = 0; i < rows; ++i) {
     const float* x = inp + i * C;
     double m = 0.0;
+#pragma omp simd reduction(+ : m)
     for (int64_t c = 0; c < C; ++c) m += x[c];
     m /= static_cast<double>(C);
     double var = 0.0;  // biased variance, as PyTorch's LayerNorm
+#pragma omp simd reduction(+ : var)
     for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
     var /= static_cast<double>(C);
     const double r = 1.0 / std::sqrt(var + eps);
     float* o = out + i * C;
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) o[c] = static_cast<float>((x[c] - m) * r) * weight[c] + bias[c];
     mean[i] = static_cast<float>(m);
     rstd[i] = static_cast<float>(r);
   }
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  // dinp: with xhat = (x - mean) rstd and dxhat = dout * weight,
-  //   dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
+OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, const float* dout, const float* inp, const float* weight,
+                                            const float* mean, const float* rstd, int64_t rows, int64_t C) {
+  // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), xhat = (x - mean) rstd,
+  // dxhat = dout * weight
+  for (int64_t i = 0; i < rows; ++i) {
     const float* x = inp + i * C;
     const float* dy = dout + i * C;
+    const float m = mean[i];
+    const double r = rstd[i];
     double s1 = 0.0, s2 = 0.0;
+#pragma omp simd reduction(+ : s1, s2)
     for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x[c] - mean[i]) * static_cast<double>(rstd[i]);
+      const double xhat = (x[c] - m) * r;
       const double dxhat = static_cast<double>(dy[c]) * weight[c];
       s1 += dxhat;
       s2 += dxhat * xhat;
     }
     s1 /= static_cast<double>(C);
     s2 /= static_cast<double>(C);
+    float* dx = dinp + i * C;
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x[c] - mean[i]) * static_cast<double>(rstd[i]);
+      const double xhat = (x[c] - m) * r;
       const double dxhat = static_cast<double>(dy[c]) * weight[c];
-      dinp[i * C + c] += static_cast<float>(rstd[i] * (dxhat - s1 - xhat * s2));
+      dx[c] += static_cast<float>(r * (dxhat - s1 - xhat * s2));
     }
   }
-  // dweight += sum_i dout * xhat, dbias += sum_i dout: rows in order, vectorised along C
-  // (each column summed in row order, as a column-at-a-time loop would, minus the strides).
-  std::vector<double> acc(static_cast<size_t>(2 * C), 0.0);
-  double *sw = acc.data(), *sb = acc.data() + C;
+}
+
+// sw[c] += sum_i dout * xhat, sb[c] += sum_i dout, rows in order (each column's sum in
+// row order, whatever the thread count).
+OPS_ROW_CLONES void layernorm_param_grads(double* sw, double* sb, const float* dout, const float* inp,
+                                          const float* mean, const float* rstd, int64_t N, int64_t C) {
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
     const float* dy = dout + i * C;
@@ -141,9 +156,37 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       sb[c] += dy[c];
     }
   }
+}
+
+constexpr int64_t kRowBlock = 64;  // rows per parallel work item
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C) {
+  const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t r0 = b * kRowBlock;
+    layernorm_forward_rows(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, weight, bias,
+                           std::min(kRowBlock, N - r0), C);
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t r0 = b * kRowBlock;
+    layernorm_backward_rows(dinp + r0 * C, dout + r0 * C, inp + r0 * C, weight, mean + r0, rstd + r0,
+                            std::min(kRowBlock, N - r0), C);
+  }
+  std::vector<double> acc(static_cast<size_t>(2 * C), 0.0);
+  layernorm_param_grads(acc.data(), acc.data() + C, dout, inp, mean, rstd, N, C);
   for (int64_t c = 0; c < C; ++c) {
-    dweight[c] += static_cast<float>(sw[c]);
-    dbias[c] += static_cast<float>(sb[c]);
+    dweight[c] += static_cast<float>(acc[static_cast<size_t>(c)]);
+    dbias[c] += static_cast<float>(acc[static_cast<size_t>(C + c)]);
   }
 }
 
@@ -157,8 +200,6 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 namespace {
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr int64_t kGeluBlock = 4096;            // elements per parallel work item
-
-#define OPS_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 OPS_ROW_CLONES void gelu_forward_span(float* out, const float* inp, int64_t n) {
 #pragma omp simd
