@@ -37,3 +37,19 @@ for col, what in ((3, "samples/s (wall)"), (5, "samples per CPU-second")):
     print(f"  best: attnsweep {max(ours):.0f}, PyTorch 1.13 {max(pt):.0f}, ratio {max(ours) / max(pt):.2f}x"
           + ("  (target >= 2x)" if col == 3 else ""))
 PY
+
+# End to end: a small image grid (softmax vs s^3/sqrt(N), 200 steps) through
+# `attnsweep run` and `aggregate` (skip with E2E=0).
+if [[ "${E2E:-1}" == 1 ]]; then
+  out="$(mktemp -d)"
+  "$build/attnsweep" run "$here/../experiments/grids/image_smoke.json" --out "$out" --workers 2
+  "$build/attnsweep" aggregate "$out" >/dev/null
+  /usr/bin/python3 - "$out/summary.csv" <<'PY'
+import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    print(f"  {r['activation']:8s} degree={r['degree'] or '-':2s} status={r['status']} "
+          f"test_accuracy={float(r['test_accuracy']):.3f} test_loss={float(r['test_loss']):.3f} "
+          f"wall={float(r['wall_seconds']):.1f}s")
+PY
+  rm -rf "$out"
+fi
