@@ -21,6 +21,29 @@ namespace attnsweep {
 
 namespace {
 
+// Row passes are compiled for AVX-512 / AVX2 / baseline and picked at load time (the
+// project's baseline is x86-64 SSE2), as in kernels/cpu/attention.cpp.
+#define OPS_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+constexpr int64_t kBiasRows = 256;  // rows per parallel work item of the bias add
+
+OPS_ROW_CLONES void add_bias_rows(float* out, const float* bias, int64_t rows, int64_t OC) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* o = out + i * OC;
+#pragma omp simd
+    for (int64_t j = 0; j < OC; ++j) o[j] += bias[j];
+  }
+}
+
+// acc[o] += sum_i x[i, o], rows in order (each column summed in row order).
+OPS_ROW_CLONES void column_sums(double* acc, const float* x, int64_t N, int64_t OC) {
+  for (int64_t i = 0; i < N; ++i) {
+    const float* d = x + i * OC;
+#pragma omp simd
+    for (int64_t o = 0; o < OC; ++o) acc[o] += d[o];
+  }
+}
+
 // An sgemm whose M rows are split over the OpenMP team, OpenBLAS single-threaded inside
 // each part: one pool of threads (OpenMP's) instead of OpenMP's and OpenBLAS's spinning
 // against each other on the same cores (on 2 shared cores that made 2 threads 2x slower
@@ -55,8 +78,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   sgemm_rows(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC);
   if (bias != nullptr) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t o = 0; o < OC; ++o) out[i * OC + o] += bias[o];
+    for (int64_t b = 0; b < (N + kBiasRows - 1) / kBiasRows; ++b)
+      add_bias_rows(out + b * kBiasRows * OC, bias, std::min(kBiasRows, N - b * kBiasRows), OC);
   }
 }
 
@@ -70,13 +93,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     // Row by row, vectorised along OC: each column is still summed in row order (the
     // same sums as a column-at-a-time loop, without its stride-OC reads).
     std::vector<double> acc(static_cast<size_t>(OC), 0.0);
-    double* a = acc.data();
-    for (int64_t i = 0; i < N; ++i) {
-      const float* d = dout + i * OC;
-#pragma omp simd
-      for (int64_t o = 0; o < OC; ++o) a[o] += d[o];
-    }
-    for (int64_t o = 0; o < OC; ++o) dbias[o] += static_cast<float>(a[o]);
+    column_sums(acc.data(), dout, N, OC);
+    for (int64_t o = 0; o < OC; ++o) dbias[o] += static_cast<float>(acc[static_cast<size_t>(o)]);
   }
 }
 
@@ -86,8 +104,6 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // by the row length, so results do not depend on the thread count.
 
 namespace {
-
-#define OPS_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 OPS_ROW_CLONES void layernorm_forward_rows(float* out, float* mean, float* rstd, const float* inp,
                                            const float* weight, const float* bias, int64_t rows, int64_t C) {
