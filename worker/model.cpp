@@ -17,7 +17,9 @@ void zero(float* p, int64_t n) { std::memset(p, 0, static_cast<size_t>(n) * size
 // Copies of one head's row (hd = 16 floats here): an inline loop, not a memcpy call per
 // 64 bytes (the calls were 4 % of a training step).
 // (GCC would turn the loop back into a memcpy call without no-tree-loop-distribute-patterns.)
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void copy_row(float* __restrict dst, const float* __restrict src, int64_t n) {
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void copy_row(float* __restrict dst,
+                                                                                const float* __restrict src,
+                                                                                int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j] = src[j];
 }
 
