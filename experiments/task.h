@@ -43,6 +43,7 @@ struct TrainingData {
   int64_t tokens = 0;   // N tokens per sample, as the model sees them (before any CLS)
   int64_t in_dim = 0;   // features per token
   int64_t classes = 0;  // 0: regression (one float target, MSE)
+  int64_t vocab = 0;    // > 0: x holds token ids in [0, vocab) as floats (in_dim 1)
   // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class or y_value (the one
   // that applies) [count].
   std::function<void(int split, const int64_t* idx, int64_t count, float* x, int32_t* y_class, float* y_value)>

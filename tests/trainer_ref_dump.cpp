@@ -3,7 +3,7 @@
 // below), initialises it, draws `steps` random batches, and writes
 //   /params/<name>        initial parameters (every tensor of the model, its shape)
 //   /grads/<name>         gradients of the mean loss on batch 0 at the initial weights
-//   /batch/x              [steps, B, N, in_dim]
+//   /batch/x              [steps, B, N, in_dim] (with vocab > 0: token ids, in_dim 1)
 //   /batch/y_class        [steps, B] int64 (classify) or /batch/y_value [steps, B] float32
 //   /loss                 [steps] loss of each step's batch before its update (float64)
 //   /lr                   [steps] learning rate of each step
@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
     const bool classify = c["head"] == "classify";
     TrainingData shape;  // only the shape fields: model_config_of reads them
     shape.tokens = c["tokens"];
-    shape.in_dim = classify ? c["in_dim"].get<int64_t>() : c["dim"].get<int64_t>();
+    shape.vocab = c.value("vocab", int64_t{0});
+    shape.in_dim = !classify ? c["dim"].get<int64_t>() : shape.vocab > 0 ? 1 : c["in_dim"].get<int64_t>();
     shape.classes = classify ? c["classes"].get<int64_t>() : 0;
     const ModelConfig mc = model_config_of(c, shape);
     const TrainConfig tc = train_config_of(c);
@@ -53,7 +54,9 @@ int main(int argc, char** argv) {
     std::vector<float> x(static_cast<size_t>(S * xsz)), yv(static_cast<size_t>(S * B));
     std::vector<int32_t> yc(static_cast<size_t>(S * B));
     std::vector<int64_t> yc64(yc.size());
-    for (float& v : x) v = static_cast<float>(rng.normal());
+    for (float& v : x)
+      v = shape.vocab > 0 ? static_cast<float>(static_cast<int64_t>(rng.uniform() * static_cast<double>(shape.vocab)))
+                          : static_cast<float>(rng.normal());
     for (size_t i = 0; i < yc.size(); ++i) {
       yc[i] = classify ? static_cast<int32_t>(rng.uniform() * static_cast<double>(mc.classes)) : 0;
       yc64[i] = yc[i];

@@ -109,13 +109,14 @@ Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
   };
   // Buffer order = ParameterTensors order; a readout model has only qkv_w.
   const Row rows[kNumParameterTensors] = {
-      {"patch_w", tf ? std::vector<int64_t>{C, in} : std::vector<int64_t>{0}},
+      {cfg.vocab > 0 ? "wte" : "patch_w",
+       !tf ? std::vector<int64_t>{0} : cfg.vocab > 0 ? std::vector<int64_t>{cfg.vocab, C} : std::vector<int64_t>{C, in}},
       {"qkv_w", {L, 3 * C, C}},
       {"attproj_w", {tf ? L : 0, C, C}},
       {"fc_w", {tf ? L : 0, F, C}},
       {"fcproj_w", {tf ? L : 0, C, F}},
       {"head_w", {tf ? K : 0, C}},
-      {"patch_b", {tf ? C : 0}},
+      {"patch_b", {tf && cfg.vocab == 0 ? C : 0}},
       {"wpe", {tf ? T : 0, C}},
       {"cls", {tf && cfg.cls ? C : 0}},
       {"ln1_w", {tf ? L : 0, C}},
@@ -159,7 +160,10 @@ void Model::init(uint64_t init_seed, double init_std) {
     Rng rng(seed_of({init_seed, 0x1417ull, static_cast<uint64_t>(i)}));
     const bool matrix = i < kNumDecayedTensors;
     const std::string& n = t.name;
-    if (n == "ln1_w" || n == "ln2_w" || n == "lnf_w") {
+    if (n == "wte") {  // nn.Embedding: N(0, 1), or N(0, init_std^2)
+      const double sd = init_std > 0 ? init_std : 1.0;
+      for (int64_t j = 0; j < t.size; ++j) w[j] = static_cast<float>(sd * rng.normal());
+    } else if (n == "ln1_w" || n == "ln2_w" || n == "lnf_w") {
       std::fill(w, w + t.size, 1.0f);
     } else if (n == "ln1_b" || n == "ln2_b" || n == "lnf_b") {
       std::fill(w, w + t.size, 0.0f);
@@ -231,8 +235,20 @@ ForwardStats Model::forward_classify(bool collect_norms) {
     st.attn_fro.assign(static_cast<size_t>(L * H), 0.0);
     st.jac_fro.assign(static_cast<size_t>(L * H), 0.0);
   }
-  // embedding: encoded[b, t] = (CLS | x[b, t - off] @ patch_w^T + patch_b) + wpe[t]
-  matmul_forward(a_.emb, x_, p_.patch_w, p_.patch_b, B * N, cfg_.in_dim, C);
+  // embedding: encoded[b, t] = (CLS | x[b, t - off] @ patch_w^T + patch_b | wte[id]) + wpe[t]
+  if (cfg_.vocab > 0) {
+    ids_.resize(static_cast<size_t>(B * N));
+    for (int64_t i = 0; i < B * N; ++i) {
+      const float id = x_[i];
+      if (!(id >= 0 && id < static_cast<float>(cfg_.vocab)) || id != static_cast<float>(static_cast<int32_t>(id)))
+        throw std::runtime_error("model: token id " + std::to_string(id) + " is not an integer in [0, " +
+                                 std::to_string(cfg_.vocab) + ")");
+      ids_[static_cast<size_t>(i)] = static_cast<int32_t>(id);
+    }
+    embedding_forward(a_.emb, ids_.data(), p_.patch_w, nullptr, B, N, C);
+  } else {
+    matmul_forward(a_.emb, x_, p_.patch_w, p_.patch_b, B * N, cfg_.in_dim, C);
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < BT; ++bt) {
     const int64_t b = bt / T, t = bt % T;
@@ -349,7 +365,8 @@ void Model::backward_classify() {
     }
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(s_.demb + b * N * C, s_.dres + (b * T + off) * C, static_cast<size_t>(N * C) * sizeof(float));
-  matmul_backward(nullptr, g_.patch_w, g_.patch_b, s_.demb, x_, p_.patch_w, B * N, cfg_.in_dim, C);
+  if (cfg_.vocab > 0) embedding_backward(g_.patch_w, nullptr, s_.demb, ids_.data(), B, N, C);
+  else matmul_backward(nullptr, g_.patch_w, g_.patch_b, s_.demb, x_, p_.patch_w, B * N, cfg_.in_dim, C);
 }
 
 ForwardStats Model::forward_readout(bool collect_norms) {

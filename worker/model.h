@@ -3,8 +3,8 @@
 // a list of kernels/ops.h calls and the backward is written by hand, in reverse.
 //
 // Two shapes (design.md "Trainer"):
-// - Head::classify, a pre-LN transformer: x [B, N, in_dim] -> linear patch/token
-//   embedding + learned positions (+ an optional CLS token in front), L blocks of
+// - Head::classify, a pre-LN transformer: x [B, N, in_dim] -> linear patch embedding
+//   (or, with vocab > 0, token ids x [B, N] -> an embedding table) + learned positions (+ an optional CLS token in front), L blocks of
 //   (LN -> multi-head attention with phi, Q/K/V/O projections -> residual -> LN ->
 //   MLP(GELU, mlp_ratio) -> residual), final LN, mean over tokens (or the CLS token) ->
 //   linear head -> softmax cross-entropy.
@@ -27,7 +27,8 @@ enum class Head { classify, readout };
 struct ModelConfig {
   Head head = Head::classify;
   int64_t tokens = 16;   // N input tokens per sample (readout: prompt + 1 query)
-  int64_t in_dim = 16;   // features per input token
+  int64_t in_dim = 16;   // features per input token (1 when vocab > 0)
+  int64_t vocab = 0;     // > 0: inputs are token ids in [0, vocab), embedded by a table
   int64_t dim = 64;      // C
   int64_t layers = 4;    // L (readout: 1)
   int64_t heads = 4;     // H; head width dim / heads
@@ -45,14 +46,14 @@ struct ModelConfig {
 // Per-block tensors are stacked over layers, [L, ...], as in llm.c.
 struct ParameterTensors {
   // decayed
-  float* patch_w;     // (C, in_dim)
+  float* patch_w;     // (C, in_dim); with vocab > 0 the token table "wte" (vocab, C)
   float* qkv_w;       // (L, 3C, C): rows [0,C) Q, [C,2C) K, [2C,3C) V
   float* attproj_w;   // (L, C, C)
   float* fc_w;        // (L, 4C, C)
   float* fcproj_w;    // (L, C, 4C)
   float* head_w;      // (classes, C)
   // not decayed
-  float* patch_b;     // (C)
+  float* patch_b;     // (C); empty with vocab > 0
   float* wpe;         // (T, C)
   float* cls;         // (C)
   float* ln1_w;       // (L, C)
@@ -109,7 +110,8 @@ class Model {
   void init(uint64_t init_seed, double init_std);
 
   // Forward over a batch of B <= any earlier B (buffers grow as needed):
-  // x [B, N, in_dim]; classify: y_class [B]; readout: y_value [B]. Saves what the
+  // x [B, N, in_dim] (vocab > 0: token ids as floats, [B, N]; one input type for every
+  // task, and ids below 2^24 are exact); classify: y_class [B]; readout: y_value [B]. Saves what the
   // backward needs. collect_norms fills stats.attn_fro / jac_fro.
   ForwardStats forward(const float* x, const int32_t* y_class, const float* y_value, int64_t B, bool collect_norms);
   // Gradients of the mean loss of the last forward: zeroes grads() and fills it.
@@ -132,6 +134,7 @@ class Model {
   // sized for the largest batch seen.
   int64_t B_ = 0, cap_B_ = 0;
   const float* x_ = nullptr;
+  std::vector<int32_t> ids_;  // x_ as token ids (vocab > 0)
   const int32_t* y_class_ = nullptr;
   const float* y_value_ = nullptr;
   std::vector<float> acts_mem_, scratch_mem_;

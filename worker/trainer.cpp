@@ -47,6 +47,7 @@ ModelConfig model_config_of(const json& c, const TrainingData& data) {
   mc.tokens = data.tokens;
   mc.in_dim = data.in_dim;
   mc.classes = data.classes;
+  mc.vocab = data.vocab;
   mc.dim = c.value("dim", mc.dim);
   mc.layers = c.value("layers", mc.layers);
   mc.heads = c.value("heads", mc.heads);

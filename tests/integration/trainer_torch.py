@@ -16,7 +16,7 @@ import torch
 
 torch.set_default_dtype(torch.float64)
 DUMP = os.environ["TRAINER_REF_DUMP"]
-DECAYED = ["patch_w", "qkv_w", "attproj_w", "fc_w", "fcproj_w", "head_w"]
+DECAYED = ["patch_w", "wte", "qkv_w", "attproj_w", "fc_w", "fcproj_w", "head_w"]
 
 
 def phi(S, cfg, n_keys):
@@ -50,7 +50,10 @@ def forward(P, x, y, cfg):
         o = attention(sh(q), sh(k), sh(v), cfg).transpose(1, 2).reshape(B, C)
         return ((o[:, -1] - y) ** 2).mean()
     F = torch.nn.functional
-    h = x @ P["patch_w"].T + P["patch_b"]
+    if "wte" in P:  # token ids (stored as floats) through the embedding table
+        h = P["wte"][x[..., 0].long()]
+    else:
+        h = x @ P["patch_w"].T + P["patch_b"]
     if cfg["cls"]:
         h = torch.cat([P["cls"].expand(B, 1, C), h], dim=1)
     h = h + P["wpe"]
@@ -170,6 +173,7 @@ for an, a in ACTS.items():
     check(f"readout {an}", {**a, "head": "readout", "dim": 6, "heads": 1, "layers": 1, "tokens": 9,
                             "lr": 1e-2}, problems)
 check("classify softmax cls", {"activation": "softmax", "cls": True}, problems)
+check("classify relu tokens (vocab 7)", {"activation": "relu", "scale": "inv_n", "vocab": 7}, problems)
 check("classify poly3 sgd", {"activation": "poly", "degree": 3, "scale": "inv_sqrt_n", "optimizer": "sgd",
                              "lr": 0.1}, problems)
 if problems:
