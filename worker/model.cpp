@@ -14,17 +14,19 @@ namespace {
 
 void zero(float* p, int64_t n) { std::memset(p, 0, static_cast<size_t>(n) * sizeof(float)); }
 
-// Copies of one head's row (hd = 16 floats here): an inline loop, not a memcpy call per
-// 64 bytes (the calls were 4 % of a training step).
-// (GCC would turn the loop back into a memcpy call without no-tree-loop-distribute-patterns.)
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void copy_row(float* __restrict dst,
-                                                                                const float* __restrict src,
-                                                                                int64_t n) {
+// Copies of one head's row (hd = 16 floats here) are inline loops, not a memcpy call per
+// 64 bytes (the calls were 4 % of a training step). GCC turns such loops back into memcpy
+// calls unless the function that holds them is compiled without that pattern matching,
+// and a function with its own optimize attribute is not inlined: so the attribute goes on
+// each caller, and copy_row is a plain inline function.
+#define ATTNSWEEP_INLINE_COPIES __attribute__((optimize("no-tree-loop-distribute-patterns")))
+
+inline void copy_row(float* __restrict dst, const float* __restrict src, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j] = src[j];
 }
 
 // qkv (B, T, 3C) -> q, k, v (B, H, T, hd): the layout the attention kernel wants.
-void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t hd) {
+ATTNSWEEP_INLINE_COPIES void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t hd) {
   const int64_t C = H * hd;
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; ++bt) {
@@ -40,7 +42,7 @@ void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int6
 }
 
 // dq, dk, dv (B, H, T, hd) -> dqkv (B, T, 3C), overwritten.
-void merge_heads3(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T, int64_t H,
+ATTNSWEEP_INLINE_COPIES void merge_heads3(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T, int64_t H,
                   int64_t hd) {
   const int64_t C = H * hd;
 #pragma omp parallel for schedule(static)
@@ -57,7 +59,7 @@ void merge_heads3(float* dqkv, const float* dq, const float* dk, const float* dv
 }
 
 // (B, H, T, hd) <-> (B, T, C), overwriting the destination.
-void heads_to_rows(float* out, const float* in, int64_t B, int64_t T, int64_t H, int64_t hd) {
+ATTNSWEEP_INLINE_COPIES void heads_to_rows(float* out, const float* in, int64_t B, int64_t T, int64_t H, int64_t hd) {
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t b = bt / T, t = bt % T;
@@ -65,7 +67,7 @@ void heads_to_rows(float* out, const float* in, int64_t B, int64_t T, int64_t H,
       copy_row(out + bt * H * hd + h * hd, in + ((b * H + h) * T + t) * hd, hd);
   }
 }
-void rows_to_heads(float* out, const float* in, int64_t B, int64_t T, int64_t H, int64_t hd) {
+ATTNSWEEP_INLINE_COPIES void rows_to_heads(float* out, const float* in, int64_t B, int64_t T, int64_t H, int64_t hd) {
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t b = bt / T, t = bt % T;
@@ -369,7 +371,7 @@ void Model::backward_classify() {
   else matmul_backward(nullptr, g_.patch_w, g_.patch_b, s_.demb, x_, p_.patch_w, B * N, cfg_.in_dim, C);
 }
 
-ForwardStats Model::forward_readout(bool collect_norms) {
+ATTNSWEEP_INLINE_COPIES ForwardStats Model::forward_readout(bool collect_norms) {
   const int64_t B = B_, C = cfg_.dim, N = cfg_.tokens, H = cfg_.heads, hd = cfg_.head_dim(), Lp = N - 1;
   ForwardStats st;
   // qkv of every token (the query's K, V and the prompt's Q are not used: cheap here).
@@ -401,7 +403,7 @@ ForwardStats Model::forward_readout(bool collect_norms) {
   return st;
 }
 
-void Model::backward_readout() {
+ATTNSWEEP_INLINE_COPIES void Model::backward_readout() {
   const int64_t B = B_, C = cfg_.dim, N = cfg_.tokens, H = cfg_.heads, hd = cfg_.head_dim(), Lp = N - 1;
   zero(s_.dlogits, B);
   mse_backward(s_.dlogits, a_.logits, y_value_, 1.0f, B);
