@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   const int steps = argc > 2 ? std::atoi(argv[2]) : 30;
   const std::string act = argc > 3 ? argv[3] : "softmax";
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  openblas_set_num_threads(1);  // as train_cell: the GEMMs split rows over the OpenMP team
 
   ModelConfig mc;
   mc.tokens = 49;

@@ -16,6 +16,9 @@
 #include "kernels/ops.h"
 #include "results/atomic_file.h"
 
+extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int);
+
 namespace attnsweep {
 
 // ---- configuration -----------------------------------------------------------------
@@ -375,6 +378,13 @@ EvalResult evaluate(Model& model, const TrainingData& data, const TrainConfig& t
 // ---- the training loop -------------------------------------------------------------
 
 TaskOutput train_cell(const json& config, const TaskContext& ctx, const TrainingData& data) {
+  // Every GEMM of the model splits its rows over the OpenMP team itself (kernels/cpu):
+  // OpenBLAS single-threaded for the whole run instead of toggled around each call.
+  struct BlasOneThread {
+    int saved = openblas_get_num_threads();
+    BlasOneThread() { openblas_set_num_threads(1); }
+    ~BlasOneThread() { openblas_set_num_threads(saved); }
+  } blas_one_thread;
   const TrainConfig tc = train_config_of(config);
   const ModelConfig mc = model_config_of(config, data);
   Trainer tr(mc, tc);
