@@ -27,11 +27,11 @@ namespace {
 
 constexpr int64_t kBiasRows = 256;  // rows per parallel work item of the bias add
 
-OPS_ROW_CLONES void add_bias_rows(float* out, const float* bias, int64_t rows, int64_t OC) {
+OPS_ROW_CLONES void fill_bias_rows(float* out, const float* bias, int64_t rows, int64_t OC) {
   for (int64_t i = 0; i < rows; ++i) {
     float* o = out + i * OC;
 #pragma omp simd
-    for (int64_t j = 0; j < OC; ++j) o[j] += bias[j];
+    for (int64_t j = 0; j < OC; ++j) o[j] = bias[j];
   }
 }
 
@@ -75,12 +75,16 @@ void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t Nc, i
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC) {
   // out = inp @ weight^T
-  sgemm_rows(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC);
-  if (bias != nullptr) {
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < (N + kBiasRows - 1) / kBiasRows; ++b)
-      add_bias_rows(out + b * kBiasRows * OC, bias, std::min(kBiasRows, N - b * kBiasRows), OC);
+  if (bias == nullptr) {
+    sgemm_rows(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC);
+    return;
   }
+  // Rows start as the bias and the product is accumulated onto them (beta = 1): OpenBLAS
+  // would otherwise zero C for beta = 0 and a second pass would add the bias.
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < (N + kBiasRows - 1) / kBiasRows; ++b)
+    fill_bias_rows(out + b * kBiasRows * OC, bias, std::min(kBiasRows, N - b * kBiasRows), OC);
+  sgemm_rows(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 1.0f, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
