@@ -378,6 +378,8 @@ EvalResult evaluate(Model& model, const TrainingData& data, const TrainConfig& t
 // ---- the training loop -------------------------------------------------------------
 
 TaskOutput train_cell(const json& config, const TaskContext& ctx, const TrainingData& data) {
+  if (ctx.device != "cpu")
+    throw std::runtime_error("the trainer runs on CPU only for now (no CUDA trainer yet): run with --device cpu");
   // Every GEMM of the model splits its rows over the OpenMP team itself (kernels/cpu):
   // OpenBLAS single-threaded for the whole run instead of toggled around each call.
   struct BlasOneThread {
