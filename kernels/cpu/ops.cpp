@@ -1,6 +1,8 @@
 // CPU ops of kernels/ops.h. Row-parallel loops use OpenMP with static schedules; every
 // reduction across rows (dweight, dbias, dwte, ...) runs serially in row order so that
-// results do not depend on the thread count.
+// results do not depend on the thread count. The GEMMs split their rows over the thread
+// team (sgemm_rows): deterministic for a given thread count; OpenBLAS may pick another
+// kernel for a smaller part, so another count can change the last bits.
 // no-trapping-math: see GELU below (we never read the FP exception flags); it must come
 // before the headers so that fast_expf is compiled with it.
 #pragma GCC optimize("no-trapping-math")
