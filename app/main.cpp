@@ -19,6 +19,7 @@
 #include "coordinator/sweep.h"
 #include "results/aggregate.h"
 #include "slurm/submit.h"
+#include "worker/cpu_env.h"
 #include "worker/run_cell.h"
 
 namespace po = boost::program_options;
@@ -38,7 +39,7 @@ const char* kUsage =
     "\n"
     "  plan GRID.json [--json]           validate and expand a grid: one line per cell, then the total\n"
     "  run GRID.json --out DIR [...]     run every cell (local slots, or every rank of mpirun/srun)\n"
-    "  train CELL.json --out FILE.h5     run one cell in this process\n"
+    "  train CELL.json --out FILE.h5     run one cell in this process (--checkpoint PATH: resumable)\n"
     "  submit GRID.json --out DIR --nodes N --gpus-per-node G [...]   write DIR/job.sbatch, sbatch it\n"
     "  status DIR [--json]               done / diverged / failed / pending, ETA\n"
     "  aggregate DIR                     DIR/aggregate.h5 + DIR/summary.csv, log-log fits\n"
@@ -236,18 +237,30 @@ std::atomic<int> g_train_stop{0};
 void on_train_signal(int sig) { g_train_stop.store(sig); }
 
 int cmd_train(int argc, char** argv) {
+  // Runtime settings that only take effect at process start (worker/cpu_env.h): set
+  // them and run this same command again, once.
+  if (std::getenv("ATTNSWEEP_CPU_ENV_SET") == nullptr) {
+    const auto fixes = cpu_env_fixes();
+    if (!fixes.empty()) {
+      for (const auto& [k, v] : fixes) ::setenv(k.c_str(), v.c_str(), 0);
+      ::setenv("ATTNSWEEP_CPU_ENV_SET", "1", 1);
+      ::execv("/proc/self/exe", argv - 1);  // argv - 1: main's argv ("attnsweep train ...")
+      // exec failed (no /proc): carry on with the slower defaults
+    }
+  }
   std::string cell_path, out;
   RunCellOptions opt;
   po::options_description desc("options");
   desc.add_options()("help,h", "this help")("cell", po::value(&cell_path)->required(), "the cell file")(
       "out", po::value(&out)->required(), "result file to write (atomically)")(
       "device", po::value(&opt.device)->default_value("cpu"), "cpu | cuda")(
-      "threads", po::value(&opt.threads)->default_value(1), "threads");
+      "threads", po::value(&opt.threads)->default_value(1), "threads")(
+      "checkpoint", po::value(&opt.checkpoint), "checkpoint file: resumed from when valid, written on SIGTERM/SIGUSR1");
   po::positional_options_description pos;
   pos.add("cell", 1);
   po::variables_map vm;
   if (!parse("train", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep train CELL.json --out FILE.h5 [--device cpu|cuda] [--threads T]", desc)) return kExitOk;
+  if (help(vm, "attnsweep train CELL.json --out FILE.h5 [--device cpu|cuda] [--threads T] [--checkpoint PATH]", desc)) return kExitOk;
   if (opt.device != "cpu" && opt.device != "cuda") {
     std::fprintf(stderr, "attnsweep train: --device: expected cpu or cuda, got \"%s\"\n", opt.device.c_str());
     return kExitUsage;

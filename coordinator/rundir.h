@@ -28,6 +28,7 @@ class RunDir {
   std::string runs(const std::string& id) const { return dir_ + "/runs/" + id + ".h5"; }
   std::string cell_file(const std::string& id) const { return dir_ + "/cells/" + id + ".json"; }
   std::string log(const std::string& id) const { return dir_ + "/logs/" + id + ".log"; }
+  std::string checkpoint(const std::string& id) const { return dir_ + "/checkpoints/" + id + ".ckpt"; }
 
   // Creates the folders and takes the run lock (flock on DIR/run.lock, released by the
   // kernel when this process dies, so a killed run never leaves a stale lock).

@@ -175,7 +175,7 @@ class LocalSlots {
     if (k == slots_.size()) throw std::logic_error("launch with no free slot");
     ChildSpec spec;
     spec.argv = {exe_, "train", paths_.cell_file(a.id), "--out", paths_.runs(a.id), "--device", device_,
-                 "--threads", std::to_string(threads_)};
+                 "--threads", std::to_string(threads_), "--checkpoint", paths_.checkpoint(a.id)};
     spec.env = {{"ATTNSWEEP_ATTEMPT", std::to_string(a.attempt)},
                 {"OMP_NUM_THREADS", std::to_string(threads_)},
                 {"OPENBLAS_NUM_THREADS", std::to_string(threads_)}};

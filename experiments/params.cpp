@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "experiments/task.h"
+
 namespace attnsweep {
 namespace {
 
@@ -18,6 +20,8 @@ struct TaskInfo {
 constexpr TaskInfo kTasks[] = {
     // The probe materialises one N x N score matrix per sample: N = 16384 is 1 GiB in float32.
     {"norm_probe", true, 16384},
+    // Fashion-MNIST as (28/p)^2 patches: N in {16, 49, 196, 784} (checked below).
+    {"image", true, 784},
     // Stand-in cells for scheduler tests: sleep, crash, hang or exit on request.
     {"synthetic", false, 0},
 };
@@ -42,6 +46,9 @@ bool string_is(const json& cfg, const char* key, std::initializer_list<const cha
   const auto& s = it->get_ref<const std::string&>();
   return std::any_of(values.begin(), values.end(), [&](const char* v) { return s == v; });
 }
+
+// Tasks that train a model (worker/trainer.h): they share the model and optimiser keys.
+bool is_training_task(const json& cfg) { return task_is(cfg, "image"); }
 
 std::function<bool(const json&)> always() {
   return [](const json&) { return true; };
@@ -119,6 +126,10 @@ std::vector<ParamSpec> make_specs() {
     };
     s.check = [](const json& value, const json& cfg) -> std::string {
       const TaskInfo* t = task_of(cfg);
+      if (t != nullptr && std::string(t->name) == "image") {
+        if (image_patch_size(value.get<int64_t>()) != 0) return "";
+        return value.dump() + " is not a patch count task image can make: 16, 49, 196 or 784 (patch 7, 4, 2, 1)";
+      }
       if (t == nullptr || value.get<int64_t>() <= t->max_prompt_length) return "";
       return value.dump() + " is more than task " + t->name + " can make (1.." + std::to_string(t->max_prompt_length) +
              ")";
@@ -135,11 +146,71 @@ std::vector<ParamSpec> make_specs() {
   // norm_probe: norms of phi(S) and its Jacobian for random Q, K at initialisation.
   for (auto [name, lo, hi, def, what] :
        {std::tuple{"samples", 1.0, 100000.0, 32, "independent draws averaged per cell"},
-        std::tuple{"dim", 1.0, 4096.0, 64, "model width D"},
         std::tuple{"head_dim", 1.0, 1024.0, 16, "query/key width d of one head"}}) {
     ParamSpec s = integer(name, lo, hi, what);
     s.applies = for_task("norm_probe");
     s.default_value = fixed_default(def);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("dim", 1, 4096, "model width D");
+    s.applies = [](const json& cfg) { return task_is(cfg, "norm_probe") || is_training_task(cfg); };
+    s.default_value = fixed_default(64);
+    v.push_back(std::move(s));
+  }
+
+  // Training tasks (image): the model and the optimiser (worker/trainer.h).
+  for (auto [name, lo, hi, def, what] :
+       {std::tuple{"layers", 1.0, 64.0, 4, "transformer blocks L"},
+        std::tuple{"heads", 1.0, 64.0, 4, "attention heads H per block (must divide dim)"},
+        std::tuple{"mlp_ratio", 1.0, 16.0, 4, "MLP hidden width = mlp_ratio x dim"},
+        std::tuple{"steps", 0.0, 1e9, 3000, "optimiser steps"},
+        std::tuple{"batch", 1.0, 65536.0, 128, "samples per step"},
+        std::tuple{"warmup_steps", 0.0, 1e9, 100, "linear warm-up steps before the cosine decay"},
+        std::tuple{"log_every", 1.0, 1e9, 50, "steps between rows of /train and /norms"},
+        std::tuple{"eval_every", 0.0, 1e9, 500, "steps between test-split evaluations (0: only at the end)"},
+        std::tuple{"eval_batches", 0.0, 1e9, 0, "batches of the test split per evaluation (0: all of it)"},
+        std::tuple{"checkpoint_every", 0.0, 1e9, 0, "steps between checkpoints (0: only when stopped by a signal)"},
+        std::tuple{"init_seed", 0.0, kNoBound, 0, "seed of the initial weights (separate from seed: paired runs)"}}) {
+    ParamSpec s = integer(name, lo, hi, what);
+    s.applies = is_training_task;
+    s.default_value = fixed_default(def);
+    if (std::string(name) == "heads")
+      s.check = [](const json& value, const json& cfg) -> std::string {
+        const int64_t h = value.get<int64_t>(), d = cfg.value("dim", int64_t{64});
+        if (d % h == 0) return "";
+        return "heads " + value.dump() + " does not divide dim " + std::to_string(d);
+      };
+    v.push_back(std::move(s));
+  }
+  for (auto [name, lo, hi, def, what] :
+       {std::tuple{"lr", 0.0, 1e6, 1e-3, "peak learning rate"},
+        std::tuple{"weight_decay", 0.0, 1e6, 0.05, "decoupled weight decay of the weight matrices"},
+        std::tuple{"clip", 0.0, 1e12, 1.0, "gradient clipping by global norm (0: off)"},
+        std::tuple{"init_std", 0.0, 1e6, 0.0,
+                   "std of normal initial weight matrices (0: PyTorch nn.Linear's uniform +-1/sqrt(fan_in))"}}) {
+    ParamSpec s = number(name, lo, hi, what);
+    s.applies = is_training_task;
+    s.default_value = fixed_default(def);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s;
+    s.name = "optimizer";
+    s.type = ParamType::string;
+    s.choices = {"adamw", "sgd"};
+    s.description = "AdamW (betas 0.9, 0.999, eps 1e-8) or plain SGD";
+    s.applies = is_training_task;
+    s.default_value = fixed_default("adamw");
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s;
+    s.name = "cls";
+    s.type = ParamType::boolean;
+    s.description = "classify from a learned CLS token instead of the mean over tokens";
+    s.applies = is_training_task;
+    s.default_value = fixed_default(false);
     v.push_back(std::move(s));
   }
 
@@ -325,6 +396,13 @@ double estimate_cost_s(const json& cfg) {
     return samples * n * n * (2 * head_dim + 20) / 2e9 + 0.01;
   }
   if (task_is(cfg, "synthetic")) return cfg.value("seconds", 0.0) + 0.005;
+  if (is_training_task(cfg)) {
+    // 6 flops per weight per token (forward + backward) plus the N^2 attention products,
+    // at the ~30 GFLOP/s one CPU slot sustains.
+    const double n = cfg.value("prompt_length", 49.0), d = cfg.value("dim", 64.0);
+    const double per_token = cfg.value("layers", 4.0) * (2 * (4 + 2 * cfg.value("mlp_ratio", 4.0)) * d * d + 4 * n * d);
+    return 3 * cfg.value("steps", 3000.0) * cfg.value("batch", 128.0) * n * per_token / 30e9 + 0.5;
+  }
   return 1.0;
 }
 

@@ -8,13 +8,18 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace attnsweep {
 
 using json = nlohmann::json;
+
+struct TaskOutput;
+struct TrainingData;
 
 struct TaskContext {
   std::string device = "cpu";
@@ -22,12 +27,33 @@ struct TaskContext {
   int attempt = 1;                          // 1 for the first try of a cell
   const std::atomic<int>* stop = nullptr;   // nonzero: a signal asked us to stop
   bool stop_requested() const { return stop && stop->load() != 0; }
+  // Where a training task keeps its checkpoint ("" = none: a stop ends without one).
+  std::string checkpoint_path;
+  // Trains a model on a training task's data. Supplied by the worker (worker/trainer.h):
+  // tasks sit below the trainer (app -> worker -> experiments), so a training task
+  // loads its data and hands it to this instead of calling the trainer by name.
+  std::function<TaskOutput(const json& config, const TaskContext& ctx, const TrainingData& data)> train;
+};
+
+// What a training task gives the trainer: token features x [count, tokens, in_dim] and
+// targets, filled for any list of sample indices (classes in [0, classes) for
+// classification; one float per sample for regression, classes == 0).
+struct TrainingData {
+  int64_t n_train = 0, n_test = 0;
+  int64_t tokens = 0;   // N tokens per sample, as the model sees them (before any CLS)
+  int64_t in_dim = 0;   // features per token
+  int64_t classes = 0;  // 0: regression (one float target, MSE)
+  int64_t vocab = 0;    // > 0: x holds token ids in [0, vocab) as floats (in_dim 1)
+  // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class or y_value (the one
+  // that applies) [count].
+  std::function<void(int split, const int64_t* idx, int64_t count, float* x, int32_t* y_class, float* y_value)>
+      fill;
 };
 
 struct TaskSeries {
   std::string path;                  // "/probe/attn_fro"
-  std::vector<uint64_t> shape;
-  std::vector<double> data;
+  std::vector<uint64_t> shape;       // row-major; product == number of elements
+  std::variant<std::vector<float>, std::vector<double>, std::vector<int64_t>> data;
   std::string description;
 };
 
@@ -43,6 +69,12 @@ TaskOutput run_task(const json& config, const TaskContext& ctx);
 
 TaskOutput run_norm_probe(const json& config, const TaskContext& ctx);
 TaskOutput run_synthetic(const json& config, const TaskContext& ctx);
+// Fashion-MNIST classification (experiments/image.cpp); needs ctx.train.
+TaskOutput run_image(const json& config, const TaskContext& ctx);
+
+// Patch size of the image task for a prompt length (16 -> 7, 49 -> 4, 196 -> 2,
+// 784 -> 1); 0 for any other length.
+int64_t image_patch_size(int64_t prompt_length);
 
 // The activation spec of a cell config (activation, degree, scale).
 ActivationSpec activation_spec_of(const json& config);

@@ -33,6 +33,7 @@ TaskOutput run_task(const json& config, const TaskContext& ctx) {
   const std::string task = config.at("task").get<std::string>();
   if (task == "norm_probe") return run_norm_probe(config, ctx);
   if (task == "synthetic") return run_synthetic(config, ctx);
+  if (task == "image") return run_image(config, ctx);
   throw std::runtime_error("task: \"" + task + "\" is not implemented");
 }
 

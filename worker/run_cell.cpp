@@ -8,10 +8,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <exception>
+#include <filesystem>
 
 #include "experiments/task.h"
 #include "kernels/device.h"
 #include "results/cell_file.h"
+#include "worker/trainer.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -37,6 +39,8 @@ int run_cell(const std::string& cell_id, const json& config, const std::string& 
   ctx.threads = threads;
   ctx.attempt = opt.attempt;
   ctx.stop = opt.stop;
+  ctx.checkpoint_path = opt.checkpoint;
+  ctx.train = train_cell;
 
   CellResult res;
   res.cell_id = cell_id;
@@ -65,7 +69,8 @@ int run_cell(const std::string& cell_id, const json& config, const std::string& 
     return 1;
   }
   if (out.status == "interrupted") {
-    std::fprintf(stderr, "attnsweep train: cell %s interrupted by a signal\n", cell_id.c_str());
+    std::fprintf(stderr, "attnsweep train: cell %s interrupted by a signal%s%s\n", cell_id.c_str(),
+                 opt.checkpoint.empty() ? "" : "; checkpoint at ", opt.checkpoint.c_str());
     return 75;
   }
   res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -87,6 +92,10 @@ int run_cell(const std::string& cell_id, const json& config, const std::string& 
     std::fprintf(stderr, "attnsweep train: cell %s: cannot write %s: %s\n", cell_id.c_str(), out_path.c_str(),
                  e.what());
     return 1;
+  }
+  if (!opt.checkpoint.empty()) {
+    std::error_code ec;  // the result is durable now: the checkpoint has done its job
+    std::filesystem::remove(opt.checkpoint, ec);
   }
   std::printf("cell %s %s in %.3f s\n", cell_id.c_str(), res.status.c_str(), res.wall_seconds);
   return 0;

@@ -15,10 +15,15 @@ struct RunCellOptions {
   int threads = 1;
   int attempt = 1;
   const std::atomic<int>* stop = nullptr;  // set by a signal handler: stop at the next step
+  // Training state of an interrupted cell (contract.md DIR/checkpoints/): resumed from
+  // when valid, written on a stop and every checkpoint_every steps, removed once the
+  // result file is written. "" = no checkpoints.
+  std::string checkpoint;
 };
 
 // Exit status of `attnsweep train`: 0 result written (complete or diverged),
-// 75 interrupted by a signal (no result written), 1 failure (message on stderr).
+// 75 interrupted by a signal (no result written; a training task leaves its
+// checkpoint), 1 failure (message on stderr).
 int run_cell(const std::string& cell_id, const json& config, const std::string& out_path,
              const RunCellOptions& opt);
 

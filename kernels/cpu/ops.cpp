@@ -1,9 +1,17 @@
 // CPU ops of kernels/ops.h. Row-parallel loops use OpenMP with static schedules; every
 // reduction across rows (dweight, dbias, dwte, ...) runs serially in row order so that
-// results do not depend on the thread count.
+// results do not depend on the thread count. The GEMMs split their rows over the thread
+// team (sgemm_rows): deterministic for a given thread count; OpenBLAS may pick another
+// kernel for a smaller part, so another count can change the last bits.
+// no-trapping-math: see GELU below (we never read the FP exception flags); it must come
+// before the headers so that fast_expf is compiled with it.
+#pragma GCC optimize("no-trapping-math")
 #include "kernels/ops.h"
 
 #include <cblas.h>
+#include <omp.h>
+
+#include "kernels/cpu/vec.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,121 +21,243 @@ namespace attnsweep {
 
 // ---- matmul ---------------------------------------------------------------------------
 
+namespace {
+
+// Row passes are compiled for AVX-512 / AVX2 / baseline and picked at load time (the
+// project's baseline is x86-64 SSE2), as in kernels/cpu/attention.cpp.
+#define OPS_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+constexpr int64_t kBiasRows = 256;  // rows per parallel work item of the bias add
+
+OPS_ROW_CLONES void fill_bias_rows(float* out, const float* bias, int64_t rows, int64_t OC) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* o = out + i * OC;
+#pragma omp simd
+    for (int64_t j = 0; j < OC; ++j) o[j] = bias[j];
+  }
+}
+
+// acc[o] += sum_i x[i, o], rows in order (each column summed in row order).
+OPS_ROW_CLONES void column_sums(double* acc, const float* x, int64_t N, int64_t OC) {
+  for (int64_t i = 0; i < N; ++i) {
+    const float* d = x + i * OC;
+#pragma omp simd
+    for (int64_t o = 0; o < OC; ++o) acc[o] += d[o];
+  }
+}
+
+// An sgemm whose M rows are split over the OpenMP team, OpenBLAS single-threaded inside
+// each part: one pool of threads (OpenMP's) instead of OpenMP's and OpenBLAS's spinning
+// against each other on the same cores (on 2 shared cores that made 2 threads 2x slower
+// than 1). The parts depend only on the thread count, so results are deterministic for a
+// given count. C[M, Nc] = op(A)[M, K] op(B)[K, Nc] + beta C, row-major.
+void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t Nc, int64_t K, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  auto part = [&](int64_t m0, int64_t m1) {
+    if (m1 <= m0) return;
+    const float* a = ta == CblasNoTrans ? A + m0 * lda : A + m0;  // op(A) row m0
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m1 - m0), static_cast<int>(Nc), static_cast<int>(K), 1.0f, a,
+                static_cast<int>(lda), B, static_cast<int>(ldb), beta, C + m0 * ldc, static_cast<int>(ldc));
+  };
+  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (nt <= 1 || M < 2 * 16) {
+    part(0, M);
+    return;
+  }
+  const int saved = openblas_get_num_threads();
+  if (saved != 1) openblas_set_num_threads(1);
+  const int64_t chunk = ((M + nt - 1) / nt + 15) / 16 * 16;  // whole 16-row panels
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int t = 0; t < nt; ++t) part(std::min(M, t * chunk), std::min(M, (t + 1) * chunk));
+  if (saved != 1) openblas_set_num_threads(saved);
+}
+
+}  // namespace
+
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC) {
   // out = inp @ weight^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(OC),
-              static_cast<int>(C), 1.0f, inp, static_cast<int>(C), weight, static_cast<int>(C), 0.0f, out,
-              static_cast<int>(OC));
-  if (bias != nullptr) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t o = 0; o < OC; ++o) out[i * OC + o] += bias[o];
+  if (bias == nullptr) {
+    sgemm_rows(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC);
+    return;
   }
+  // Rows start as the bias and the product is accumulated onto them (beta = 1): OpenBLAS
+  // would otherwise zero C for beta = 0 and a second pass would add the bias.
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < (N + kBiasRows - 1) / kBiasRows; ++b)
+    fill_bias_rows(out + b * kBiasRows * OC, bias, std::min(kBiasRows, N - b * kBiasRows), OC);
+  sgemm_rows(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 1.0f, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t C, int64_t OC) {
-  const int iN = static_cast<int>(N), iC = static_cast<int>(C), iOC = static_cast<int>(OC);
   // dinp += dout @ weight
-  if (dinp != nullptr)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iN, iC, iOC, 1.0f, dout, iOC, weight, iC, 1.0f, dinp, iC);
-  // dweight += dout^T @ inp
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iOC, iC, iN, 1.0f, dout, iOC, inp, iC, 1.0f, dweight, iC);
+  if (dinp != nullptr) sgemm_rows(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
+  // dweight += dout^T @ inp   (rows of dweight split: each element's sum over N stays in one call)
+  sgemm_rows(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias != nullptr) {
-#pragma omp parallel for schedule(static)
-    for (int64_t o = 0; o < OC; ++o) {
-      double s = 0.0;
-      for (int64_t i = 0; i < N; ++i) s += dout[i * OC + o];
-      dbias[o] += static_cast<float>(s);
-    }
+    // Row by row, vectorised along OC: each column is still summed in row order (the
+    // same sums as a column-at-a-time loop, without its stride-OC reads).
+    std::vector<double> acc(static_cast<size_t>(OC), 0.0);
+    column_sums(acc.data(), dout, N, OC);
+    for (int64_t o = 0; o < OC; ++o) dbias[o] += static_cast<float>(acc[static_cast<size_t>(o)]);
   }
 }
 
 // ---- layernorm ------------------------------------------------------------------------
+// Row kernels are target_clones (AVX-512 / AVX2 / baseline, see GELU) with `omp simd`
+// reductions: float64 accumulation as before, 8 lanes at a time. The lane order is fixed
+// by the row length, so results do not depend on the thread count.
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C) {
+namespace {
+
+OPS_ROW_CLONES void layernorm_forward_rows(float* out, float* mean, float* rstd, const float* inp,
+                                           const float* weight, const float* bias, int64_t rows, int64_t C) {
   const double eps = 1e-5;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
+  for (int64_t i = 0; i < rows; ++i) {
     const float* x = inp + i * C;
     double m = 0.0;
+#pragma omp simd reduction(+ : m)
     for (int64_t c = 0; c < C; ++c) m += x[c];
     m /= static_cast<double>(C);
     double var = 0.0;  // biased variance, as PyTorch's LayerNorm
+#pragma omp simd reduction(+ : var)
     for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
     var /= static_cast<double>(C);
     const double r = 1.0 / std::sqrt(var + eps);
     float* o = out + i * C;
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) o[c] = static_cast<float>((x[c] - m) * r) * weight[c] + bias[c];
     mean[i] = static_cast<float>(m);
     rstd[i] = static_cast<float>(r);
   }
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  // dinp: with xhat = (x - mean) rstd and dxhat = dout * weight,
-  //   dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
+OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, const float* dout, const float* inp, const float* weight,
+                                            const float* mean, const float* rstd, int64_t rows, int64_t C) {
+  // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), xhat = (x - mean) rstd,
+  // dxhat = dout * weight
+  for (int64_t i = 0; i < rows; ++i) {
     const float* x = inp + i * C;
     const float* dy = dout + i * C;
+    const float m = mean[i];
+    const double r = rstd[i];
     double s1 = 0.0, s2 = 0.0;
+#pragma omp simd reduction(+ : s1, s2)
     for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x[c] - mean[i]) * static_cast<double>(rstd[i]);
+      const double xhat = (x[c] - m) * r;
       const double dxhat = static_cast<double>(dy[c]) * weight[c];
       s1 += dxhat;
       s2 += dxhat * xhat;
     }
     s1 /= static_cast<double>(C);
     s2 /= static_cast<double>(C);
+    float* dx = dinp + i * C;
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x[c] - mean[i]) * static_cast<double>(rstd[i]);
+      const double xhat = (x[c] - m) * r;
       const double dxhat = static_cast<double>(dy[c]) * weight[c];
-      dinp[i * C + c] += static_cast<float>(rstd[i] * (dxhat - s1 - xhat * s2));
+      dx[c] += static_cast<float>(r * (dxhat - s1 - xhat * s2));
     }
   }
-  // dweight += sum_i dout * xhat, dbias += sum_i dout: parallel over columns, rows in order
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) {
-    double sw = 0.0, sb = 0.0;
-    for (int64_t i = 0; i < N; ++i) {
-      const double xhat = (inp[i * C + c] - mean[i]) * static_cast<double>(rstd[i]);
-      sw += dout[i * C + c] * xhat;
-      sb += dout[i * C + c];
+}
+
+// sw[c] += sum_i dout * xhat, sb[c] += sum_i dout, rows in order (each column's sum in
+// row order, whatever the thread count).
+OPS_ROW_CLONES void layernorm_param_grads(double* sw, double* sb, const float* dout, const float* inp,
+                                          const float* mean, const float* rstd, int64_t N, int64_t C) {
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = inp + i * C;
+    const float* dy = dout + i * C;
+    const float m = mean[i];
+    const double r = rstd[i];
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      const double xhat = (x[c] - m) * r;
+      sw[c] += dy[c] * xhat;
+      sb[c] += dy[c];
     }
-    dweight[c] += static_cast<float>(sw);
-    dbias[c] += static_cast<float>(sb);
+  }
+}
+
+constexpr int64_t kRowBlock = 64;  // rows per parallel work item
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C) {
+  const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t r0 = b * kRowBlock;
+    layernorm_forward_rows(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, weight, bias,
+                           std::min(kRowBlock, N - r0), C);
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t r0 = b * kRowBlock;
+    layernorm_backward_rows(dinp + r0 * C, dout + r0 * C, inp + r0 * C, weight, mean + r0, rstd + r0,
+                            std::min(kRowBlock, N - r0), C);
+  }
+  std::vector<double> acc(static_cast<size_t>(2 * C), 0.0);
+  layernorm_param_grads(acc.data(), acc.data() + C, dout, inp, mean, rstd, N, C);
+  for (int64_t c = 0; c < C; ++c) {
+    dweight[c] += static_cast<float>(acc[static_cast<size_t>(c)]);
+    dbias[c] += static_cast<float>(acc[static_cast<size_t>(C + c)]);
   }
 }
 
 // ---- GELU (tanh approximation) --------------------------------------------------------
+// 0.5 x (1 + tanh u) = x sigma(2u) exactly (1 + tanh u = 2 / (1 + e^{-2u})): one exp and
+// no cancellation near u = 0, and with cpu::fast_expf the loops vectorise (libm's tanhf
+// was half of a training step's time). Like kernels/cpu/attention.cpp: no-trapping-math
+// (set at the top of this file) so that GCC if-converts fast_expf's clamps, and
+// target_clones so that the span runs as AVX-512 / AVX2 where the CPU has them.
 
 namespace {
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
-}
+constexpr int64_t kGeluBlock = 4096;            // elements per parallel work item
 
-void gelu_forward(float* out, const float* inp, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluK * (x + 0.044715f * x * x * x)));
-  }
-}
-
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-#pragma omp parallel for schedule(static)
+OPS_ROW_CLONES void gelu_forward_span(float* out, const float* inp, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kGeluK * (x + 0.044715f * x * x * x);
-    const float th = std::tanh(u);
-    const float sech2 = 1.0f - th * th;
-    // d/dx [0.5 x (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx
-    const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+    out[i] = x / (1.0f + cpu::fast_expf(-2.0f * u));
+  }
+}
+
+OPS_ROW_CLONES void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluK * (x + 0.044715f * x * x * x);
+    const float sg = 1.0f / (1.0f + cpu::fast_expf(-2.0f * u));  // sigma(2u)
+    // d/dx [x sigma(2u)] = sigma(2u) + x sigma(2u) (1 - sigma(2u)) 2 du/dx
+    const float grad = sg + 2.0f * x * sg * (1.0f - sg) * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
     dinp[i] += grad * dout[i];
   }
+}
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  const int64_t nb = (n + kGeluBlock - 1) / kGeluBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; ++b)
+    gelu_forward_span(out + b * kGeluBlock, inp + b * kGeluBlock, std::min(kGeluBlock, n - b * kGeluBlock));
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  const int64_t nb = (n + kGeluBlock - 1) / kGeluBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; ++b)
+    gelu_backward_span(dinp + b * kGeluBlock, inp + b * kGeluBlock, dout + b * kGeluBlock,
+                       std::min(kGeluBlock, n - b * kGeluBlock));
 }
 
 // ---- residual -------------------------------------------------------------------------

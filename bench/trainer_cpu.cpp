@@ -1,0 +1,83 @@
+// Training throughput of the reference cell on CPU: the image task's model at patch 4
+// (N = 49 tokens of 16 pixels), dim 64, 4 layers, 4 heads, MLP x4, 10 classes, batch 128,
+// AdamW, clipping; softmax attention unless an activation is given. Random inputs
+// (the data loader is not what is timed). Prints one CSV line:
+//   attnsweep,<activation>,<threads>,<samples/s>,<seconds per step>,<samples per CPU-second>
+// (samples per CPU-second, all threads' CPU time: less sensitive than wall time to other
+// processes on a shared machine)
+// usage: trainer_cpu [THREADS] [STEPS] [ACTIVATION]   (defaults 2, 30, softmax)
+#include <omp.h>
+#include <unistd.h>
+
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "experiments/rng.h"
+#include "worker/cpu_env.h"
+#include "worker/trainer.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+using namespace attnsweep;
+
+int main(int argc, char** argv) {
+  // The same process-start settings as `attnsweep train` (worker/cpu_env.h).
+  if (std::getenv("ATTNSWEEP_CPU_ENV_SET") == nullptr) {
+    const auto fixes = cpu_env_fixes();
+    if (!fixes.empty()) {
+      for (const auto& [k, v] : fixes) ::setenv(k.c_str(), v.c_str(), 0);
+      ::setenv("ATTNSWEEP_CPU_ENV_SET", "1", 1);
+      ::execv("/proc/self/exe", argv);
+    }
+  }
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 30;
+  const std::string act = argc > 3 ? argv[3] : "softmax";
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(1);  // as train_cell: the GEMMs split rows over the OpenMP team
+
+  ModelConfig mc;
+  mc.tokens = 49;
+  mc.in_dim = 16;
+  mc.dim = 64;
+  mc.layers = 4;
+  mc.heads = 4;
+  mc.mlp_ratio = 4;
+  mc.classes = 10;
+  json cfg = {{"activation", act}};
+  if (act == "poly") cfg["degree"] = 3, cfg["scale"] = "inv_sqrt_n";
+  mc.act = activation_spec_of(cfg);
+  TrainConfig tc;
+  tc.steps = 3000;
+  tc.batch = 128;
+  Trainer tr(mc, tc);
+
+  const int64_t B = tc.batch;
+  Rng rng(1);
+  std::vector<float> x(static_cast<size_t>(B * mc.tokens * mc.in_dim));
+  std::vector<int32_t> y(static_cast<size_t>(B));
+  for (float& v : x) v = static_cast<float>(rng.normal());
+  for (int32_t& v : y) v = static_cast<int32_t>(rng.uniform() * 10);
+
+  // Logging steps collect the norms: time them as every 50th step does (norms on one
+  // step in 50, as log_every = 50).
+  for (int t = 0; t < 3; ++t) tr.step(x.data(), y.data(), nullptr, B, t, true);  // warm-up
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  const double c0 = cpu_now();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int t = 0; t < steps; ++t) tr.step(x.data(), y.data(), nullptr, B, 3 + t, t % 50 == 0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = cpu_now() - c0;
+  std::printf("attnsweep,%s,%d,%.1f,%.4f,%.1f\n", act.c_str(), threads, static_cast<double>(B) * steps / s, s / steps,
+              static_cast<double>(B) * steps / cpu);
+  return 0;
+}

@@ -1,0 +1,68 @@
+"""PyTorch 1.13 baseline of bench/trainer_cpu.cpp: the same model (pre-LN ViT, patch 4 ->
+N = 49, dim 64, 4 layers, 4 heads, MLP x4, tanh GELU, mean-pool, 10 classes), batch 128,
+AdamW + clipping, random inputs, float32. Prints: pytorch,softmax,<threads>,<samples/s>,<s/step>,<samples per CPU-second>
+usage: trainer_cpu.py [THREADS] [STEPS]"""
+import math
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+B, N, P, C, L, H, K = 128, 49, 16, 64, 4, 4, 10
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+    def forward(self, h):
+        b, t, _ = h.shape
+        q, k, v = self.qkv(self.ln1(h)).reshape(b, t, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(C // H), dim=-1) @ v
+        h = h + self.proj(a.transpose(1, 2).reshape(b, t, C))
+        return h + self.fcproj(F.gelu(self.fc(self.ln2(h)), approximate="tanh"))
+
+
+class ViT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(P, C)
+        self.pos = nn.Parameter(torch.randn(N, C) * 0.02)
+        self.blocks = nn.ModuleList(Block() for _ in range(L))
+        self.lnf, self.head = nn.LayerNorm(C), nn.Linear(C, K)
+
+    def forward(self, x):
+        h = self.embed(x) + self.pos
+        for blk in self.blocks:
+            h = blk(h)
+        return self.head(self.lnf(h).mean(dim=1))
+
+
+model = ViT()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+x, y = torch.randn(B, N, P), torch.randint(0, K, (B,))
+
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+for _ in range(3):
+    step()
+c0, t0 = time.process_time(), time.perf_counter()
+for _ in range(steps):
+    step()
+s, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(f"pytorch,softmax,{threads},{B * steps / s:.1f},{s / steps:.4f},{B * steps / cpu:.1f}")

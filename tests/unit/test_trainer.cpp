@@ -1,0 +1,350 @@
+// worker/trainer: schedule, determinism, checkpoint/resume (bit-identical), divergence,
+// and the image task's input errors. Tiny models on synthetic data (the PyTorch
+// comparison of the model itself is tests/integration/trainer_torch.sh).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "experiments/rng.h"
+#include "experiments/task.h"
+#include "results/h5.h"
+#include "worker/run_cell.h"
+#include "worker/trainer.h"
+
+namespace attnsweep {
+namespace {
+namespace fs = std::filesystem;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device rd;
+    dir_ = fs::temp_directory_path() / ("attnsweep_trainer_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string path(const std::string& rel) const { return (dir_ / rel).string(); }
+  fs::path dir_;
+};
+
+// 3 classes, 8 tokens of 4 features; the label is the argmax of three fixed linear
+// read-outs, so a model can learn it. Samples are a function of (split, index) only.
+// `on_fill` (may be null) sees the number of training fills so far.
+TrainingData synthetic_data(std::function<void(int64_t)> on_fill = nullptr) {
+  TrainingData d;
+  d.n_train = 512;
+  d.n_test = 96;
+  d.tokens = 8;
+  d.in_dim = 4;
+  d.classes = 3;
+  auto fills = std::make_shared<int64_t>(0);
+  d.fill = [d, fills, on_fill](int split, const int64_t* idx, int64_t count, float* x, int32_t* yc, float*) {
+    const int64_t per = d.tokens * d.in_dim;
+    for (int64_t i = 0; i < count; ++i) {
+      Rng rng(seed_of({static_cast<uint64_t>(split), static_cast<uint64_t>(idx[i])}));
+      double score[3] = {0, 0, 0};
+      for (int64_t j = 0; j < per; ++j) {
+        const double v = rng.normal();
+        x[i * per + j] = static_cast<float>(v);
+        score[j % 3] += v * (j % 2 ? 1.0 : -0.5);
+      }
+      yc[i] = static_cast<int32_t>(std::max_element(score, score + 3) - score);
+    }
+    if (split == 0 && on_fill) on_fill((*fills)++);
+  };
+  return d;
+}
+
+json tiny_config() {
+  return json{{"task", "image"}, {"activation", "softmax"}, {"dim", 16},     {"layers", 2},
+              {"heads", 2},      {"mlp_ratio", 2},          {"steps", 24},   {"batch", 8},
+              {"lr", 3e-3},      {"warmup_steps", 4},       {"clip", 1.0},   {"log_every", 3},
+              {"eval_every", 10}, {"eval_batches", 0},      {"seed", 5},     {"init_seed", 1},
+              {"optimizer", "adamw"}, {"weight_decay", 0.05}, {"checkpoint_every", 0}};
+}
+
+// Bit-for-bit equality of two task outputs (NaN == NaN when the bits agree).
+void expect_identical(const TaskOutput& a, const TaskOutput& b) {
+  EXPECT_EQ(a.status, b.status);
+  EXPECT_EQ(a.diverged_at_step, b.diverged_at_step);
+  ASSERT_EQ(a.final_metrics.size(), b.final_metrics.size());
+  for (const auto& [k, v] : a.final_metrics) {
+    ASSERT_TRUE(b.final_metrics.count(k)) << k;
+    EXPECT_EQ(std::memcmp(&v, &b.final_metrics.at(k), sizeof v), 0) << k << ": " << v << " vs " << b.final_metrics.at(k);
+  }
+  ASSERT_EQ(a.series.size(), b.series.size());
+  for (size_t i = 0; i < a.series.size(); ++i) {
+    EXPECT_EQ(a.series[i].path, b.series[i].path);
+    EXPECT_EQ(a.series[i].shape, b.series[i].shape) << a.series[i].path;
+    std::visit(
+        [&](const auto& va) {
+          using V = std::decay_t<decltype(va)>;
+          ASSERT_TRUE(std::holds_alternative<V>(b.series[i].data)) << a.series[i].path;
+          const V& vb = std::get<V>(b.series[i].data);
+          ASSERT_EQ(va.size(), vb.size()) << a.series[i].path;
+          EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(va[0])), 0) << a.series[i].path;
+        },
+        a.series[i].data);
+  }
+}
+
+const TaskSeries& series(const TaskOutput& o, const std::string& p) {
+  for (const auto& s : o.series)
+    if (s.path == p) return s;
+  throw std::runtime_error("no series " + p);
+}
+
+TEST(TrainerSchedule, WarmupThenCosine) {
+  TrainConfig tc;
+  tc.lr = 1.0;
+  tc.steps = 110;
+  tc.warmup_steps = 10;
+  EXPECT_DOUBLE_EQ(lr_at(tc, 0), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(tc, 9), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(tc, 10), 1.0);
+  EXPECT_NEAR(lr_at(tc, 60), 0.5, 1e-12);
+  EXPECT_NEAR(lr_at(tc, 109), 0.5 * (1 + std::cos(M_PI * 99 / 100)), 1e-12);
+}
+
+TEST(TrainerGlobalNorm, MatchesFloat64Sum) {
+  std::vector<float> g(100000);
+  double want = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = static_cast<float>(std::sin(0.1 * static_cast<double>(i)));
+    want += static_cast<double>(g[i]) * g[i];
+  }
+  EXPECT_NEAR(global_norm(g.data(), static_cast<int64_t>(g.size())), std::sqrt(want), 1e-9 * std::sqrt(want));
+}
+
+TEST_F(TrainerTest, ShapesAndLearning) {
+  TaskContext ctx;
+  json c = tiny_config();
+  c["steps"] = 120;
+  c["batch"] = 16;
+  c["lr"] = 1e-2;
+  c["log_every"] = 6;
+  c["eval_every"] = 20;
+  const TaskOutput o = train_cell(c, ctx, synthetic_data());
+  EXPECT_EQ(o.status, "complete");
+  EXPECT_EQ(series(o, "/train/step").shape, (std::vector<uint64_t>{21}));  // 0, 6, ..., 114 and 119
+  EXPECT_EQ(series(o, "/norms/attn_fro").shape, (std::vector<uint64_t>{21, 2, 2}));
+  EXPECT_EQ(series(o, "/eval/step").shape, (std::vector<uint64_t>{6}));   // 20..120
+  EXPECT_TRUE(std::holds_alternative<std::vector<int64_t>>(series(o, "/train/step").data));
+  EXPECT_TRUE(std::holds_alternative<std::vector<float>>(series(o, "/train/loss").data));
+  const auto& eval_loss = std::get<std::vector<float>>(series(o, "/eval/loss").data);
+  EXPECT_LT(eval_loss.back(), eval_loss.front());  // it learns something
+  EXPECT_GT(o.final_metrics.at("test_accuracy"), 0.45) << "chance is 1/3";
+  const auto& attn = std::get<std::vector<float>>(series(o, "/norms/attn_fro").data);
+  for (float a : attn) {  // softmax: ||phi(S)||_F <= sqrt(N) per row block, and > 0
+    EXPECT_GT(a, 0.0f);
+    EXPECT_LE(a, 8.0f + 1e-4f);
+  }
+}
+
+TEST_F(TrainerTest, TwoRunsAreBitIdentical) {
+  TaskContext ctx;
+  const TaskOutput a = train_cell(tiny_config(), ctx, synthetic_data());
+  const TaskOutput b = train_cell(tiny_config(), ctx, synthetic_data());
+  expect_identical(a, b);
+  json c = tiny_config();
+  c["seed"] = 6;  // another batch order, the same initial weights
+  const TaskOutput d = train_cell(c, ctx, synthetic_data());
+  EXPECT_NE(std::get<std::vector<float>>(series(a, "/train/loss").data)[1],
+            std::get<std::vector<float>>(series(d, "/train/loss").data)[1]);
+  EXPECT_EQ(std::get<std::vector<float>>(series(a, "/train/loss").data)[0] != 0.0f, true);
+}
+
+TEST_F(TrainerTest, StopCheckpointResumeIsBitIdentical) {
+  for (const char* opt : {"adamw", "sgd"}) {
+    json c = tiny_config();
+    c["optimizer"] = opt;
+    TaskContext plain;
+    const TaskOutput whole = train_cell(c, plain, synthetic_data());
+
+    std::atomic<int> stop{0};
+    TaskContext ctx;
+    ctx.stop = &stop;
+    ctx.checkpoint_path = path(std::string("cell_") + opt + ".ckpt");
+    // The fill of step 10 sets the flag: the trainer stops at the boundary of step 11.
+    const TaskOutput first = train_cell(c, ctx, synthetic_data([&](int64_t k) {
+                                          if (k == 10) stop = SIGUSR1;
+                                        }));
+    EXPECT_EQ(first.status, "interrupted");
+    ASSERT_TRUE(fs::exists(ctx.checkpoint_path));
+    stop = 0;
+    const TaskOutput resumed = train_cell(c, ctx, synthetic_data());
+    expect_identical(whole, resumed);
+  }
+}
+
+TEST_F(TrainerTest, PeriodicCheckpointResumesAndDamagedOneIsIgnored) {
+  json c = tiny_config();
+  c["checkpoint_every"] = 10;
+  TaskContext ctx;
+  ctx.checkpoint_path = path("cell.ckpt");
+  const TaskOutput whole = train_cell(c, ctx, synthetic_data());
+  ASSERT_TRUE(fs::exists(ctx.checkpoint_path));  // the last one, at step 20 (run_cell removes it)
+  // Resume from step 20 of 24: the same result.
+  expect_identical(whole, train_cell(c, ctx, synthetic_data()));
+  // A truncated checkpoint (a crash mid-copy) counts as none: training restarts, same result.
+  const auto size = fs::file_size(ctx.checkpoint_path);
+  fs::resize_file(ctx.checkpoint_path, size - 3);
+  expect_identical(whole, train_cell(c, ctx, synthetic_data()));
+  // One flipped byte inside: the checksum rejects it.
+  {
+    std::fstream f(ctx.checkpoint_path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.put('\x5a');
+  }
+  expect_identical(whole, train_cell(c, ctx, synthetic_data()));
+  // A checkpoint of another config is not used either.
+  json other = c;
+  other["lr"] = 1e-2;
+  TaskContext ctx2 = ctx;
+  train_cell(other, ctx2, synthetic_data());  // leaves its own checkpoint at the same path
+  expect_identical(whole, train_cell(c, ctx, synthetic_data()));
+}
+
+TEST_F(TrainerTest, UnscaledPoly9WithLr1Diverges) {
+  json c = tiny_config();
+  c["activation"] = "poly";
+  c["degree"] = 9;
+  c["scale"] = "none";
+  c["lr"] = 1.0;
+  c["clip"] = 0.0;
+  c["warmup_steps"] = 0;
+  c["steps"] = 200;
+  c["log_every"] = 1;
+  TaskContext ctx;
+  const TaskOutput o = train_cell(c, ctx, synthetic_data());
+  EXPECT_EQ(o.status, "diverged");
+  ASSERT_GE(o.diverged_at_step, 0);
+  const auto& steps = std::get<std::vector<int64_t>>(series(o, "/train/step").data);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.back(), o.diverged_at_step);  // the trajectory is kept, up to the bad step
+  const float last_loss = std::get<std::vector<float>>(series(o, "/train/loss").data).back();
+  const float last_gn = std::get<std::vector<float>>(series(o, "/train/grad_norm").data).back();
+  EXPECT_FALSE(std::isfinite(last_loss) && std::isfinite(last_gn));
+  EXPECT_TRUE(std::isnan(o.final_metrics.at("test_loss")));
+}
+
+bool have_fashion_mnist() { return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); }
+
+std::string run_image_error(const json& config) {
+  TaskContext ctx;
+  ctx.train = [](const json&, const TaskContext&, const TrainingData&) { return TaskOutput{}; };
+  try {
+    run_image(config, ctx);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(TrainerTest, ImageTaskErrorsNameTheProblem) {
+  json c = tiny_config();
+  c["prompt_length"] = 17;
+  EXPECT_NE(run_image_error(c).find("16, 49, 196 or 784"), std::string::npos) << run_image_error(c);
+  c["prompt_length"] = 16;
+  ::setenv("ATTNSWEEP_FASHION_MNIST_DIR", path("none").c_str(), 1);
+  std::string e = run_image_error(c);
+  EXPECT_NE(e.find("dataset-fashion-mnist"), std::string::npos) << e;
+  if (have_fashion_mnist()) {
+    // A truncated .gz: copy the real files, cut one short.
+    fs::create_directories(path("fm"));
+    for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                          "t10k-labels-idx1-ubyte.gz"})
+      fs::copy_file(std::string("/usr/share/datasets/fashion-mnist/") + f, path(std::string("fm/") + f));
+    fs::resize_file(path("fm/train-images-idx3-ubyte.gz"), 100000);
+    ::setenv("ATTNSWEEP_FASHION_MNIST_DIR", path("fm").c_str(), 1);
+    e = run_image_error(c);
+    EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+    EXPECT_NE(e.find("train-images-idx3-ubyte.gz"), std::string::npos) << e;
+  }
+  ::unsetenv("ATTNSWEEP_FASHION_MNIST_DIR");
+}
+
+// Reads every dataset of a result file, as raw bytes, by path.
+std::map<std::string, std::vector<char>> datasets_of(const std::string& file) {
+  std::map<std::string, std::vector<char>> out;
+  h5::File f = h5::File::open_read(file);
+  for (const char* p : {"/train/step", "/eval/step"}) {
+    auto v = f.open_dataset(p).read<int64_t>();
+    out[p].assign(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + v.size()));
+  }
+  for (const char* p : {"/train/loss", "/train/accuracy", "/train/lr", "/train/grad_norm", "/norms/attn_fro",
+                        "/norms/jac_fro", "/eval/loss", "/eval/accuracy"}) {
+    auto v = f.open_dataset(p).read<float>();
+    out[p].assign(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + v.size()));
+  }
+  return out;
+}
+
+// The whole path of `attnsweep train`: a stop (as SIGTERM sets it) after the first
+// periodic checkpoint, exit 75, a resumed run, and a result file whose datasets equal
+// an uninterrupted run's byte for byte; the checkpoint is gone afterwards.
+TEST_F(TrainerTest, RunCellStopAndResumeGiveTheSameFile) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  json c = tiny_config();
+  c["prompt_length"] = 16;
+  c["steps"] = 80;
+  c["checkpoint_every"] = 10;
+  c["eval_batches"] = 2;
+  c["dim"] = 32;
+  c["batch"] = 32;
+  RunCellOptions opt;
+  opt.threads = 1;  // 2 threads of a spinning OpenMP runtime crawl on a shared 2-core machine
+  ASSERT_EQ(run_cell("cellA", c, path("a.h5"), opt), 0);
+
+  std::atomic<int> stop{0};
+  opt.stop = &stop;
+  opt.checkpoint = path("b.ckpt");
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {  // stop as soon as the first checkpoint (step 10) exists
+    while (!done && !fs::exists(opt.checkpoint)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    stop = SIGTERM;
+  });
+  const int rc = run_cell("cellA", c, path("b.h5"), opt);
+  done = true;
+  watcher.join();
+  ASSERT_EQ(rc, 75) << "the run finished before the stop: make the cell longer";
+  EXPECT_FALSE(fs::exists(path("b.h5")));
+  EXPECT_TRUE(fs::exists(opt.checkpoint));
+  stop = 0;
+  ASSERT_EQ(run_cell("cellA", c, path("b.h5"), opt), 0);
+  EXPECT_FALSE(fs::exists(opt.checkpoint));
+  EXPECT_EQ(datasets_of(path("a.h5")), datasets_of(path("b.h5")));
+}
+
+TEST_F(TrainerTest, RunCellDivergedCellExitsZeroWithItsTrajectory) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  json c = tiny_config();
+  c["prompt_length"] = 16;
+  c["activation"] = "poly";
+  c["degree"] = 9;
+  c["scale"] = "none";
+  c["lr"] = 1.0;
+  c["steps"] = 100;
+  c["eval_batches"] = 1;
+  RunCellOptions opt;
+  ASSERT_EQ(run_cell("cellD", c, path("d.h5"), opt), 0);
+  h5::File f = h5::File::open_read(path("d.h5"));
+  EXPECT_EQ(f.attribute_string("status"), "diverged");
+  EXPECT_GE(f.attribute_int64("diverged_at_step"), 0);
+  EXPECT_GT(f.open_dataset("/train/loss").size(), 0u);
+}
+
+}  // namespace
+}  // namespace attnsweep

@@ -1,0 +1,492 @@
+#include "worker/trainer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "experiments/rng.h"
+#include "kernels/ops.h"
+#include "results/atomic_file.h"
+
+extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int);
+
+namespace attnsweep {
+
+// ---- configuration -----------------------------------------------------------------
+
+TrainConfig train_config_of(const json& c) {
+  TrainConfig tc;
+  tc.steps = c.value("steps", tc.steps);
+  tc.batch = c.value("batch", tc.batch);
+  tc.warmup_steps = c.value("warmup_steps", tc.warmup_steps);
+  tc.log_every = std::max<int64_t>(1, c.value("log_every", tc.log_every));
+  tc.eval_every = c.value("eval_every", tc.eval_every);
+  tc.eval_batches = c.value("eval_batches", tc.eval_batches);
+  tc.checkpoint_every = c.value("checkpoint_every", tc.checkpoint_every);
+  tc.lr = c.value("lr", tc.lr);
+  tc.weight_decay = c.value("weight_decay", tc.weight_decay);
+  tc.clip = c.value("clip", tc.clip);
+  tc.optimizer = c.value("optimizer", tc.optimizer);
+  tc.seed = c.value("seed", tc.seed);
+  tc.init_seed = c.value("init_seed", tc.init_seed);
+  tc.init_std = c.value("init_std", tc.init_std);
+  if (tc.optimizer != "adamw" && tc.optimizer != "sgd")
+    throw std::runtime_error("optimizer: expected adamw or sgd, got \"" + tc.optimizer + "\"");
+  return tc;
+}
+
+ModelConfig model_config_of(const json& c, const TrainingData& data) {
+  ModelConfig mc;
+  mc.head = data.classes > 0 ? Head::classify : Head::readout;
+  mc.tokens = data.tokens;
+  mc.in_dim = data.in_dim;
+  mc.classes = data.classes;
+  mc.vocab = data.vocab;
+  mc.dim = c.value("dim", mc.dim);
+  mc.layers = c.value("layers", mc.layers);
+  mc.heads = c.value("heads", mc.heads);
+  mc.mlp_ratio = c.value("mlp_ratio", mc.mlp_ratio);
+  mc.cls = c.value("cls", false);
+  mc.act = activation_spec_of(c);
+  return mc;
+}
+
+double lr_at(const TrainConfig& tc, int64_t t) {
+  if (t < tc.warmup_steps) return tc.lr * static_cast<double>(t + 1) / static_cast<double>(tc.warmup_steps);
+  const int64_t decay = tc.steps - tc.warmup_steps;
+  if (decay <= 0) return tc.lr;
+  const double frac = static_cast<double>(t - tc.warmup_steps) / static_cast<double>(decay);
+  return tc.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
+}
+
+double global_norm(const float* g, int64_t n) {
+  constexpr int64_t kBlock = 1 << 14;
+  const int64_t nb = (n + kBlock - 1) / kBlock;
+  std::vector<double> part(static_cast<size_t>(nb));
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; ++b) {
+    double s = 0;
+    const int64_t e = std::min(n, (b + 1) * kBlock);
+    for (int64_t i = b * kBlock; i < e; ++i) s += static_cast<double>(g[i]) * g[i];
+    part[static_cast<size_t>(b)] = s;
+  }
+  double s = 0;
+  for (double p : part) s += p;
+  return std::sqrt(s);
+}
+
+// ---- the optimizer step ------------------------------------------------------------
+
+Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc) : mc_(mc), tc_(tc), model_(mc) {
+  model_.init(tc.init_seed, tc.init_std);
+  if (tc.optimizer == "adamw") {
+    m_.assign(static_cast<size_t>(model_.num_params()), 0.0f);
+    v_.assign(static_cast<size_t>(model_.num_params()), 0.0f);
+  }
+}
+
+Trainer::StepResult Trainer::step(const float* x, const int32_t* y_class, const float* y_value, int64_t B, int64_t t,
+                                  bool collect_norms) {
+  StepResult r;
+  r.fwd = model_.forward(x, y_class, y_value, B, collect_norms);
+  model_.backward();
+  const int64_t n = model_.num_params(), nd = model_.decayed_count();
+  float* g = model_.grads();
+  r.grad_norm = global_norm(g, n);
+  r.lr = lr_at(tc_, t);
+  r.finite = std::isfinite(r.fwd.loss) && std::isfinite(r.grad_norm);
+  if (!r.finite) return r;
+  if (tc_.clip > 0) {
+    // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
+    const double coef = tc_.clip / (r.grad_norm + 1e-6);
+    if (coef < 1.0) {
+      const float c = static_cast<float>(coef);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) g[i] *= c;
+    }
+  }
+  float* p = model_.params();
+  const float lr = static_cast<float>(r.lr), wd = static_cast<float>(tc_.weight_decay);
+  if (tc_.optimizer == "adamw") {
+    const float b1 = static_cast<float>(tc_.beta1), b2 = static_cast<float>(tc_.beta2),
+                eps = static_cast<float>(tc_.eps);
+    // Weight matrices [0, nd) are decayed; biases, LayerNorm, positions and CLS are not.
+    adamw_update(p, g, m_.data(), v_.data(), nd, lr, b1, b2, eps, wd, t + 1);
+    adamw_update(p + nd, g + nd, m_.data() + nd, v_.data() + nd, n - nd, lr, b1, b2, eps, 0.0f, t + 1);
+  } else {
+    sgd_update(p, g, nullptr, nd, lr, 0.0f, wd);
+    sgd_update(p + nd, g + nd, nullptr, n - nd, lr, 0.0f, 0.0f);
+  }
+  return r;
+}
+
+// ---- data, trajectory, checkpoints -------------------------------------------------
+
+namespace {
+
+// Batch t holds samples t*B .. t*B + B - 1 of an endless stream of epochs; each epoch is
+// a permutation drawn from (seed, epoch) alone, so any step's batch can be rebuilt.
+class Sampler {
+ public:
+  Sampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {}
+  void indices(int64_t first_sample, int64_t count, int64_t* out) {
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t g = first_sample + j, epoch = g / n_;
+      if (epoch != epoch_) shuffle(epoch);
+      out[j] = perm_[static_cast<size_t>(g % n_)];
+    }
+  }
+
+ private:
+  void shuffle(int64_t epoch) {
+    perm_.resize(static_cast<size_t>(n_));
+    for (int64_t i = 0; i < n_; ++i) perm_[static_cast<size_t>(i)] = i;
+    Rng rng(seed_of({seed_, 0xDA7Aull, static_cast<uint64_t>(epoch)}));
+    for (int64_t i = n_ - 1; i > 0; --i) {  // Fisher-Yates
+      const int64_t j = static_cast<int64_t>(rng.uniform() * static_cast<double>(i + 1));
+      std::swap(perm_[static_cast<size_t>(i)], perm_[static_cast<size_t>(std::min(j, i))]);
+    }
+    epoch_ = epoch;
+  }
+  int64_t n_;
+  uint64_t seed_;
+  int64_t epoch_ = -1;
+  std::vector<int64_t> perm_;
+};
+
+struct Trajectory {
+  std::vector<int64_t> step;
+  std::vector<float> loss, accuracy, lr, grad_norm;
+  std::vector<float> attn_fro, jac_fro;  // [T, L, H]
+  std::vector<int64_t> eval_step;
+  std::vector<float> eval_loss, eval_accuracy;
+};
+
+// Checkpoint file: magic, payload, FNV-1a 64 of everything before it, end marker. A
+// file counts only when the marker and the checksum are there (a crash mid-write, or
+// a truncated copy, is ignored and training starts over).
+constexpr char kMagic[8] = {'A', 'T', 'S', 'W', 'C', 'K', 'P', '1'};
+constexpr char kEnd[8] = {'A', 'T', 'S', 'W', 'E', 'N', 'D', '!'};
+
+uint64_t fnv1a(const char* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= static_cast<unsigned char>(p[i]);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+struct Writer {
+  std::string buf;
+  template <class T>
+  void put(const T& v) {
+    buf.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  template <class T>
+  void put_vec(const std::vector<T>& v) {
+    put<int64_t>(static_cast<int64_t>(v.size()));
+    buf.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
+  void put_str(const std::string& s) {
+    put<int64_t>(static_cast<int64_t>(s.size()));
+    buf += s;
+  }
+};
+
+struct Reader {
+  const std::string& buf;
+  size_t pos = 0;
+  void need(size_t n) {
+    if (buf.size() - pos < n) throw std::runtime_error("payload shorter than its lengths say");
+  }
+  template <class T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, buf.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  template <class T>
+  std::vector<T> get_vec() {
+    const int64_t n = get<int64_t>();
+    if (n < 0) throw std::runtime_error("negative length");
+    need(static_cast<size_t>(n) * sizeof(T));
+    std::vector<T> v(static_cast<size_t>(n));
+    std::memcpy(v.data(), buf.data() + pos, v.size() * sizeof(T));
+    pos += v.size() * sizeof(T);
+    return v;
+  }
+  std::string get_str() {
+    const int64_t n = get<int64_t>();
+    if (n < 0) throw std::runtime_error("negative length");
+    need(static_cast<size_t>(n));
+    std::string s = buf.substr(pos, static_cast<size_t>(n));
+    pos += static_cast<size_t>(n);
+    return s;
+  }
+};
+
+struct TrainState {
+  int64_t step = 0;          // the next step to run (= updates done)
+  int64_t samples_seen = 0;  // the sampler's cursor
+  Trajectory traj;
+};
+
+void save_checkpoint(const std::string& path, const std::string& config_text, const TrainConfig& tc, Trainer& tr,
+                     const TrainState& st) {
+  Writer w;
+  w.buf.append(kMagic, sizeof kMagic);
+  w.put_str(config_text);
+  w.put<int64_t>(st.step);
+  w.put<int64_t>(st.samples_seen);
+  w.put<uint64_t>(tc.seed);  // the sampler's generator: (seed, samples_seen) is all of its state
+  Model& m = tr.model();
+  w.put_vec(std::vector<float>(m.params(), m.params() + m.num_params()));
+  w.put_vec(tr.m());
+  w.put_vec(tr.v());
+  const Trajectory& t = st.traj;
+  w.put_vec(t.step);
+  w.put_vec(t.loss);
+  w.put_vec(t.accuracy);
+  w.put_vec(t.lr);
+  w.put_vec(t.grad_norm);
+  w.put_vec(t.attn_fro);
+  w.put_vec(t.jac_fro);
+  w.put_vec(t.eval_step);
+  w.put_vec(t.eval_loss);
+  w.put_vec(t.eval_accuracy);
+  w.put<uint64_t>(fnv1a(w.buf.data(), w.buf.size()));
+  w.buf.append(kEnd, sizeof kEnd);
+
+  const std::string tmp = temp_path_for(path);
+  TempFileGuard guard(tmp);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(tmp + ": cannot create checkpoint: " + std::strerror(errno));
+  size_t done = 0;
+  while (done < w.buf.size()) {
+    const ssize_t r = ::write(fd, w.buf.data() + done, w.buf.size() - done);
+    if (r < 0 && errno == EINTR) continue;  // a second signal while we write
+    if (r <= 0) {
+      const int e = errno;
+      ::close(fd);
+      throw std::runtime_error(tmp + ": cannot write checkpoint: " + std::strerror(e));
+    }
+    done += static_cast<size_t>(r);
+  }
+  if (::close(fd) != 0) throw std::runtime_error(tmp + ": cannot close checkpoint: " + std::strerror(errno));
+  commit_file(tmp, path);  // fsync, rename, fsync of the directory
+  guard.release();
+}
+
+// Loads a checkpoint of this very cell; false (with *why) when absent or not usable.
+bool load_checkpoint(const std::string& path, const std::string& config_text, Trainer& tr, TrainState& st,
+                     std::string* why) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    *why = "absent";
+    return false;
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string buf = ss.str();
+  try {
+    constexpr size_t kTrailer = sizeof(uint64_t) + sizeof kEnd;
+    if (buf.size() < sizeof kMagic + kTrailer || std::memcmp(buf.data(), kMagic, sizeof kMagic) != 0)
+      throw std::runtime_error("not an attnsweep checkpoint");
+    if (std::memcmp(buf.data() + buf.size() - sizeof kEnd, kEnd, sizeof kEnd) != 0)
+      throw std::runtime_error("no end marker (incomplete write)");
+    const size_t body = buf.size() - kTrailer;
+    uint64_t sum;
+    std::memcpy(&sum, buf.data() + body, sizeof sum);
+    if (sum != fnv1a(buf.data(), body)) throw std::runtime_error("checksum mismatch");
+    const std::string payload = buf.substr(0, body);
+    Reader r{payload, sizeof kMagic};
+    if (r.get_str() != config_text) throw std::runtime_error("written for a different config");
+    TrainState s;
+    s.step = r.get<int64_t>();
+    s.samples_seen = r.get<int64_t>();
+    if (r.get<uint64_t>() != tr.config().seed) throw std::runtime_error("sampler seed differs");
+    auto params = r.get_vec<float>();
+    auto m = r.get_vec<float>();
+    auto v = r.get_vec<float>();
+    Model& model = tr.model();
+    if (static_cast<int64_t>(params.size()) != model.num_params() || m.size() != tr.m().size() ||
+        v.size() != tr.v().size())
+      throw std::runtime_error("parameter count differs from the model's");
+    Trajectory& t = s.traj;
+    t.step = r.get_vec<int64_t>();
+    t.loss = r.get_vec<float>();
+    t.accuracy = r.get_vec<float>();
+    t.lr = r.get_vec<float>();
+    t.grad_norm = r.get_vec<float>();
+    t.attn_fro = r.get_vec<float>();
+    t.jac_fro = r.get_vec<float>();
+    t.eval_step = r.get_vec<int64_t>();
+    t.eval_loss = r.get_vec<float>();
+    t.eval_accuracy = r.get_vec<float>();
+    if (r.pos != payload.size()) throw std::runtime_error("trailing bytes");
+    std::copy(params.begin(), params.end(), model.params());
+    tr.m() = std::move(m);
+    tr.v() = std::move(v);
+    st = std::move(s);
+  } catch (const std::exception& e) {
+    *why = e.what();
+    return false;
+  }
+  return true;
+}
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+};
+
+// Mean loss and accuracy over the test split (or its first eval_batches batches).
+EvalResult evaluate(Model& model, const TrainingData& data, const TrainConfig& tc, std::vector<float>& x,
+                    std::vector<int32_t>& yc, std::vector<float>& yv) {
+  int64_t n = data.n_test;
+  if (tc.eval_batches > 0) n = std::min(n, tc.eval_batches * tc.batch);
+  double loss = 0;
+  int64_t correct = 0;
+  std::vector<int64_t> idx(static_cast<size_t>(tc.batch));
+  for (int64_t s = 0; s < n; s += tc.batch) {
+    const int64_t B = std::min(tc.batch, n - s);
+    for (int64_t j = 0; j < B; ++j) idx[static_cast<size_t>(j)] = s + j;
+    data.fill(1, idx.data(), B, x.data(), yc.data(), yv.data());
+    const ForwardStats st = model.forward(x.data(), yc.data(), yv.data(), B, false);
+    loss += st.loss * static_cast<double>(B);
+    correct += st.correct;
+  }
+  EvalResult r;
+  r.loss = n > 0 ? loss / static_cast<double>(n) : std::nan("");
+  r.accuracy = data.classes > 0 && n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : std::nan("");
+  return r;
+}
+
+}  // namespace
+
+// ---- the training loop -------------------------------------------------------------
+
+TaskOutput train_cell(const json& config, const TaskContext& ctx, const TrainingData& data) {
+  if (ctx.device != "cpu")
+    throw std::runtime_error("the trainer runs on CPU only for now (no CUDA trainer yet): run with --device cpu");
+  // Every GEMM of the model splits its rows over the OpenMP team itself (kernels/cpu):
+  // OpenBLAS single-threaded for the whole run instead of toggled around each call.
+  struct BlasOneThread {
+    int saved = openblas_get_num_threads();
+    BlasOneThread() { openblas_set_num_threads(1); }
+    ~BlasOneThread() { openblas_set_num_threads(saved); }
+  } blas_one_thread;
+  const TrainConfig tc = train_config_of(config);
+  const ModelConfig mc = model_config_of(config, data);
+  Trainer tr(mc, tc);
+  const std::string config_text = config.dump();
+  const int64_t L = mc.layers, H = mc.heads, B = tc.batch;
+  const bool classify = data.classes > 0;
+
+  TrainState st;
+  if (!ctx.checkpoint_path.empty()) {
+    std::string why;
+    if (load_checkpoint(ctx.checkpoint_path, config_text, tr, st, &why)) {
+      std::fprintf(stderr, "attnsweep train: resuming from %s at step %lld\n", ctx.checkpoint_path.c_str(),
+                   static_cast<long long>(st.step));
+    } else if (why != "absent") {
+      std::fprintf(stderr, "attnsweep train: ignoring checkpoint %s (%s); starting from step 0\n",
+                   ctx.checkpoint_path.c_str(), why.c_str());
+    }
+  }
+
+  std::vector<float> x(static_cast<size_t>(B * data.tokens * data.in_dim));
+  std::vector<int32_t> yc(static_cast<size_t>(B));
+  std::vector<float> yv(static_cast<size_t>(B));
+  std::vector<int64_t> idx(static_cast<size_t>(B));
+  Sampler sampler(data.n_train, tc.seed);
+  Trajectory& tj = st.traj;
+  TaskOutput out;
+  const float nanf = std::numeric_limits<float>::quiet_NaN();
+
+  auto record_eval = [&](int64_t step) {
+    const EvalResult e = evaluate(tr.model(), data, tc, x, yc, yv);
+    tj.eval_step.push_back(step);
+    tj.eval_loss.push_back(static_cast<float>(e.loss));
+    tj.eval_accuracy.push_back(static_cast<float>(e.accuracy));
+  };
+
+  const int64_t resumed_at = st.step;
+  for (; st.step < tc.steps; ++st.step) {
+    const int64_t t = st.step;
+    // Step boundary: everything up to t is in `st` and the model.
+    const bool stop = ctx.stop_requested();
+    if (!ctx.checkpoint_path.empty() &&
+        (stop || (tc.checkpoint_every > 0 && t % tc.checkpoint_every == 0 && t != resumed_at)))
+      save_checkpoint(ctx.checkpoint_path, config_text, tc, tr, st);
+    if (stop) {
+      out.status = "interrupted";
+      return out;
+    }
+    sampler.indices(st.samples_seen, B, idx.data());
+    data.fill(0, idx.data(), B, x.data(), yc.data(), yv.data());
+    st.samples_seen += B;
+    const bool log = t % tc.log_every == 0 || t == tc.steps - 1;
+    const Trainer::StepResult r = tr.step(x.data(), yc.data(), yv.data(), B, t, log);
+    if (log || !r.finite) {
+      tj.step.push_back(t);
+      tj.loss.push_back(static_cast<float>(r.fwd.loss));
+      tj.accuracy.push_back(classify ? static_cast<float>(static_cast<double>(r.fwd.correct) / static_cast<double>(B))
+                                     : nanf);
+      tj.lr.push_back(static_cast<float>(r.lr));
+      tj.grad_norm.push_back(static_cast<float>(r.grad_norm));
+      for (int64_t i = 0; i < L * H; ++i) {
+        tj.attn_fro.push_back(log ? static_cast<float>(r.fwd.attn_fro[static_cast<size_t>(i)]) : nanf);
+        tj.jac_fro.push_back(log ? static_cast<float>(r.fwd.jac_fro[static_cast<size_t>(i)]) : nanf);
+      }
+    }
+    if (!r.finite) {
+      out.status = "diverged";
+      out.diverged_at_step = t;
+      break;
+    }
+    if (tc.eval_every > 0 && (t + 1) % tc.eval_every == 0) record_eval(t + 1);
+  }
+
+  if (out.status == "complete") {
+    if (tj.eval_step.empty() || tj.eval_step.back() != tc.steps) record_eval(tc.steps);
+    out.final_metrics["test_loss"] = tj.eval_loss.back();
+    if (classify) out.final_metrics["test_accuracy"] = tj.eval_accuracy.back();
+    else out.final_metrics["test_mse"] = tj.eval_loss.back();
+  } else {
+    // The parameters are those before the non-finite step; the cell's verdict is the
+    // divergence, not a test score of weights it never finished training.
+    out.final_metrics["test_loss"] = std::nan("");
+    if (classify) out.final_metrics["test_accuracy"] = std::nan("");
+  }
+  out.final_metrics["train_loss"] = tj.loss.empty() ? std::nan("") : tj.loss.back();
+
+  const uint64_t T = tj.step.size(), E = tj.eval_step.size();
+  const uint64_t uL = static_cast<uint64_t>(L), uH = static_cast<uint64_t>(H);
+  out.series.push_back({"/train/step", {T}, tj.step, "optimizer step (0-based) of each logged row"});
+  out.series.push_back({"/train/loss", {T}, tj.loss, "training loss of the step's batch, before its update"});
+  out.series.push_back({"/train/accuracy", {T}, tj.accuracy, "training accuracy of the step's batch (NaN: regression)"});
+  out.series.push_back({"/train/lr", {T}, tj.lr, "learning rate of the step"});
+  out.series.push_back({"/train/grad_norm", {T}, tj.grad_norm, "global gradient norm before clipping"});
+  out.series.push_back({"/norms/attn_fro", {T, uL, uH}, tj.attn_fro,
+                        "||phi(S)||_F per layer and head, mean over the batch"});
+  out.series.push_back({"/norms/jac_fro", {T, uL, uH}, tj.jac_fro,
+                        "||d phi(S) / dS||_F per layer and head, mean over the batch"});
+  out.series.push_back({"/eval/step", {E}, tj.eval_step, "updates done when the test split was evaluated"});
+  out.series.push_back({"/eval/loss", {E}, tj.eval_loss, "mean test loss"});
+  out.series.push_back({"/eval/accuracy", {E}, tj.eval_accuracy, "test accuracy (NaN: regression)"});
+  return out;
+}
+
+}  // namespace attnsweep
