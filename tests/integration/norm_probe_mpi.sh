@@ -19,7 +19,7 @@ print("cells per rank:", dict(ranks))
 assert set(ranks) == {0, 1, 2}, ranks
 PY
 # The same cell run alone gives the same numbers (one cell per rank does not change them).
-id=$(ls out/runs | head -1); id=${id%.h5}
+runs=(out/runs/*.h5); id=$(basename "${runs[0]}" .h5)  # no `ls | head`: SIGPIPE under pipefail
 "$ATTNSWEEP" train out/cells/$id.json --out alone.h5 >/dev/null
 check "a cell from the MPI run equals the same cell run alone" $PY - out/runs/$id.h5 alone.h5 <<'PY'
 import sys, h5py, numpy as np

@@ -74,7 +74,7 @@ check "norm-probe screenshot is not blank" not_blank "$WORK/np.png"
 # A re-aggregate reads nothing; a truncated and a non-HDF5 file are skipped and listed.
 run_rc "$ATTNSWEEP" aggregate np
 check "second aggregate rereads nothing ($OUT)" grep -q "aggregated 18 cells (0 read, 18 unchanged)" <<<"$OUT"
-first=$(ls np/runs/*.h5 | head -1)
+runs=(np/runs/*.h5); first=${runs[0]}
 head -c 3000 "$first" > np/runs/00000000truncated.h5
 echo "not hdf5" > np/runs/00000000000text.h5
 run_rc "$ATTNSWEEP" aggregate np
