@@ -32,7 +32,10 @@ PY
 # 2. Preemption: USR1 mid-run -> exit 75 -> requeue -> resume -> each cell finished once.
 cat > long.json <<'JSON'
 {"name": "slurm-preempt", "axes": {"task": ["synthetic"], "seed": [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},
- "fixed": {"seconds": 1.5}}
+ "fixed": {"seconds": 1.5},
+ "include": [{"task": "image", "activation": "poly", "degree": 3, "scale": "inv_sqrt_n", "prompt_length": 16,
+              "layers": 1, "heads": 2, "dim": 16, "steps": 15000, "batch": 32, "log_every": 50, "eval_every": 5000,
+              "seed": 0}]}
 JSON
 run_rc "$ATTNSWEEP" submit long.json --out long --nodes 1 --gpus-per-node 0 --cpus-per-node 2 --time 00:10:00 --grace-s 10
 check "second submit exits 0" test "$RC" = 0
@@ -50,7 +53,7 @@ check "the interrupted run exited 75" grep -q "run exited 75" long/slurm-"$job".
 check "the job requeued itself" grep -q "requeueing $job" long/slurm-"$job".out
 check "the job ended COMPLETED ($JOB_STATE)" test "$JOB_STATE" = COMPLETED
 check "the requeued job finished (exit 0)" grep -q "run exited 0" long/slurm-"$job".out
-check "16 result files" test "$(ls long/runs/*.h5 | wc -l)" = 16
+check "17 result files" test "$(ls long/runs/*.h5 | wc -l)" = 17
 check "two runs, each cell finished exactly once, some preempted" $PY - long/events.jsonl <<'PY'
 import collections, json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
@@ -58,9 +61,29 @@ starts = [e for e in ev if e["event"] == "sweep_started"]
 fin = collections.Counter(e["cell_id"] for e in ev if e["event"] == "finished")
 pre = [e for e in ev if e["event"] == "preempted"]
 print(f"{len(starts)} runs, {len(fin)} cells finished, max {max(fin.values())} per cell, {len(pre)} preempted attempts")
-assert len(starts) == 2 and len(fin) == 16 and max(fin.values()) == 1 and len(pre) >= 1
+assert len(starts) == 2 and len(fin) == 17 and max(fin.values()) == 1 and len(pre) >= 1
 stopped = [e for e in ev if e["event"] == "sweep_finished"]
 assert [e["exit_code"] for e in stopped] == [75, 0], stopped
+PY
+
+# The training cell was stopped mid-run, checkpointed, and resumed by the requeued job;
+# its result is bit-identical to an uninterrupted run of the same cell (same threads).
+train_id=$(basename "$(grep -l '"task": "image"' long/cells/*.json)" .json)
+check "the training cell was preempted" grep -q "\"event\":\"preempted\".*$train_id\|$train_id.*\"event\":\"preempted\"" long/events.jsonl
+check "and resumed from its checkpoint" grep -q "resuming from" long/logs/$train_id.log
+check "no checkpoint left behind" test ! -e long/checkpoints/$train_id.ckpt
+"$ATTNSWEEP" train long/cells/$train_id.json --out uninterrupted.h5 --threads 1 >/dev/null
+check "resumed training cell is bit-identical to an uninterrupted run" $PY - long/runs/$train_id.h5 uninterrupted.h5 <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+names = []
+a.visit(lambda n: names.append(n) if isinstance(a[n], h5py.Dataset) else None)
+assert any(n.startswith("norms/") for n in names) and "train/loss" in names, names
+for n in names:
+    x, y = a[n][()], b[n][()]
+    assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), n
+assert dict(a["final"].attrs) == dict(b["final"].attrs)
+print(f"{len(names)} datasets identical byte for byte; {a['train/step'].shape[0]} logged steps")
 PY
 
 # 3. A PMI mismatch (srun starts 2 tasks, MPI is not started through srun) is refused.
