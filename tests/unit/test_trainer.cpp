@@ -299,6 +299,17 @@ TEST_F(TrainerTest, DataParallelIsDeterministic) {
   const TaskOutput b = train_cell(c, ctx, synthetic_data());
   EXPECT_EQ(a.status, "complete");
   expect_identical(a, b);
+  // Stop at step 6, resume from the checkpoint (replica 0's state, broadcast on load).
+  std::atomic<int> stop{0};
+  TaskContext ck;
+  ck.stop = &stop;
+  ck.checkpoint_path = path("dp.ckpt");
+  EXPECT_EQ(train_cell(c, ck, synthetic_data([&](int64_t f) {
+                         if (f == 5) stop = SIGUSR1;
+                       })).status,
+            "interrupted");
+  stop = 0;
+  expect_identical(a, train_cell(c, ck, synthetic_data()));
 }
 
 TEST(TrainerDataParallel, BatchNotDivisibleByDevicesIsAValidationError) {
