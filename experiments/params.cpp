@@ -183,6 +183,19 @@ std::vector<ParamSpec> make_specs() {
       };
     v.push_back(std::move(s));
   }
+  {
+    ParamSpec s = integer("devices", 1, 64, "devices (GPUs, or CPU devices) this cell trains on, data-parallel");
+    s.applies = is_training_task;
+    s.default_value = fixed_default(1);
+    // Every device takes batch / devices rows of the step's batch (worker/trainer.h).
+    s.check = [](const json& value, const json& cfg) -> std::string {
+      const int64_t k = value.get<int64_t>(), b = cfg.value("batch", int64_t{128});
+      if (b % k == 0) return "";
+      return "batch " + std::to_string(b) + " is not divisible by devices " + value.dump() +
+             " (each device takes batch / devices rows)";
+    };
+    v.push_back(std::move(s));
+  }
   for (auto [name, lo, hi, def, what] :
        {std::tuple{"lr", 0.0, 1e6, 1e-3, "peak learning rate"},
         std::tuple{"weight_decay", 0.0, 1e6, 0.05, "decoupled weight decay of the weight matrices"},

@@ -39,6 +39,11 @@ TrainConfig train_config_of(const json& c) {
   tc.seed = c.value("seed", tc.seed);
   tc.init_seed = c.value("init_seed", tc.init_seed);
   tc.init_std = c.value("init_std", tc.init_std);
+  tc.devices = c.value("devices", tc.devices);
+  if (tc.devices < 1) throw std::runtime_error("devices: expected an integer >= 1, got " + std::to_string(tc.devices));
+  if (tc.batch % tc.devices != 0)
+    throw std::runtime_error("batch " + std::to_string(tc.batch) + " is not divisible by devices " +
+                             std::to_string(tc.devices));
   if (tc.optimizer != "adamw" && tc.optimizer != "sgd")
     throw std::runtime_error("optimizer: expected adamw or sgd, got \"" + tc.optimizer + "\"");
   return tc;
@@ -86,21 +91,78 @@ double global_norm(const float* g, int64_t n) {
 
 // ---- the optimizer step ------------------------------------------------------------
 
-Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc) : mc_(mc), tc_(tc), model_(mc) {
-  model_.init(tc.init_seed, tc.init_std);
+Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc) : mc_(mc), tc_(tc) {
+  if (tc.devices < 1) throw std::runtime_error("devices: expected >= 1");
+  for (int64_t r = 0; r < tc.devices; ++r) replicas_.push_back(std::make_unique<Model>(mc));
+  replicas_[0]->init(tc.init_seed, tc.init_std);
+  broadcast_params();  // identical parameters on every replica
   if (tc.optimizer == "adamw") {
-    m_.assign(static_cast<size_t>(model_.num_params()), 0.0f);
-    v_.assign(static_cast<size_t>(model_.num_params()), 0.0f);
+    m_.assign(static_cast<size_t>(model().num_params()), 0.0f);
+    v_.assign(static_cast<size_t>(model().num_params()), 0.0f);
+  }
+}
+
+void Trainer::broadcast_params() {
+  const Model& src = *replicas_[0];
+  for (size_t r = 1; r < replicas_.size(); ++r)
+    std::memcpy(replicas_[r]->params(), src.params(), static_cast<size_t>(src.num_params()) * sizeof(float));
+}
+
+void Trainer::allreduce_grads() {
+  // Per element, in replica order 0, 1, ..., k-1, in float64, then / k: the same value
+  // for any thread count (threads split the elements, never a sum). On GPUs this is
+  // where ncclAllReduce goes.
+  const int64_t n = model().num_params(), k = devices();
+  std::vector<const float*> g(static_cast<size_t>(k));
+  for (int64_t r = 0; r < k; ++r) g[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)]->grads();
+  float* out = replicas_[0]->grads();
+  const double inv_k = 1.0 / static_cast<double>(k);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int64_t r = 0; r < k; ++r) s += static_cast<double>(g[static_cast<size_t>(r)][i]);
+    out[i] = static_cast<float>(s * inv_k);
   }
 }
 
 Trainer::StepResult Trainer::step(const float* x, const int32_t* y_class, const float* y_value, int64_t B, int64_t t,
                                   bool collect_norms) {
   StepResult r;
-  r.fwd = model_.forward(x, y_class, y_value, B, collect_norms);
-  model_.backward();
-  const int64_t n = model_.num_params(), nd = model_.decayed_count();
-  float* g = model_.grads();
+  Model& m0 = model();
+  const int64_t k = devices();
+  if (k == 1) {
+    r.fwd = m0.forward(x, y_class, y_value, B, collect_norms);
+    m0.backward();
+  } else {
+    if (B % k != 0)
+      throw std::runtime_error("batch " + std::to_string(B) + " is not divisible by devices " + std::to_string(k));
+    // The replicas ("devices") run one after another on CPU; the threads inside each op
+    // do the parallel work. Replica rr takes rows [rr B/k, (rr+1) B/k) of the global batch.
+    const int64_t Bs = B / k, row = mc_.tokens * mc_.in_dim;
+    double loss = 0;
+    for (int64_t rr = 0; rr < k; ++rr) {
+      Model& m = *replicas_[static_cast<size_t>(rr)];
+      const int64_t first = rr * Bs;
+      const ForwardStats f = m.forward(x + first * row, y_class ? y_class + first : nullptr,
+                                       y_value ? y_value + first : nullptr, Bs, collect_norms);
+      m.backward();
+      loss += f.loss * static_cast<double>(Bs);  // weight by shard size
+      r.fwd.correct += f.correct;
+      if (rr == 0) {
+        r.fwd.attn_fro = f.attn_fro;
+        r.fwd.jac_fro = f.jac_fro;
+      } else {
+        for (size_t i = 0; i < f.attn_fro.size(); ++i) r.fwd.attn_fro[i] += f.attn_fro[i];
+        for (size_t i = 0; i < f.jac_fro.size(); ++i) r.fwd.jac_fro[i] += f.jac_fro[i];
+      }
+    }
+    r.fwd.loss = loss / static_cast<double>(B);
+    for (double& a : r.fwd.attn_fro) a /= static_cast<double>(k);
+    for (double& a : r.fwd.jac_fro) a /= static_cast<double>(k);
+    allreduce_grads();
+  }
+  const int64_t n = m0.num_params(), nd = m0.decayed_count();
+  float* g = m0.grads();
   r.grad_norm = global_norm(g, n);
   r.lr = lr_at(tc_, t);
   r.finite = std::isfinite(r.fwd.loss) && std::isfinite(r.grad_norm);
@@ -114,7 +176,7 @@ Trainer::StepResult Trainer::step(const float* x, const int32_t* y_class, const 
       for (int64_t i = 0; i < n; ++i) g[i] *= c;
     }
   }
-  float* p = model_.params();
+  float* p = m0.params();
   const float lr = static_cast<float>(r.lr), wd = static_cast<float>(tc_.weight_decay);
   if (tc_.optimizer == "adamw") {
     const float b1 = static_cast<float>(tc_.beta1), b2 = static_cast<float>(tc_.beta2),
@@ -126,6 +188,7 @@ Trainer::StepResult Trainer::step(const float* x, const int32_t* y_class, const 
     sgd_update(p, g, nullptr, nd, lr, 0.0f, wd);
     sgd_update(p + nd, g + nd, nullptr, n - nd, lr, 0.0f, 0.0f);
   }
+  if (k > 1) broadcast_params();
   return r;
 }
 
@@ -337,6 +400,7 @@ bool load_checkpoint(const std::string& path, const std::string& config_text, Tr
     t.eval_accuracy = r.get_vec<float>();
     if (r.pos != payload.size()) throw std::runtime_error("trailing bytes");
     std::copy(params.begin(), params.end(), model.params());
+    tr.broadcast_params();  // every replica resumes from the same parameters
     tr.m() = std::move(m);
     tr.v() = std::move(v);
     st = std::move(s);

@@ -8,14 +8,34 @@
 // function of (seed, t) (an epoch permutation from a counter-based generator), so the
 // sampler's whole state is (seed, samples seen).
 //
-// TODO(data-parallel): gpus_per_cell = k > 1 (design.md "Process model") is not
-// implemented: the plan is k model replicas, each taking batch / k rows of the same
-// sampled batch, an all-reduce of the gradient buffer (NCCL on GPUs, a fixed-order CPU
-// sum on CPU devices so CI runs the same path) before clipping, and one optimizer step
-// per replica. The trainer is single-device today.
+// Data parallelism (design.md "Process model": a cell with gpus_per_cell k trains
+// data-parallel). TrainConfig::devices = k > 1 holds k Model replicas with identical
+// parameters. Step t samples the same global batch of B rows as k = 1 (the sampler is
+// unchanged) and replica r takes rows [r B/k, (r+1) B/k) (B % k == 0, a validation
+// error otherwise). Each replica runs forward + backward on its shard; then an
+// all-reduce of the gradient buffers: g = (g_0 + g_1 + ... + g_{k-1}) / k, summed per
+// element in float64 in replica order 0, 1, ..., k-1 (a fixed order, so the result does
+// not depend on the thread count), which is the gradient of the mean loss over the
+// global batch. Global norm, clipping and ONE optimizer update then run on replica 0,
+// whose parameters are copied to the other replicas (a broadcast). The logged loss and
+// accuracy are over the global batch (shards weighted by their size); attn_fro/jac_fro
+// are the mean over replicas. Eval and checkpoints use replica 0 (parameters and
+// optimizer state are the same on every replica after each step; a resumed checkpoint
+// is broadcast). k = 2 matches k = 1 within float tolerance, not bitwise: the batch
+// sums of the backward are regrouped (per shard, then across shards).
+//
+// On CPU the k "devices" run one after another in this thread; the parallel work is the
+// OpenMP team inside each op, so CI exercises the data-parallel path on any machine.
+// Not done yet, for GPUs: one thread (and CUDA stream) per GPU running its replica
+// concurrently, and the all-reduce as an NCCL ncclAllReduce (sum, then scale by 1/k) on
+// the grads buffer in place of allreduce_grads(); NCCL's ring order is fixed for a fixed
+// topology, so a GPU run is deterministic but matches the CPU sum only within tolerance.
+// With NCCL every replica would also apply the same update itself instead of the
+// broadcast of replica 0's parameters.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +56,7 @@ struct TrainConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // torch.optim.AdamW defaults
   uint64_t seed = 0, init_seed = 0;
   double init_std = 0;  // 0: PyTorch nn.Linear init
+  int64_t devices = 1;  // k data-parallel replicas; batch % devices == 0
 };
 
 // The training keys of a cell config (params.cpp holds their defaults).
@@ -47,12 +68,18 @@ ModelConfig model_config_of(const json& config, const TrainingData& data);
 // lr * (1 + cos(pi (t - warmup) / (steps - warmup))) / 2.
 double lr_at(const TrainConfig& tc, int64_t t);
 
-// Optimizer over a Model's parameter buffer.
+// Optimizer over a Model's parameter buffer, with tc.devices data-parallel replicas.
 class Trainer {
  public:
   Trainer(const ModelConfig& mc, const TrainConfig& tc);
 
-  Model& model() { return model_; }
+  // Replica 0: what eval, checkpoints and callers see (all replicas hold the same
+  // parameters between steps).
+  Model& model() { return *replicas_[0]; }
+  Model& replica(int64_t r) { return *replicas_[static_cast<size_t>(r)]; }
+  int64_t devices() const { return static_cast<int64_t>(replicas_.size()); }
+  // Copies replica 0's parameters to the others (after an update or a checkpoint load).
+  void broadcast_params();
   const TrainConfig& config() const { return tc_; }
 
   struct StepResult {
@@ -61,7 +88,9 @@ class Trainer {
     double lr = 0;
     bool finite = true;    // loss and gradient finite; false: no update was made
   };
-  // One step t (0-based) on a batch: forward, backward, global norm, clip, update.
+  // One step t (0-based) on a global batch of B rows: forward and backward of each
+  // replica on its B / devices rows, all-reduce of the gradients, global norm, clip,
+  // one update, broadcast. fwd holds the global-batch loss and correct count.
   StepResult step(const float* x, const int32_t* y_class, const float* y_value, int64_t B, int64_t t,
                   bool collect_norms);
 
@@ -70,9 +99,12 @@ class Trainer {
   std::vector<float>& v() { return v_; }
 
  private:
+  // Replica 0's grads = the mean of every replica's grads (fixed order, float64).
+  void allreduce_grads();
+
   ModelConfig mc_;
   TrainConfig tc_;
-  Model model_;
+  std::vector<std::unique_ptr<Model>> replicas_;
   std::vector<float> m_, v_;
 };
 

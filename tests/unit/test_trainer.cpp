@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "coordinator/grid.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
 #include "results/h5.h"
@@ -215,6 +216,118 @@ TEST_F(TrainerTest, PeriodicCheckpointResumesAndDamagedOneIsIgnored) {
   TaskContext ctx2 = ctx;
   train_cell(other, ctx2, synthetic_data());  // leaves its own checkpoint at the same path
   expect_identical(whole, train_cell(c, ctx, synthetic_data()));
+}
+
+// Data parallelism: k = 2 replicas on the same global batch follow k = 1 for 20 AdamW
+// steps. Not bitwise: each replica's backward sums its 8 rows in float32 and the
+// all-reduce adds the two halves in float64, where k = 1 sums all 16 rows in one
+// float32 pass, so gradient entries differ by a few float32 ulps (~1e-7 relative); the
+// forward of a shard is row-wise and equal. AdamW's m / sqrt(v) keeps these errors
+// relative, so over 20 steps they stay ~1e-7: we allow 1e-5 relative on the loss and
+// 1e-5 absolute on parameters of size <= ~1 (100x what is seen), far below what a wrong
+// shard, a missing 1/k or a skipped broadcast gives (> 1e-3 after one update). The one
+// exception, the key bias, is explained below.
+TEST_F(TrainerTest, DataParallelTwoDevicesMatchOne) {
+  const TrainingData data = synthetic_data();
+  TrainConfig tc;
+  tc.steps = 20;
+  tc.batch = 16;
+  tc.warmup_steps = 4;
+  tc.lr = 3e-3;
+  tc.seed = 5;
+  tc.init_seed = 1;
+  tc.optimizer = "adamw";
+  json c = tiny_config();
+  const ModelConfig mc = model_config_of(c, data);
+  // trace: loss, grad_norm of each step in turn.
+  auto run = [&](int64_t devices, std::vector<double>* trace, std::vector<double>* attn) {
+    TrainConfig t = tc;
+    t.devices = devices;
+    auto tr = std::make_unique<Trainer>(mc, t);
+    const int64_t B = t.batch;
+    std::vector<float> x(static_cast<size_t>(B * data.tokens * data.in_dim)), yv(static_cast<size_t>(B));
+    std::vector<int32_t> yc(static_cast<size_t>(B));
+    std::vector<int64_t> idx(static_cast<size_t>(B));
+    for (int64_t s = 0; s < t.steps; ++s) {
+      for (int64_t j = 0; j < B; ++j) idx[static_cast<size_t>(j)] = (s * B + j * 7) % data.n_train;
+      data.fill(0, idx.data(), B, x.data(), yc.data(), yv.data());
+      const Trainer::StepResult r = tr->step(x.data(), yc.data(), yv.data(), B, s, s == 0);
+      EXPECT_TRUE(r.finite);
+      trace->push_back(r.fwd.loss);
+      trace->push_back(r.grad_norm);  // catches a missing 1 / k
+      if (s == 0) *attn = r.fwd.attn_fro;
+    }
+    return tr;
+  };
+  std::vector<double> l1, l2, a1, a2;
+  auto one = run(1, &l1, &a1);
+  auto two = run(2, &l2, &a2);
+  ASSERT_EQ(two->devices(), 2);
+  // seen: <= 3e-8 relative
+  for (size_t s = 0; s < l1.size(); ++s) EXPECT_NEAR(l2[s], l1[s], 1e-5 * std::fabs(l1[s])) << "step " << s / 2;
+  ASSERT_EQ(a1.size(), a2.size());
+  for (size_t i = 0; i < a1.size(); ++i) EXPECT_NEAR(a2[i], a1[i], 1e-5 * a1[i]);  // the mean over the batch
+  const int64_t n = one->model().num_params();
+  // The key bias (rows [C, 2C) of each layer's qkv_b) has gradient 0 in exact arithmetic
+  // under softmax (it adds q.b_k to a whole score row), so its float gradient is
+  // rounding noise that AdamW normalises into steps of ~lr with either sign: it differs
+  // between any two summation orders by up to ~lr per step, without changing the loss.
+  std::vector<char> key_bias(static_cast<size_t>(n), 0);
+  for (const auto& ti : one->model().tensors())
+    if (ti.name == "qkv_b")
+      for (int64_t l = 0; l < mc.layers; ++l)
+        for (int64_t i = mc.dim; i < 2 * mc.dim; ++i) key_bias[static_cast<size_t>(ti.offset + l * 3 * mc.dim + i)] = 1;
+  double max_diff = 0, max_kb_diff = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = std::fabs(static_cast<double>(one->model().params()[i]) - two->model().params()[i]);
+    double& m = key_bias[static_cast<size_t>(i)] ? max_kb_diff : max_diff;
+    m = std::max(m, d);
+  }
+  EXPECT_LT(max_diff, 1e-5);  // seen: ~1e-7 (a few ulps of parameters of size <= 1)
+  EXPECT_LT(max_kb_diff, static_cast<double>(tc.steps) * tc.lr);
+  EXPECT_GT(l1.front() - l1[l1.size() - 2], 1e-2) << "the runs should move, or the comparison says nothing";
+  // The broadcast: replica 1 holds exactly replica 0's parameters after the last step.
+  EXPECT_EQ(std::memcmp(two->replica(0).params(), two->replica(1).params(), static_cast<size_t>(n) * sizeof(float)), 0);
+}
+
+TEST_F(TrainerTest, DataParallelIsDeterministic) {
+  json c = tiny_config();
+  c["devices"] = 2;
+  c["steps"] = 12;
+  TaskContext ctx;
+  const TaskOutput a = train_cell(c, ctx, synthetic_data());
+  const TaskOutput b = train_cell(c, ctx, synthetic_data());
+  EXPECT_EQ(a.status, "complete");
+  expect_identical(a, b);
+  // Stop at step 6, resume from the checkpoint (replica 0's state, broadcast on load).
+  std::atomic<int> stop{0};
+  TaskContext ck;
+  ck.stop = &stop;
+  ck.checkpoint_path = path("dp.ckpt");
+  EXPECT_EQ(train_cell(c, ck, synthetic_data([&](int64_t f) {
+                         if (f == 5) stop = SIGUSR1;
+                       })).status,
+            "interrupted");
+  stop = 0;
+  expect_identical(a, train_cell(c, ck, synthetic_data()));
+}
+
+TEST(TrainerDataParallel, BatchNotDivisibleByDevicesIsAValidationError) {
+  const json ok = effective_config(json{{"task", "image"}, {"prompt_length", 16}, {"batch", 12}, {"devices", 4}}, "c");
+  EXPECT_EQ(ok.at("devices"), 4);
+  EXPECT_EQ(effective_config(json{{"task", "image"}, {"prompt_length", 16}}, "c").at("devices"), 1);
+  try {
+    effective_config(json{{"task", "image"}, {"prompt_length", 16}, {"batch", 10}, {"devices", 4}}, "cell.json");
+    ADD_FAILURE() << "batch 10 on 4 devices accepted";
+  } catch (const InputError& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("devices"), std::string::npos) << w;
+    EXPECT_NE(w.find("batch 10"), std::string::npos) << w;
+  }
+  // The trainer refuses it too (a config that skipped validation).
+  json c = tiny_config();
+  c["devices"] = 3;
+  EXPECT_THROW(train_config_of(c), std::runtime_error);
 }
 
 TEST_F(TrainerTest, UnscaledPoly9WithLr1Diverges) {
