@@ -25,6 +25,7 @@
 #include "coordinator/scheduler.h"
 #include "kernels/device.h"
 #include "results/cell_file.h"
+#include "worker/cpu_env.h"
 #include "worker/run_cell.h"
 
 namespace attnsweep {
@@ -160,7 +161,7 @@ class LocalSlots {
  public:
   LocalSlots(const RunDir& paths, int count, std::vector<std::string> gpus, std::string device, int threads, int rank)
       : paths_(paths), slots_(static_cast<size_t>(count)), gpus_(std::move(gpus)), device_(std::move(device)),
-        threads_(threads), rank_(rank), host_(hostname()), exe_(self_executable()) {}
+        threads_(threads), rank_(rank), host_(hostname()), exe_(self_executable()), cpu_env_(cpu_env_fixes()) {}
 
   int free() const {
     return static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.pid == 0; }));
@@ -180,6 +181,10 @@ class LocalSlots {
                 {"OMP_NUM_THREADS", std::to_string(threads_)},
                 {"OPENBLAS_NUM_THREADS", std::to_string(threads_)}};
     if (!gpus_.empty()) spec.env.push_back({"CUDA_VISIBLE_DEVICES", gpus_[k % gpus_.size()]});
+    // The start-up settings `train` would otherwise re-exec itself for (worker/cpu_env.h):
+    // one exec per attempt, not two.
+    for (const auto& kv : cpu_env_) spec.env.push_back(kv);
+    spec.env.push_back({"ATTNSWEEP_CPU_ENV_SET", "1"});
     spec.log_path = paths_.log(a.id);
     spec.log_header = "=== attnsweep: cell " + a.id + " attempt " + std::to_string(a.attempt) + " on " + host_ +
                       " rank " + std::to_string(rank_) + " slot " + std::to_string(k) + " at " + iso_utc_now() + " ===";
@@ -294,6 +299,7 @@ class LocalSlots {
   int rank_;
   std::string host_;
   std::string exe_;
+  std::vector<std::pair<std::string, std::string>> cpu_env_;
 };
 
 // ---- the rank's device and slots ------------------------------------------------------
