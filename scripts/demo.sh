@@ -7,4 +7,5 @@ bash scripts/deps.sh
 bash scripts/build.sh
 ./build/attnsweep run experiments/grids/norm_probe.json --out demo
 ./build/attnsweep aggregate demo --fit-min-n 64
-echo "results: demo/runs/*.h5, demo/aggregate.h5, demo/summary.csv"
+./build/attnsweep report demo
+echo "results: demo/runs/*.h5, demo/aggregate.h5, demo/summary.csv; report: $(pwd)/demo/report.html"
