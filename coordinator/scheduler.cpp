@@ -28,9 +28,12 @@ const char* outcome_name(Outcome o) {
   return "?";
 }
 
-Scheduler::Scheduler(std::vector<double> est_cost, SchedulerConfig cfg) : cfg_(cfg) {
+Scheduler::Scheduler(std::vector<double> est_cost, SchedulerConfig cfg, std::vector<int> slots) : cfg_(cfg) {
   cells_.resize(est_cost.size());
-  for (size_t i = 0; i < est_cost.size(); ++i) cells_[i].cost = est_cost[i];
+  for (size_t i = 0; i < est_cost.size(); ++i) {
+    cells_[i].cost = est_cost[i];
+    if (i < slots.size()) cells_[i].slots = std::max(1, slots[i]);
+  }
   order_.resize(cells_.size());
   std::iota(order_.begin(), order_.end(), size_t{0});
   std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return cells_[a].cost > cells_[b].cost; });
@@ -45,11 +48,11 @@ void Scheduler::set_state(size_t i, CellState s) {
 
 void Scheduler::mark_finished(size_t i, CellState s) { set_state(i, s); }
 
-std::optional<size_t> Scheduler::next(double now) {
+std::optional<size_t> Scheduler::next(double now, int free_slots) {
   while (first_open_ < order_.size() && cells_[order_[first_open_]].state != CellState::pending) ++first_open_;
   for (size_t k = first_open_; k < order_.size(); ++k) {
     Entry& e = cells_[order_[k]];
-    if (e.state == CellState::pending && e.not_before <= now) {
+    if (e.state == CellState::pending && e.not_before <= now && e.slots <= free_slots) {
       set_state(order_[k], CellState::running);
       ++e.attempts;
       return order_[k];

@@ -29,12 +29,15 @@ struct Decision {
 
 class Scheduler {
  public:
-  Scheduler(std::vector<double> est_cost, SchedulerConfig cfg);
+  // slots[i]: worker slots (devices) cell i needs on one rank; empty = 1 each.
+  Scheduler(std::vector<double> est_cost, SchedulerConfig cfg, std::vector<int> slots = {});
 
   // A cell already finished before this run (resume): never handed out.
   void mark_finished(size_t i, CellState s);
-  // Longest estimated cost first among pending cells whose back-off has passed.
-  std::optional<size_t> next(double now);
+  // Longest estimated cost first among pending cells whose back-off has passed and
+  // that fit in `free_slots` slots of one rank.
+  std::optional<size_t> next(double now, int free_slots = 1 << 30);
+  int slots(size_t i) const { return cells_[i].slots; }
   Decision on_result(size_t i, Outcome o, double now, const std::string& reason = "");
 
   CellState state(size_t i) const { return cells_[i].state; }
@@ -49,6 +52,7 @@ class Scheduler {
  private:
   struct Entry {
     double cost = 0;
+    int slots = 1;
     CellState state = CellState::pending;
     int attempts = 0;       // attempts started (interrupted ones are given back)
     double not_before = 0;

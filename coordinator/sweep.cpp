@@ -120,6 +120,7 @@ struct Assignment {
   std::string id;
   int attempt = 1;
   double timeout_s = 0;
+  int slots = 1;  // devices the cell trains on, data-parallel (its `devices` key)
 };
 
 struct AttemptResult {
@@ -171,16 +172,24 @@ class LocalSlots {
 
   // Starts the attempt on a free slot; a failure to start is reported as a failed attempt.
   std::optional<AttemptResult> launch(const Assignment& a, double now) {
-    size_t k = 0;
-    while (k < slots_.size() && slots_[k].pid != 0) ++k;
-    if (k == slots_.size()) throw std::logic_error("launch with no free slot");
+    // A cell of `devices: n` takes n slots of this rank: the first holds the child, the
+    // others are marked taken by it; its GPUs are those of all n slots.
+    std::vector<size_t> taken;
+    for (size_t j = 0; j < slots_.size() && static_cast<int>(taken.size()) < a.slots; ++j)
+      if (slots_[j].pid == 0) taken.push_back(j);
+    if (taken.empty() || static_cast<int>(taken.size()) < a.slots) throw std::logic_error("launch without enough free slots");
+    const size_t k = taken[0];
     ChildSpec spec;
     spec.argv = {exe_, "train", paths_.cell_file(a.id), "--out", paths_.runs(a.id), "--device", device_,
                  "--threads", std::to_string(threads_), "--checkpoint", paths_.checkpoint(a.id)};
     spec.env = {{"ATTNSWEEP_ATTEMPT", std::to_string(a.attempt)},
                 {"OMP_NUM_THREADS", std::to_string(threads_)},
                 {"OPENBLAS_NUM_THREADS", std::to_string(threads_)}};
-    if (!gpus_.empty()) spec.env.push_back({"CUDA_VISIBLE_DEVICES", gpus_[k % gpus_.size()]});
+    if (!gpus_.empty()) {
+      std::string visible;
+      for (size_t j : taken) visible += (visible.empty() ? "" : ",") + gpus_[j % gpus_.size()];
+      spec.env.push_back({"CUDA_VISIBLE_DEVICES", visible});
+    }
     // The start-up settings `train` would otherwise re-exec itself for (worker/cpu_env.h):
     // one exec per attempt, not two.
     for (const auto& kv : cpu_env_) spec.env.push_back(kv);
@@ -200,6 +209,10 @@ class LocalSlots {
     s.a = a;
     s.started = now;
     s.deadline = a.timeout_s > 0 ? now + a.timeout_s : std::numeric_limits<double>::infinity();
+    for (size_t j = 1; j < taken.size(); ++j) {
+      slots_[taken[j]].pid = s.pid;
+      slots_[taken[j]].secondary = true;
+    }
     return std::nullopt;
   }
 
@@ -209,14 +222,13 @@ class LocalSlots {
     for (;;) {
       const ChildExit e = reap_child();
       if (e.pid == 0) break;
-      for (size_t k = 0; k < slots_.size(); ++k) {
-        if (slots_[k].pid != e.pid) continue;
-        out.push_back(finish(k, e, now));
-        slots_[k] = Slot{};
-      }
+      for (size_t k = 0; k < slots_.size(); ++k)
+        if (slots_[k].pid == e.pid && !slots_[k].secondary) out.push_back(finish(k, e, now));
+      for (Slot& sl : slots_)
+        if (sl.pid == e.pid) sl = Slot{};
     }
     for (Slot& s : slots_) {
-      if (s.pid == 0) continue;
+      if (s.pid == 0 || s.secondary) continue;
       if (!s.timed_out && now >= s.deadline) {
         // A hung cell: TERM first (a trainer checkpoints and leaves), KILL if it lingers.
         s.timed_out = true;
@@ -232,7 +244,7 @@ class LocalSlots {
 
   void forward(int sig) {
     for (Slot& s : slots_)
-      if (s.pid != 0) {
+      if (s.pid != 0 && !s.secondary) {
         s.stopped = true;
         signal_child(s.pid, sig);
       }
@@ -241,7 +253,7 @@ class LocalSlots {
   double next_deadline() const {
     double t = std::numeric_limits<double>::infinity();
     for (const Slot& s : slots_)
-      if (s.pid != 0) t = std::min(t, s.timed_out ? s.kill_at : s.deadline);
+      if (s.pid != 0 && !s.secondary) t = std::min(t, s.timed_out ? s.kill_at : s.deadline);
     return t;
   }
 
@@ -251,6 +263,7 @@ class LocalSlots {
     Assignment a;
     double started = 0, deadline = 0, kill_at = 0;
     bool timed_out = false, stopped = false;
+    bool secondary = false;  // taken by the child of another slot (a multi-device cell)
   };
 
   AttemptResult base_result(const Assignment& a, int slot) const {
@@ -341,7 +354,7 @@ class Coordinator {
   Coordinator(const Grid& grid, const RunOptions& opt, RunDir& rd, int world, LocalSlots& local, int retries,
               double timeout_s)
       : grid_(grid), opt_(opt), rd_(rd), world_(world), local_(local),
-        sched_(costs(grid), SchedulerConfig{retries, opt.backoff_s, 60.0}), timeout_s_(timeout_s),
+        sched_(costs(grid), SchedulerConfig{retries, opt.backoff_s, 60.0}, slots_of(grid)), timeout_s_(timeout_s),
         requests_(static_cast<size_t>(world), 0), shutdown_sent_(static_cast<size_t>(world), false),
         bye_(static_cast<size_t>(world), false), tty_(::isatty(2) != 0) {}
 
@@ -397,6 +410,12 @@ class Coordinator {
   }
 
  private:
+  static std::vector<int> slots_of(const Grid& g) {
+    std::vector<int> k;
+    for (const Cell& cell : g.cells) k.push_back(cell.config.value("devices", 1));
+    return k;
+  }
+
   static std::vector<double> costs(const Grid& g) {
     std::vector<double> c;
     for (const Cell& cell : g.cells) c.push_back(cell.est_cost_s);
@@ -409,16 +428,18 @@ class Coordinator {
     a.id = grid_.cells[i].id;
     a.attempt = sched_.attempts(i);
     a.timeout_s = timeout_s_;
+    a.slots = sched_.slots(i);
     return a;
   }
 
   void started(const Assignment& a, int rank) {
-    rd_.append_event({{"event", "started"}, {"cell_id", a.id}, {"attempt", a.attempt}, {"rank", rank}});
+    rd_.append_event(
+        {{"event", "started"}, {"cell_id", a.id}, {"attempt", a.attempt}, {"rank", rank}, {"slots", a.slots}});
   }
 
   void assign(double now) {
     while (local_.free() > 0) {
-      const auto i = sched_.next(now);
+      const auto i = sched_.next(now, local_.free());
       if (!i) break;
       const Assignment a = next_assignment(*i);
       started(a, 0);
@@ -426,12 +447,13 @@ class Coordinator {
     }
     for (int r = 1; r < world_; ++r) {
       while (requests_[r] > 0 && !shutdown_sent_[r]) {
-        const auto i = sched_.next(now);
-        if (!i) return;
+        const auto i = sched_.next(now, requests_[r]);
+        if (!i) break;
         const Assignment a = next_assignment(*i);
         started(a, r);
-        mpi_send(r, kTagAssign, {{"index", a.index}, {"id", a.id}, {"attempt", a.attempt}, {"timeout_s", a.timeout_s}});
-        --requests_[r];
+        mpi_send(r, kTagAssign, {{"index", a.index}, {"id", a.id}, {"attempt", a.attempt}, {"timeout_s", a.timeout_s},
+                                 {"slots", a.slots}});
+        requests_[r] -= a.slots;
       }
     }
   }
@@ -585,6 +607,8 @@ int worker_loop(LocalSlots& local, int rank) {
         a.id = m->payload.at("id").get<std::string>();
         a.attempt = m->payload.at("attempt").get<int>();
         a.timeout_s = m->payload.at("timeout_s").get<double>();
+        a.slots = m->payload.value("slots", 1);
+        outstanding -= a.slots - 1;  // one request per free slot was sent
         if (stopping) {
           AttemptResult r;
           r.index = a.index;
@@ -726,6 +750,16 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
     setup_error = e.what();
     setup_code = 2;
   }
+  // A cell needing more devices than a rank has slots would wait for ever.
+  if (setup_code == 0)
+    for (const Cell& c : grid.cells)
+      if (const int k = c.config.value("devices", 1); k > rs.slots) {
+        setup_error = grid.file + ": cell " + c.id + " trains on devices = " + std::to_string(k) +
+                      ", more than the " + std::to_string(rs.slots) + " worker slot" + (rs.slots == 1 ? "" : "s") +
+                      " of a rank (--workers, or GPUs per node)";
+        setup_code = 2;
+        break;
+      }
   if (rank == 0 && setup_code == 0) {
     try {
       finished = prepare_dir(grid, opt, rd);

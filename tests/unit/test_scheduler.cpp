@@ -62,3 +62,13 @@ TEST(Scheduler, ZeroRetriesFailAtOnce) {
   ASSERT_TRUE(s.next(0).has_value());
   EXPECT_EQ(s.on_result(0, Outcome::failed, 0.0, "x").kind, Decision::failed);
 }
+
+TEST(Scheduler, MultiSlotCellsGoWhereTheyFit) {
+  // Cell 0 needs 2 slots and is the longest; cell 1 and 2 need one each.
+  Scheduler s({9.0, 5.0, 1.0}, SchedulerConfig{}, {2, 1, 1});
+  EXPECT_EQ(*s.next(0, 1), 1u);  // one free slot: the 2-slot cell does not fit, the next longest does
+  EXPECT_EQ(*s.next(0, 2), 0u);  // two free slots: the 2-slot cell, longest first
+  EXPECT_EQ(s.slots(0), 2);
+  EXPECT_EQ(*s.next(0, 1), 2u);
+  EXPECT_FALSE(s.next(0, 5).has_value());
+}
