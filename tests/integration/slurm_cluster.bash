@@ -76,12 +76,17 @@ stop_cluster() {
 # wait_job ID TIMEOUT_S: until the job is in a final state (a requeued job is not: it
 # passes through REQUEUED and PENDING, and squeue may briefly not list it).
 wait_job() {
-  local id=$1 t=${2:-120} st reason
+  local id=$1 t=${2:-120} st reason stable=0
   for _ in $(seq $((t * 5))); do
     st=$(scontrol show job "$id" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2) || true
     reason=$(scontrol show job "$id" 2>/dev/null | grep -oE 'Reason=[A-Za-z_]+' | cut -d= -f2) || true
+    # A job being requeued can show FAILED for a moment before it turns PENDING: a final
+    # state counts once it has held for 2 s.
     case "$st" in
-      COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|DEADLINE|BOOT_FAIL) JOB_STATE=$st; return 0 ;;
+      COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|DEADLINE|BOOT_FAIL)
+        stable=$((stable + 1))
+        if [ "$stable" -ge 10 ]; then JOB_STATE=$st; return 0; fi ;;
+      *) stable=0 ;;
     esac
     # Slurm holds a requeued job back (BeginTime, about 2 minutes); as the cluster's
     # admin the test lets it start at once instead of waiting.

@@ -10,7 +10,9 @@ cat > small.json <<'JSON'
 {"name": "slurm-small",
  "axes": {"task": ["norm_probe"], "activation": ["softmax", "poly"], "degree": [3], "scale": ["inv_sqrt_n"],
           "prompt_length": [16, 64], "seed": [0]},
- "include": [{"task": "synthetic", "seed": 1, "seconds": 0.5}, {"task": "synthetic", "seed": 2, "crash_attempts": 1}],
+ "include": [{"task": "synthetic", "seed": 1, "seconds": 0.5}, {"task": "synthetic", "seed": 2, "crash_attempts": 1},
+             {"task": "image", "prompt_length": 16, "layers": 1, "heads": 2, "dim": 16, "steps": 100, "batch": 16,
+              "log_every": 10, "eval_every": 50, "seed": 0}],
  "resources": {"retries": 2}}
 JSON
 run_rc "$ATTNSWEEP" submit small.json --out small --nodes 1 --gpus-per-node 0 --cpus-per-node 2 --time 00:10:00 --grace-s 10
@@ -20,13 +22,16 @@ check "submit printed a job id ($job)" grep -qE '^[0-9]+$' <<<"$job"
 wait_job "$job" 120
 cat small/slurm-"$job".out
 check "the job's run exited 0" grep -q "run exited 0" small/slurm-"$job".out
-check "6 result files" test "$(ls small/runs/*.h5 | wc -l)" = 6
+check "7 result files" test "$(ls small/runs/*.h5 | wc -l)" = 7
 check "results record the Slurm job" $PY - small/runs "$job" <<'PY'
 import glob, sys, h5py
 for f in glob.glob(sys.argv[1] + "/*.h5"):
     with h5py.File(f) as h:
         assert h.attrs["status"] == "complete", f
         assert h.attrs["slurm_job_id"] == sys.argv[2], (f, h.attrs.get("slurm_job_id"))
+        if "train" in h:  # the training cell: a trajectory and a test accuracy
+            assert h["train/loss"].shape[0] == 11 and h["norms/attn_fro"].shape == (11, 1, 2)
+            assert 0.1 < h["final"].attrs["test_accuracy"] <= 1.0
 PY
 
 # 2. Preemption: USR1 mid-run -> exit 75 -> requeue -> resume -> each cell finished once.
