@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +36,7 @@ pid_t spawn_child(const ChildSpec& spec) {
   }
   envp.push_back(nullptr);
 
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
@@ -43,6 +45,10 @@ pid_t spawn_child(const ChildSpec& spec) {
   }
   if (pid == 0) {
     ::setpgid(0, 0);
+    // If the run dies (kill -9, a lost node's mpirun), its children must not train on as
+    // orphans next to the rerun: they get SIGTERM, checkpoint and leave.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(75);  // the parent died before prctl
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -111,8 +111,13 @@ void RunDir::open_and_lock() {
     // The lock itself is what matters; the text only helps a person.
   }
   for (const char* sub : {"runs", "logs", "cells", "checkpoints"}) make_dirs(dir_ + "/" + sub);
-  events_ = std::fopen((dir_ + "/events.jsonl").c_str(), "a");
-  if (!events_) throw std::runtime_error(dir_ + "/events.jsonl: cannot open (" + errno_text() + ")");
+  const std::string events_path = dir_ + "/events.jsonl";
+  events_ = std::fopen(events_path.c_str(), "a+");
+  if (!events_) throw std::runtime_error(events_path + ": cannot open (" + errno_text() + ")");
+  // A run that died mid-line (a full disk, kill -9) leaves a torn last line: end it, so
+  // the next event starts a line of its own and readers skip only the torn one.
+  if (std::fseek(events_, -1, SEEK_END) == 0 && std::fgetc(events_) != '\n') std::fputc('\n', events_);
+  std::fflush(events_);
 }
 
 void RunDir::append_event(json event) {

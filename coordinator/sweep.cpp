@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -711,6 +712,9 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   const bool mpi = launched_by_mpi();
   int rank = 0, world = 1;
   if (mpi) {
+    // A rank whose launcher dies (kill -9 of mpirun) stops like one that is signalled,
+    // instead of running on as an orphan beside the rerun.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -26,7 +26,12 @@ run_rc() {
 count_events() {  # count_events DIR EVENT: lines of that event since the last sweep_started
   $PY - "$1/events.jsonl" "$2" <<'PY'
 import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
+lines = []
+for l in open(sys.argv[1]):
+    try:
+        lines.append(json.loads(l))
+    except ValueError:
+        pass  # a line torn by a full disk or a kill -9
 last = max(i for i, e in enumerate(lines) if e["event"] == "sweep_started")
 print(sum(1 for e in lines[last:] if e["event"] == sys.argv[2]))
 PY
