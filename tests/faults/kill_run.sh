@@ -6,7 +6,7 @@ cat > grid.json <<'JSON'
 {"name": "kill-run",
  "axes": {"task": ["synthetic"], "seed": [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19]},
  "fixed": {"seconds": 0.7},
- "include": [{"task": "image", "prompt_length": 16, "layers": 1, "heads": 2, "dim": 16, "steps": 6000, "batch": 16,
+ "include": [{"task": "image", "prompt_length": 16, "layers": 1, "heads": 2, "dim": 16, "steps": 12000, "batch": 16,
               "log_every": 100, "eval_every": 3000, "checkpoint_every": 500, "seed": 0}]}
 JSON
 validate() {  # every file under runs/ is a valid, complete result
@@ -26,7 +26,7 @@ for round in 1 2 3; do
     "$ATTNSWEEP" run grid.json --out out --workers 2 >/dev/null 2>&1 &
   fi
   pid=$!
-  sleep "$($PY -c "import random; print(round(random.uniform(1.5, 3.5), 2))")"
+  sleep "$($PY -c "import random; print(round(random.uniform(3.0, 5.0), 2))")"
   kill -9 $pid 2>/dev/null || true
   wait $pid 2>/dev/null || true
   sleep 1  # orphaned children get SIGTERM (PDEATHSIG) and leave
