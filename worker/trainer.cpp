@@ -286,7 +286,7 @@ struct Reader {
     if (n < 0) throw std::runtime_error("negative length");
     need(static_cast<size_t>(n) * sizeof(T));
     std::vector<T> v(static_cast<size_t>(n));
-    std::memcpy(v.data(), buf.data() + pos, v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(v.data(), buf.data() + pos, v.size() * sizeof(T));  // data() may be null when empty
     pos += v.size() * sizeof(T);
     return v;
   }
