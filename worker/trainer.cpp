@@ -258,7 +258,7 @@ struct Writer {
   template <class T>
   void put_vec(const std::vector<T>& v) {
     put<int64_t>(static_cast<int64_t>(v.size()));
-    buf.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    if (!v.empty()) buf.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   void put_str(const std::string& s) {
     put<int64_t>(static_cast<int64_t>(s.size()));
