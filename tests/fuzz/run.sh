@@ -14,6 +14,12 @@ cmake -S tests/fuzz -B $B -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build $B -j 2 || exit 1
 
 declare -A SEEDS=([fuzz_grid]=tests/fuzz/corpus/grid [fuzz_result_file]=tests/fuzz/corpus/result)
+# libhdf5 (not instrumented) sizes some allocations from the file: a corrupt length asks
+# malloc for exabytes, which ASan reports unless malloc may return null, as glibc's does
+# (HDF5 then fails cleanly: corpus/result/regress_hdf5_huge_alloc.h5). Its error paths
+# leak a little: tests/fuzz/lsan_hdf5.supp.
+declare -A ASAN=([fuzz_grid]=detect_leaks=1 [fuzz_result_file]=detect_leaks=1:allocator_may_return_null=1)
+declare -A LSAN=([fuzz_grid]= [fuzz_result_file]=suppressions=$PWD/tests/fuzz/lsan_hdf5.supp)
 mkdir -p $B/findings
 pids=()
 for t in fuzz_grid fuzz_result_file; do
@@ -21,7 +27,7 @@ for t in fuzz_grid fuzz_result_file; do
   # -timeout: an input taking longer is a finding (a hang); -rss_limit_mb: likewise memory.
   # halt_on_error: a UBSan report is a finding, not a line in the log.
   ( start=$(date +%s.%N)
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=${ASAN[$t]} LSAN_OPTIONS=${LSAN[$t]} \
       $B/$t -max_total_time="$SECONDS_PER_TARGET" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
             -artifact_prefix=$B/findings/$t- $B/corpus/$t "${SEEDS[$t]}" >$B/$t.log 2>&1
     echo $? >$B/$t.rc
