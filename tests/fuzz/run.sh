@@ -21,11 +21,12 @@ declare -A SEEDS=([fuzz_grid]=tests/fuzz/corpus/grid [fuzz_result_file]=tests/fu
 declare -A ASAN=([fuzz_grid]=detect_leaks=1 [fuzz_result_file]=detect_leaks=1:allocator_may_return_null=1)
 declare -A LSAN=([fuzz_grid]= [fuzz_result_file]=suppressions=$PWD/tests/fuzz/lsan_hdf5.supp)
 mkdir -p $B/findings
-# One target for SECONDS. A timeout whose stack is inside libhdf5 (not instrumented, not
-# ours: tests/fuzz/known/) is counted, its input kept in findings/known/, and fuzzing
-# goes on for the time left; anything else stops the target as a finding.
+# One target for SECONDS. A report (crash, sanitizer, timeout) whose innermost frame is in
+# libhdf5 (not instrumented, not ours: tests/fuzz/known/) is counted, its input kept in
+# findings/known/, and fuzzing goes on for the time left; anything else stops the target
+# as a finding.
 fuzz() {
-  local t=$1 start now left rc execs=0 e known=0
+  local t=$1 start now left rc=0 execs=0 e known=0
   start=$(date +%s)
   : >$B/$t.log
   while now=$(date +%s); left=$((start + SECONDS_PER_TARGET - now)); [ $left -gt 0 ]; do
@@ -36,9 +37,12 @@ fuzz() {
     cat $B/$t.last.log >>$B/$t.log
     e=$(sed -n 's/^stat::number_of_executed_units: *//p' $B/$t.last.log | tail -1)
     execs=$((execs + ${e:-0}))
-    if [ $rc -eq 70 ] && grep -A12 'ALARM: working on the last Unit' $B/$t.last.log | grep -q 'libhdf5'; then
-      known=$((known + 1))
-      mkdir -p $B/findings/known && mv $B/findings/$t-timeout-* $B/findings/known/ 2>/dev/null
+    # The first frame of the report that is libhdf5 or source code (not the sanitizer or
+    # libFuzzer runtime, not an interceptor): libhdf5 -> known, not ours.
+    if [ $rc -ne 0 ] && sed -n '/==ERROR\|ALARM: working on the last Unit/,$p' $B/$t.last.log |
+         grep -m1 -E '^ +#[0-9]+ .*(libhdf5|\.(cpp|h|hpp):[0-9]+)' | grep -q libhdf5; then
+      known=$((known + 1)) rc=0
+      mkdir -p $B/findings/known && mv $B/findings/$t-* $B/findings/known/ 2>/dev/null
       continue
     fi
     break
@@ -58,7 +62,7 @@ status=0
 for t in fuzz_grid fuzz_result_file; do
   read -r rc execs secs known <$B/$t.result
   cov=$(grep -o 'cov: [0-9]*' $B/$t.log | tail -1)
-  note=""; [ "$known" -gt 0 ] && note=", $known known libhdf5 hang(s) skipped (inputs in $B/findings/known/)"
+  note=""; [ "$known" -gt 0 ] && note=", $known known libhdf5 report(s) skipped (inputs in $B/findings/known/)"
   if [ "$rc" = 0 ]; then
     echo "fuzz: $t: $execs executions in $secs s (${cov:-cov: ?}, corpus $(ls $B/corpus/$t | wc -l) new inputs), no findings$note"
   else
