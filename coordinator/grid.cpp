@@ -412,6 +412,12 @@ ordered_json parse_text(const std::string& text, const std::string& label) {
     if (size_t p = msg.find("parse error"); p != std::string::npos)
       if (size_t q = msg.find(": ", p); q != std::string::npos) msg = msg.substr(q + 2);
     throw InputError({label + ":" + std::to_string(line) + ":" + std::to_string(col) + ": JSON syntax error: " + msg});
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond double's range (1e400): nlohmann throws out_of_range.406, without
+    // a position. Found by tests/fuzz (corpus/grid/regress_number_overflow*.json).
+    std::string msg = e.what();
+    if (size_t p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    throw InputError({label + ": JSON number out of range: " + msg});
   }
 }
 
