@@ -31,6 +31,17 @@ void fsync_dir(const std::string& path) {
 }
 }  // namespace
 
+int remove_stale_temporaries(const std::string& folder, const std::string& prefix) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".tmp.") == std::string::npos || name.rfind(prefix, 0) != 0) continue;
+    if (fs::remove(e.path(), ec)) ++removed;
+  }
+  return removed;
+}
+
 std::string hostname() {
   char buf[256] = {0};
   ::gethostname(buf, sizeof buf - 1);

@@ -45,4 +45,8 @@ class RunDir {
 
 std::string hostname();
 
+// Removes the temporary files ("NAME.tmp.PID") a killed writer left in `folder`, only
+// those whose name starts with `prefix` when one is given. Returns how many.
+int remove_stale_temporaries(const std::string& folder, const std::string& prefix = "");
+
 }  // namespace attnsweep

@@ -302,6 +302,9 @@ class LocalSlots {
       r.outcome = s.stopped ? Outcome::interrupted : Outcome::failed;
       r.reason = describe_exit(e);
     }
+    // A child killed while writing leaves its temporary result behind: nobody else writes it.
+    if (r.outcome != Outcome::complete && r.outcome != Outcome::diverged)
+      remove_stale_temporaries(paths_.dir() + "/runs", s.a.id + ".h5.tmp.");
     return r;
   }
 
@@ -669,6 +672,8 @@ std::vector<std::pair<size_t, CellState>> prepare_dir(const Grid& grid, const Ru
             {"attnsweep_version", ATTNSWEEP_VERSION}, {"written", iso_utc_now()}};
   atomic_write_text(manifest, m.dump(2) + "\n");
 
+  // Temporaries of a run that was killed (we hold the lock: no writer is alive).
+  remove_stale_temporaries(rd.dir() + "/runs");
   std::vector<std::pair<size_t, CellState>> finished;
   for (size_t i = 0; i < grid.cells.size(); ++i) {
     const Cell& c = grid.cells[i];
