@@ -1,5 +1,6 @@
 #include "results/cell_file.h"
 
+#include <functional>
 #include <span>
 #include <stdexcept>
 
@@ -74,8 +75,10 @@ void write_cell_file(const std::string& path, const CellResult& r) {
   guard.release();
 }
 
-CellSummary read_cell_summary(const std::string& path) {
-  h5::File f = h5::File::open_read(path);
+CellSummary read_cell_summary(const std::string& path) { return read_cell_summary(h5::File::open_read(path)); }
+
+CellSummary read_cell_summary(const h5::File& f) {
+  const std::string& path = f.file_name();
   CellSummary s;
   s.cell_id = f.attribute_string("cell_id");
   const std::string config = f.attribute_string("config");
@@ -95,11 +98,12 @@ CellSummary read_cell_summary(const std::string& path) {
   return s;
 }
 
-std::optional<CellSummary> read_valid_cell_summary(const std::string& path, const std::string& expected_id,
-                                                   std::string* why) {
+namespace {
+std::optional<CellSummary> valid_summary(const std::string& path, const std::string& expected_id, std::string* why,
+                                         const std::function<CellSummary()>& read) {
   std::string reason;
   try {
-    CellSummary s = read_cell_summary(path);
+    CellSummary s = read();
     if (!expected_id.empty() && s.cell_id != expected_id)
       reason = "cell_id is " + s.cell_id + ", expected " + expected_id;
     else if (!final_status(s.status))
@@ -113,6 +117,17 @@ std::optional<CellSummary> read_valid_cell_summary(const std::string& path, cons
   }
   if (why) *why = reason;
   return std::nullopt;
+}
+}  // namespace
+
+std::optional<CellSummary> read_valid_cell_summary(const std::string& path, const std::string& expected_id,
+                                                   std::string* why) {
+  return valid_summary(path, expected_id, why, [&] { return read_cell_summary(path); });
+}
+
+std::optional<CellSummary> read_valid_cell_summary(const h5::File& f, const std::string& expected_id,
+                                                   std::string* why) {
+  return valid_summary(f.file_name(), expected_id, why, [&] { return read_cell_summary(f); });
 }
 
 bool cell_file_valid(const std::string& path, const std::string& expected_id, std::string* why) {

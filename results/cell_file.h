@@ -13,6 +13,9 @@
 #include <vector>
 
 namespace attnsweep {
+namespace h5 {
+class File;
+}
 
 using json = nlohmann::json;
 
@@ -55,6 +58,9 @@ struct CellSummary {
 // Reads the summary; throws std::runtime_error naming the file and what is wrong.
 CellSummary read_cell_summary(const std::string& path);
 
+// The same from a file already open (its name is the one it was opened with).
+CellSummary read_cell_summary(const h5::File& f);
+
 // True when `path` is a readable result file for `expected_id` with a final status.
 bool cell_file_valid(const std::string& path, const std::string& expected_id, std::string* why = nullptr);
 
@@ -63,6 +69,9 @@ bool cell_file_valid(const std::string& path, const std::string& expected_id, st
 // "cell_id is X, expected Y", "status is running, expected complete or diverged").
 // An empty expected_id accepts any cell_id. Never throws.
 std::optional<CellSummary> read_valid_cell_summary(const std::string& path, const std::string& expected_id,
+                                                   std::string* why);
+// The same from a file already open, for a caller that reads more of it (aggregate).
+std::optional<CellSummary> read_valid_cell_summary(const h5::File& f, const std::string& expected_id,
                                                    std::string* why);
 
 }  // namespace attnsweep
