@@ -48,3 +48,26 @@ for s in (0.1, 1.0):
 sys.exit(1 if failed else 0)
 PY
 check "slope at init_std 0.1 within [-1.2, -0.8]" true
+
+# The training grid's small variant: its 6 cells (300 SGD steps) complete, each with a
+# finite test_mse and one /icl/limit_sq_error row per evaluation.
+GRID=$SRC/experiments/grids/paperB_icl_small.json
+run_rc "$ATTNSWEEP" run "$GRID" --out icl --workers 2
+check "paperB_icl_small exits 0 (got $RC: $ERR)" test "$RC" = 0
+check "6 result files" test "$(ls icl/runs/*.h5 | wc -l)" = 6
+$PY - icl <<'PY'
+import glob, json, sys
+import h5py
+import numpy as np
+
+for path in sorted(glob.glob(f"{sys.argv[1]}/runs/*.h5")):
+    with h5py.File(path, "r") as f:
+        cfg = json.loads(f.attrs["config"])
+        steps = f["eval/step"][()].tolist()
+        traj = f["icl/limit_sq_error"][()]
+        mse = f["final"].attrs["test_mse"]
+        assert steps == [100, 200, 300], (path, steps)
+        assert traj.shape == (3,) and np.all(np.isfinite(traj)) and traj[-1] == f["final"].attrs["limit_sq_error"], path
+        assert np.isfinite(mse) and 0 < mse < 5, (path, mse)
+        print(f"{cfg['activation']:8s} L={cfg['prompt_length']:4d}: test_mse {mse:.3f}, limit_sq_error {traj[-1]:.4f}")
+PY
