@@ -34,6 +34,7 @@ TaskOutput run_task(const json& config, const TaskContext& ctx) {
   if (task == "norm_probe") return run_norm_probe(config, ctx);
   if (task == "synthetic") return run_synthetic(config, ctx);
   if (task == "image") return run_image(config, ctx);
+  if (task == "icl_regression") return run_icl_regression(config, ctx);
   throw std::runtime_error("task: \"" + task + "\" is not implemented");
 }
 

@@ -36,6 +36,7 @@ TrainConfig train_config_of(const json& c) {
   tc.weight_decay = c.value("weight_decay", tc.weight_decay);
   tc.clip = c.value("clip", tc.clip);
   tc.optimizer = c.value("optimizer", tc.optimizer);
+  tc.lr_schedule = c.value("lr_schedule", tc.lr_schedule);
   tc.seed = c.value("seed", tc.seed);
   tc.init_seed = c.value("init_seed", tc.init_seed);
   tc.init_std = c.value("init_std", tc.init_std);
@@ -46,6 +47,8 @@ TrainConfig train_config_of(const json& c) {
                              std::to_string(tc.devices));
   if (tc.optimizer != "adamw" && tc.optimizer != "sgd")
     throw std::runtime_error("optimizer: expected adamw or sgd, got \"" + tc.optimizer + "\"");
+  if (tc.lr_schedule != "cosine" && tc.lr_schedule != "constant")
+    throw std::runtime_error("lr_schedule: expected cosine or constant, got \"" + tc.lr_schedule + "\"");
   return tc;
 }
 
@@ -68,9 +71,15 @@ ModelConfig model_config_of(const json& c, const TrainingData& data) {
 double lr_at(const TrainConfig& tc, int64_t t) {
   if (t < tc.warmup_steps) return tc.lr * static_cast<double>(t + 1) / static_cast<double>(tc.warmup_steps);
   const int64_t decay = tc.steps - tc.warmup_steps;
-  if (decay <= 0) return tc.lr;
+  if (decay <= 0 || tc.lr_schedule == "constant") return tc.lr;
   const double frac = static_cast<double>(t - tc.warmup_steps) / static_cast<double>(decay);
   return tc.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
+}
+
+ModelWeights weights_of(const Model& model) {
+  ModelWeights w;
+  for (const TensorInfo& t : model.tensors()) w.tensors[t.name] = {model.params() + t.offset, t.shape};
+  return w;
 }
 
 double global_norm(const float* g, int64_t n) {
@@ -232,6 +241,7 @@ struct Trajectory {
   std::vector<float> attn_fro, jac_fro;  // [T, L, H]
   std::vector<int64_t> eval_step;
   std::vector<float> eval_loss, eval_accuracy;
+  std::vector<double> eval_task;  // [E, M]: the task's eval_metrics (TrainingData::measure)
 };
 
 // Checkpoint file: magic, payload, FNV-1a 64 of everything before it, end marker. A
@@ -329,6 +339,7 @@ void save_checkpoint(const std::string& path, const std::string& config_text, co
   w.put_vec(t.eval_step);
   w.put_vec(t.eval_loss);
   w.put_vec(t.eval_accuracy);
+  w.put_vec(t.eval_task);
   w.put<uint64_t>(fnv1a(w.buf.data(), w.buf.size()));
   w.buf.append(kEnd, sizeof kEnd);
 
@@ -398,6 +409,7 @@ bool load_checkpoint(const std::string& path, const std::string& config_text, Tr
     t.eval_step = r.get_vec<int64_t>();
     t.eval_loss = r.get_vec<float>();
     t.eval_accuracy = r.get_vec<float>();
+    t.eval_task = r.get_vec<double>();
     if (r.pos != payload.size()) throw std::runtime_error("trailing bytes");
     std::copy(params.begin(), params.end(), model.params());
     tr.broadcast_params();  // every replica resumes from the same parameters
@@ -484,6 +496,13 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
     tj.eval_step.push_back(step);
     tj.eval_loss.push_back(static_cast<float>(e.loss));
     tj.eval_accuracy.push_back(static_cast<float>(e.accuracy));
+    if (data.measure) {
+      const std::vector<double> v = data.measure(weights_of(tr.model()));
+      if (v.size() != data.eval_metrics.size())
+        throw std::runtime_error("task measured " + std::to_string(v.size()) + " metrics, declared " +
+                                 std::to_string(data.eval_metrics.size()));
+      tj.eval_task.insert(tj.eval_task.end(), v.begin(), v.end());
+    }
   };
 
   const int64_t resumed_at = st.step;
@@ -534,6 +553,11 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
     out.final_metrics["test_loss"] = std::nan("");
     if (classify) out.final_metrics["test_accuracy"] = std::nan("");
   }
+  // The task's own metrics: the last evaluation's values (NaN when the cell diverged).
+  const size_t M = data.measure ? data.eval_metrics.size() : 0;
+  for (size_t j = 0; j < M; ++j)
+    out.final_metrics[data.eval_metrics[j].name] =
+        out.status == "complete" ? tj.eval_task[tj.eval_task.size() - M + j] : std::nan("");
   out.final_metrics["train_loss"] = tj.loss.empty() ? std::nan("") : tj.loss.back();
 
   const uint64_t T = tj.step.size(), E = tj.eval_step.size();
@@ -550,6 +574,11 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
   out.series.push_back({"/eval/step", {E}, tj.eval_step, "updates done when the test split was evaluated"});
   out.series.push_back({"/eval/loss", {E}, tj.eval_loss, "mean test loss"});
   out.series.push_back({"/eval/accuracy", {E}, tj.eval_accuracy, "test accuracy (NaN: regression)"});
+  for (size_t j = 0; j < M; ++j) {
+    std::vector<double> col(static_cast<size_t>(E));
+    for (size_t e = 0; e < E; ++e) col[e] = tj.eval_task[e * M + j];
+    out.series.push_back({data.eval_metrics[j].path, {E}, std::move(col), data.eval_metrics[j].description});
+  }
   return out;
 }
 

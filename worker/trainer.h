@@ -53,6 +53,7 @@ struct TrainConfig {
   int64_t log_every = 50, eval_every = 500, eval_batches = 0, checkpoint_every = 0;
   double lr = 1e-3, weight_decay = 0.05, clip = 1.0;
   std::string optimizer = "adamw";  // adamw | sgd
+  std::string lr_schedule = "cosine";  // cosine: warm-up then cosine decay to 0; constant: warm-up then lr
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // torch.optim.AdamW defaults
   uint64_t seed = 0, init_seed = 0;
   double init_std = 0;  // 0: PyTorch nn.Linear init
@@ -65,7 +66,7 @@ TrainConfig train_config_of(const json& config);
 ModelConfig model_config_of(const json& config, const TrainingData& data);
 
 // Learning rate of 0-based step t: lr (t+1)/warmup during the warm-up, then
-// lr * (1 + cos(pi (t - warmup) / (steps - warmup))) / 2.
+// lr * (1 + cos(pi (t - warmup) / (steps - warmup))) / 2 (lr_schedule "constant": lr).
 double lr_at(const TrainConfig& tc, int64_t t);
 
 // Optimizer over a Model's parameter buffer, with tc.devices data-parallel replicas.
@@ -107,6 +108,9 @@ class Trainer {
   std::vector<std::unique_ptr<Model>> replicas_;
   std::vector<float> m_, v_;
 };
+
+// A model's parameter tensors by name, as a task's TrainingData::measure sees them.
+ModelWeights weights_of(const Model& model);
 
 // sqrt(sum g^2) in float64, summed in fixed blocks (the same value for any thread count).
 double global_norm(const float* g, int64_t n);
