@@ -41,6 +41,11 @@ struct CellResult {
 // Throws std::runtime_error with the HDF5 error context on failure; leaves no file.
 void write_cell_file(const std::string& path, const CellResult& result);
 
+// The 512-byte header (an HDF5 user block) that write_cell_file puts before an HDF5
+// file whose bytes are `body`: a checksum that read_cell_summary verifies before
+// libhdf5 sees the file. For tests/fuzz, which checksums its own inputs.
+std::string cell_file_header(const std::string& body);
+
 // Summary read back: root attributes and /final.
 struct CellSummary {
   std::string cell_id;
@@ -52,7 +57,8 @@ struct CellSummary {
   std::map<std::string, double> final_metrics;
 };
 
-// Reads the summary; throws std::runtime_error naming the file and what is wrong.
+// Reads the summary; throws std::runtime_error naming the file and what is wrong. The
+// checksum header is verified first: a damaged file never reaches libhdf5.
 CellSummary read_cell_summary(const std::string& path);
 
 // True when `path` is a readable result file for `expected_id` with a final status.
