@@ -13,6 +13,8 @@
 #include <span>
 #include <stdexcept>
 
+#include <zlib.h>
+
 #include "results/atomic_file.h"
 #include "results/h5.h"
 
@@ -52,23 +54,21 @@ std::string without_path(const std::string& msg, const std::string& path) {
 // holds a checksum of the rest: read_cell_summary checks it before libhdf5 parses the
 // file, because libhdf5 1.10 can crash (SEGV) or spin for minutes on some damaged files
 // (found by tests/fuzz: tests/fuzz/known/). Format: one text line, zero-padded:
-//   "attnsweep result fnv1a64=<16 hex digits> bytes=<length of the rest>\n"
+//   "attnsweep result crc32=<8 hex digits> bytes=<length of the rest>\n"
+// CRC-32 (zlib's, already linked by HDF5) detects damage, not tampering.
 constexpr size_t kHeaderBytes = 512;
-constexpr char kHeaderTag[] = "attnsweep result fnv1a64=";
+constexpr char kHeaderTag[] = "attnsweep result crc32=";
 
-// FNV-1a, 64-bit: detects damage (not tampering), streams, needs no library.
-struct Fnv1a64 {
-  uint64_t h = 0xcbf29ce484222325ull;
-  void add(const unsigned char* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  }
+struct Crc32 {
+  uint64_t h = crc32_z(0, Z_NULL, 0);
+  void add(const unsigned char* p, size_t n) { h = crc32_z(static_cast<uLong>(h), p, n); }
 };
 
 // Checksum and length of `path` from byte `from` on; false when it cannot be read.
 bool checksum_from(const std::string& path, long from, uint64_t* sum, uint64_t* bytes) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return false;
-  Fnv1a64 h;
+  Crc32 h;
   uint64_t n = 0;
   std::array<unsigned char, 65536> buf;
   bool ok = std::fseek(f, from, SEEK_SET) == 0;
@@ -81,7 +81,7 @@ bool checksum_from(const std::string& path, long from, uint64_t* sum, uint64_t* 
 
 std::string header_text(uint64_t sum, uint64_t bytes) {
   char line[96];
-  std::snprintf(line, sizeof line, "%s%016" PRIx64 " bytes=%" PRIu64 "\n", kHeaderTag, sum, bytes);
+  std::snprintf(line, sizeof line, "%s%08" PRIx64 " bytes=%" PRIu64 "\n", kHeaderTag, sum, bytes);
   return line;
 }
 
@@ -117,7 +117,7 @@ std::string damage(const std::string& path) {
   }
   uint64_t want_sum = 0, want_bytes = 0;
   const std::string line(head.data(), strnlen(head.data(), head.size()));
-  if (std::sscanf(line.c_str() + sizeof kHeaderTag - 1, "%16" SCNx64 " bytes=%" SCNu64, &want_sum, &want_bytes) != 2 ||
+  if (std::sscanf(line.c_str() + sizeof kHeaderTag - 1, "%8" SCNx64 " bytes=%" SCNu64, &want_sum, &want_bytes) != 2 ||
       line != header_text(want_sum, want_bytes))
     return "damaged checksum header";
   uint64_t sum = 0, bytes = 0;
@@ -134,7 +134,7 @@ std::string damage(const std::string& path) {
 }  // namespace
 
 std::string cell_file_header(const std::string& body) {
-  Fnv1a64 h;
+  Crc32 h;
   h.add(reinterpret_cast<const unsigned char*>(body.data()), body.size());
   std::string block = header_text(h.h, body.size());
   block.resize(kHeaderBytes, '\0');
