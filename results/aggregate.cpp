@@ -710,6 +710,11 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
     }
     Row row{rel, {}, {}, {}, size, mtime, -1};
     try {
+      // The checksum first: libhdf5 can crash or hang on a damaged file.
+      if (std::string damaged = cell_file_damage(path); !damaged.empty()) {
+        result.skipped.push_back(rel + ": " + damaged);
+        continue;
+      }
       h5::File f = h5::File::open_read_in_memory(path);
       std::string why;
       auto summary = read_valid_cell_summary(f, id, &why);

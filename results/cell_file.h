@@ -44,6 +44,11 @@ struct CellResult {
 // Throws std::runtime_error with the HDF5 error context on failure; leaves no file.
 void write_cell_file(const std::string& path, const CellResult& result);
 
+// The 512-byte header (an HDF5 user block) that write_cell_file puts before an HDF5
+// file whose bytes are `body`: a checksum that read_cell_summary verifies before
+// libhdf5 sees the file. For tests/fuzz, which checksums its own inputs.
+std::string cell_file_header(const std::string& body);
+
 // Summary read back: root attributes and /final.
 struct CellSummary {
   std::string cell_id;
@@ -55,11 +60,17 @@ struct CellSummary {
   std::map<std::string, double> final_metrics;
 };
 
-// Reads the summary; throws std::runtime_error naming the file and what is wrong.
+// Reads the summary; throws std::runtime_error naming the file and what is wrong. The
+// checksum header is verified first: a damaged file never reaches libhdf5.
 CellSummary read_cell_summary(const std::string& path);
 
-// The same from a file already open (its name is the one it was opened with).
+// The same from a file already open (its name is the one it was opened with). The caller
+// must have checked cell_file_damage() before opening it with libhdf5.
 CellSummary read_cell_summary(const h5::File& f);
+
+// Why the file at `path` must not be given to libhdf5 (a missing or damaged checksum
+// header, a truncated or changed file), or "" when its checksum holds.
+std::string cell_file_damage(const std::string& path);
 
 // True when `path` is a readable result file for `expected_id` with a final status.
 bool cell_file_valid(const std::string& path, const std::string& expected_id, std::string* why = nullptr);

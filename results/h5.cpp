@@ -581,9 +581,12 @@ Dataset Group::create_extensible(const std::string& path, const std::vector<uint
 
 // ---- File ----------------------------------------------------------------------------
 
-File File::create(const std::string& path) {
+File File::create(const std::string& path, size_t userblock) {
   silence_error_printing();
-  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  if (!fcpl.valid() || (userblock > 0 && H5Pset_userblock(fcpl.get(), userblock) < 0))
+    throw_error(path, "", "cannot set a user block of " + std::to_string(userblock) + " bytes");
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT);
   if (f < 0) throw_error(path, "", "cannot create file");
   return File(Id(f, H5Fclose), path);
 }

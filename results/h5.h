@@ -193,7 +193,10 @@ class Group : public Object {
 // An open HDF5 file; as a Group it is the root "/".
 class File : public Group {
  public:
-  static File create(const std::string& path);     // truncates an existing file
+  // Truncates an existing file. `userblock` (0, or a power of two >= 512) bytes at the
+  // start of the file are left to the caller (HDF5 ignores them): cell_file.cpp keeps a
+  // checksum there.
+  static File create(const std::string& path, size_t userblock = 0);
   static File open_read(const std::string& path);  // "not an HDF5 file", "truncated …" named
   // Reads the whole file into memory with one read when opening (HDF5's core driver),
   // so that every later metadata and chunk read is a copy: for many small files.

@@ -491,7 +491,7 @@ TEST(Params, EstimatedCost) {
 // ---- the bad-input corpus -----------------------------------------------------------
 
 TEST(BadGrids, EveryFileFailsWithItsExpectedMessage) {
-  const fs::path dir = kSource / "tests/bad_grids";
+  const fs::path dir = kSource / "tests/bad_inputs/grids";
   std::vector<fs::path> grids;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const fs::path p = entry.path();
