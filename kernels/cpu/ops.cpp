@@ -1,8 +1,10 @@
 // CPU ops of kernels/ops.h. Row-parallel loops use OpenMP with static schedules; every
 // reduction across rows (dweight, dbias, dwte, ...) runs serially in row order so that
-// results do not depend on the thread count. The GEMMs split their rows over the thread
-// team (sgemm_rows): deterministic for a given thread count; OpenBLAS may pick another
-// kernel for a smaller part, so another count can change the last bits.
+// results do not depend on the thread count. The matmuls take the AVX-512 kernels of
+// kernels/cpu/gemm.cpp where the CPU has them (independent of the thread count too);
+// otherwise OpenBLAS with the rows split over the thread team (sgemm_rows):
+// deterministic for a given thread count; OpenBLAS may pick another kernel for a
+// smaller part, so another count can change the last bits.
 // no-trapping-math: see GELU below (we never read the FP exception flags); it must come
 // before the headers so that fast_expf is compiled with it.
 #pragma GCC optimize("no-trapping-math")
@@ -11,6 +13,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vec.h"
 
 #include <algorithm>
@@ -76,6 +79,10 @@ void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t Nc, i
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC) {
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    cpu::matmul_forward_avx512(out, inp, weight, bias, N, C, OC);
+    return;
+  }
   // out = inp @ weight^T
   if (bias == nullptr) {
     sgemm_rows(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC);
@@ -91,6 +98,10 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t C, int64_t OC) {
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    cpu::matmul_backward_avx512(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    return;
+  }
   // dinp += dout @ weight
   if (dinp != nullptr) sgemm_rows(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
   // dweight += dout^T @ inp   (rows of dweight split: each element's sum over N stays in one call)
