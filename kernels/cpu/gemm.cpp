@@ -231,8 +231,9 @@ void gemm_dweight(float* dweight, float* dbias, const float* dout, const float* 
       const bool first = ch == 0, last = ch == nchunks - 1;
       // The same static schedule in every chunk: a tile stays with its thread (OpenMP
       // guarantees the same assignment for equal loops), so no barrier is needed. Tiles
-      // run column panel by column panel: a panel's inp rows stay in L1 across its tiles.
-#pragma omp for schedule(static) nowait
+      // run column panel by column panel: a panel's inp rows stay in L1 across its tiles;
+      // dealt round-robin so that the dbias tiles (first panel) are shared by the team.
+#pragma omp for schedule(static, 1) nowait
       for (int64_t t = 0; t < ntiles; ++t) {
         const int64_t o0 = (t % to) * kMR, c0 = (t / to) * kNR;
         const int64_t w = std::min(kNR, C - c0);
