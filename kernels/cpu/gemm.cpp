@@ -127,12 +127,14 @@ GEMM_AVX512 void rows_ab(float* c, int64_t ldc, const float* a, int64_t lda, con
 
 // C (M, N) (+)= A (M, K) @ Bp + bias, rows split over the OpenMP team in groups.
 void gemm_rows(float* c, const float* a, const float* bp, const float* bias, bool add_c, int64_t M, int64_t K,
-               int64_t N) {
+               int64_t N, RowEpilogue epi) {
   const int64_t ng = (M + kRowGroup - 1) / kRowGroup;
 #pragma omp parallel for schedule(static)
   for (int64_t g = 0; g < ng; ++g) {
     const int64_t r0 = g * kRowGroup;
-    rows_ab(c + r0 * N, N, a + r0 * K, K, bp, K, N, bias, add_c, std::min(kRowGroup, M - r0));
+    const int64_t rows = std::min(kRowGroup, M - r0);
+    rows_ab(c + r0 * N, N, a + r0 * K, K, bp, K, N, bias, add_c, rows);
+    if (epi.fn != nullptr) epi.fn(epi.ctx, c, r0, rows);
   }
 }
 
@@ -263,22 +265,23 @@ bool gemm_avx512_usable(int64_t K, int64_t N) {
 }
 
 void matmul_forward_avx512(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                           int64_t C, int64_t OC) {
+                           int64_t C, int64_t OC, RowEpilogue epi) {
   thread_local Scratch packed;
   // B = weight^T (C x OC): element (k, j) = weight[j * C + k].
   float* bp = packed.get(static_cast<size_t>((OC + kNR - 1) / kNR * kNR * C));
   pack_b(bp, weight, 1, C, C, OC);
-  gemm_rows(out, inp, bp, bias, false, N, C, OC);
+  gemm_rows(out, inp, bp, bias, false, N, C, OC, epi);
 }
 
 void matmul_backward_avx512(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int64_t N, int64_t C, int64_t OC) {
+                            const float* weight, int64_t N, int64_t C, int64_t OC, RowEpilogue dinp_epi,
+                            bool dinp_overwrite) {
   if (dinp != nullptr) {
     thread_local Scratch packed;
     // dinp (N, C) += dout (N, OC) @ weight (OC, C): B = weight, element (k, j) = weight[k * C + j].
     float* bp = packed.get(static_cast<size_t>((C + kNR - 1) / kNR * kNR * OC));
     pack_b(bp, weight, C, 1, OC, C);
-    gemm_rows(dinp, dout, bp, nullptr, true, N, OC, C);
+    gemm_rows(dinp, dout, bp, nullptr, !dinp_overwrite, N, OC, C, dinp_epi);
   }
   gemm_dweight(dweight, dbias, dout, inp, N, C, OC);
 }

@@ -23,10 +23,20 @@ bool gemm_avx512_supported();
 // Whether matmul_* with inner size K and output width N take the AVX-512 kernels now.
 bool gemm_avx512_usable(int64_t K, int64_t N);
 
-// Same contracts as kernels/ops.h matmul_forward / matmul_backward (backward adds).
+// A pass over finished output rows [r0, r0 + rows) of a forward / dinp GEMM, run by the
+// thread that computed them while they are still in cache (GELU fused into the matmul).
+struct RowEpilogue {
+  void (*fn)(const void* ctx, float* out, int64_t r0, int64_t rows) = nullptr;
+  const void* ctx = nullptr;
+};
+
+// Same contracts as kernels/ops.h matmul_forward / matmul_backward (backward adds), plus
+// an optional epilogue over the output rows; with dinp_overwrite, dinp = dout @ weight
+// instead of += (its old contents are not read).
 void matmul_forward_avx512(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                           int64_t C, int64_t OC);
+                           int64_t C, int64_t OC, RowEpilogue epi = {});
 void matmul_backward_avx512(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int64_t N, int64_t C, int64_t OC);
+                            const float* weight, int64_t N, int64_t C, int64_t OC, RowEpilogue dinp_epi = {},
+                            bool dinp_overwrite = false);
 
 }  // namespace attnsweep::cpu

@@ -243,16 +243,22 @@ OPS_ROW_CLONES void gelu_forward_span(float* out, const float* inp, int64_t n) {
   }
 }
 
+inline float gelu_grad(float x) {
+  const float u = kGeluK * (x + 0.044715f * x * x * x);
+  const float sg = 1.0f / (1.0f + cpu::fast_expf(-2.0f * u));  // sigma(2u)
+  // d/dx [x sigma(2u)] = sigma(2u) + x sigma(2u) (1 - sigma(2u)) 2 du/dx
+  return sg + 2.0f * x * sg * (1.0f - sg) * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 OPS_ROW_CLONES void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float u = kGeluK * (x + 0.044715f * x * x * x);
-    const float sg = 1.0f / (1.0f + cpu::fast_expf(-2.0f * u));  // sigma(2u)
-    // d/dx [x sigma(2u)] = sigma(2u) + x sigma(2u) (1 - sigma(2u)) 2 du/dx
-    const float grad = sg + 2.0f * x * sg * (1.0f - sg) * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += grad * dout[i];
-  }
+  for (int64_t i = 0; i < n; ++i) dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+// d[i] = gelu'(inp[i]) * d[i] in place: gelu_backward_span into a zeroed buffer (0 + v = v).
+OPS_ROW_CLONES void gelu_backward_inplace_span(float* d, const float* inp, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = gelu_grad(inp[i]) * d[i];
 }
 }  // namespace
 
@@ -431,6 +437,53 @@ void sgd_update(float* params, const float* grads, float* momentum_buf, int64_t 
     }
     params[i] -= lr * g;
   }
+}
+
+// ---- GELU fused with the MLP's matmuls -------------------------------------------------
+
+namespace {
+struct GeluForwardRows {
+  const float* pre;
+  float* out;
+  int64_t OC;
+};
+void gelu_forward_rows(const void* ctx, float*, int64_t r0, int64_t rows) {
+  const auto& g = *static_cast<const GeluForwardRows*>(ctx);
+  gelu_forward_span(g.out + r0 * g.OC, g.pre + r0 * g.OC, rows * g.OC);
+}
+struct GeluBackwardRows {
+  const float* pre;
+  int64_t C;
+};
+void gelu_backward_rows(const void* ctx, float* dpre, int64_t r0, int64_t rows) {
+  const auto& g = *static_cast<const GeluBackwardRows*>(ctx);
+  gelu_backward_inplace_span(dpre + r0 * g.C, g.pre + r0 * g.C, rows * g.C);
+}
+}  // namespace
+
+void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                         int64_t C, int64_t OC) {
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    const GeluForwardRows ctx{pre, out, OC};
+    cpu::matmul_forward_avx512(pre, inp, weight, bias, N, C, OC, {gelu_forward_rows, &ctx});
+    return;
+  }
+  matmul_forward(pre, inp, weight, bias, N, C, OC);
+  gelu_forward(out, pre, N * OC);
+}
+
+void gelu_matmul_backward(float* dpre, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC) {
+  const GeluBackwardRows ctx{pre, C};
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    cpu::matmul_backward_avx512(dpre, dweight, dbias, dout, inp, weight, N, C, OC, {gelu_backward_rows, &ctx}, true);
+    return;
+  }
+  std::fill(dpre, dpre + N * C, 0.0f);  // OpenBLAS: beta = 1 onto zeros, as the unfused path
+  matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);
+  const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; ++b) gelu_backward_rows(&ctx, dpre, b * kRowBlock, std::min(kRowBlock, N - b * kRowBlock));
 }
 
 }  // namespace attnsweep

@@ -255,5 +255,49 @@ TEST(Gemm, Avx512PathIsItsScalarModelAtAnyThreadCount) {
   omp_set_num_threads(saved_threads);
 }
 
+// The GELU fused into the MLP's matmuls gives exactly the unfused ops' values (zeros'
+// signs aside: compared with ==), on both paths; dpre is overwritten whatever it held.
+void check_fused_gelu(cpu::GemmPath path) {
+  GemmPathGuard guard(path);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(name(s));
+    const FVec x = randn(static_cast<size_t>(s.N * s.C), 31), w = randn(static_cast<size_t>(s.OC * s.C), 32),
+               b = randn(static_cast<size_t>(s.OC), 33);
+    const size_t no = static_cast<size_t>(s.N * s.OC), ni = static_cast<size_t>(s.N * s.C);
+    FVec pre_u(no), out_u(no), pre_f = out_buf(no, 34), out_f = out_buf(no, 35);
+    matmul_forward(pre_u.data(), x.data(), w.data(), b.data(), s.N, s.C, s.OC);
+    gelu_forward(out_u.data(), pre_u.data(), s.N * s.OC);
+    matmul_gelu_forward(pre_f.data(), out_f.data(), x.data(), w.data(), b.data(), s.N, s.C, s.OC);
+    for (size_t i = 0; i < no; ++i) {
+      ASSERT_EQ(pre_u[i], pre_f[i]) << "pre at " << i;
+      ASSERT_EQ(out_u[i], out_f[i]) << "out at " << i;
+    }
+    EXPECT_TRUE(guard_ok("pre", pre_f));
+    EXPECT_TRUE(guard_ok("out", out_f));
+    // backward of a matmul (N, C) -> (N, OC) whose input is gelu(pre), pre (N, C)
+    const FVec pre = randn(ni, 36), dout = randn(no, 37);
+    FVec act(ni);
+    gelu_forward(act.data(), pre.data(), s.N * s.C);
+    FVec dact(ni, 0.0f), dpre_u(ni, 0.0f), dw_u = randn(static_cast<size_t>(s.OC * s.C), 38),
+        db_u = randn(static_cast<size_t>(s.OC), 39);
+    FVec dw_f = dw_u, db_f = db_u, dpre_f = out_buf(ni, 40);
+    matmul_backward(dact.data(), dw_u.data(), db_u.data(), dout.data(), act.data(), w.data(), s.N, s.C, s.OC);
+    gelu_backward(dpre_u.data(), pre.data(), dact.data(), s.N * s.C);
+    gelu_matmul_backward(dpre_f.data(), dw_f.data(), db_f.data(), dout.data(), act.data(), pre.data(), w.data(), s.N,
+                         s.C, s.OC);
+    for (size_t i = 0; i < ni; ++i) ASSERT_EQ(dpre_u[i], dpre_f[i]) << "dpre at " << i;
+    EXPECT_TRUE(guard_ok("dpre", dpre_f));
+    EXPECT_EQ(0, std::memcmp(dw_u.data(), dw_f.data(), dw_u.size() * sizeof(float))) << "dweight";
+    EXPECT_EQ(0, std::memcmp(db_u.data(), db_f.data(), db_u.size() * sizeof(float))) << "dbias";
+  }
+}
+
+TEST(Gemm, FusedGeluIsTheUnfusedOpsAvx512) {
+  if (!cpu::gemm_avx512_supported()) GTEST_SKIP() << "CPU without avx512f: the fallback is tested below";
+  check_fused_gelu(cpu::GemmPath::Auto);
+}
+
+TEST(Gemm, FusedGeluIsTheUnfusedOpsOpenBlas) { check_fused_gelu(cpu::GemmPath::OpenBlas); }
+
 }  // namespace
 }  // namespace attnsweep
