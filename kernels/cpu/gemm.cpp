@@ -30,6 +30,7 @@ namespace {
 constexpr int64_t kMR = 8;          // rows of a micro-tile
 constexpr int64_t kNR = 32;         // columns of a micro-tile (two zmm)
 constexpr int64_t kRowGroup = 64;   // rows per parallel work item (forward / dinp)
+constexpr int64_t kPrefetchRows = 8;  // dweight: rows of inp / dout fetched ahead
 constexpr int64_t kMaxDim = 2048;   // K, N beyond this: OpenBLAS (no K blocking here)
 
 GemmPath initial_path() {
@@ -72,6 +73,13 @@ inline __mmask16 mask_hi(int64_t w) {
 template <int MR>
 GEMM_AVX512 void tile_ab(float* c, int64_t ldc, const float* a, int64_t lda, const float* bp, int64_t K,
                          const float* bias, bool add_c, __mmask16 m0, __mmask16 m1) {
+  // The tile's C lines are fetched while the FMAs run: with K ~ 64 the chain is short
+  // and waiting for them after it (add_c's loads, the stores' RFOs) showed.
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+  }
   __m512 acc0[MR], acc1[MR];
   const __m512 i0 = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
   const __m512 i1 = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
@@ -174,6 +182,9 @@ GEMM_AVX512 void tile_dw(float* dw, float* part, int64_t ld, const float* dout, 
     const __m512 b0 = _mm512_maskz_loadu_ps(m0, inp + i * ldi);
     const __m512 b1 = _mm512_maskz_loadu_ps(m1, inp + i * ldi + 16);
     const float* d = dout + i * ldo;
+    _mm_prefetch(reinterpret_cast<const char*>(inp + (i + kPrefetchRows) * ldi), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(inp + (i + kPrefetchRows) * ldi + 16), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(d + kPrefetchRows * ldo), _MM_HINT_T0);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512 av = _mm512_set1_ps(d[r]);
