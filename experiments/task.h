@@ -44,8 +44,14 @@ struct TrainingData {
   int64_t in_dim = 0;   // features per token
   int64_t classes = 0;  // 0: regression (one float target, MSE)
   int64_t vocab = 0;    // > 0: x holds token ids in [0, vocab) as floats (in_dim 1)
-  // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class or y_value (the one
-  // that applies) [count].
+  // Regression: floats of y_value per sample. 1: one per sample; == tokens: one per
+  // token (per-token regression, the pde task's u(x_j, T)).
+  int64_t targets_per_sample = 1;
+  // With vocab > 0: the id of padding tokens (-1: none). The model hides them from
+  // attention with a key mask; pad at the end of a sequence.
+  int64_t pad_id = -1;
+  // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class [count] or y_value
+  // [count, targets_per_sample] (the one that applies).
   std::function<void(int split, const int64_t* idx, int64_t count, float* x, int32_t* y_class, float* y_value)>
       fill;
 };
