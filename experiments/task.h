@@ -77,6 +77,10 @@ TaskOutput run_norm_probe(const json& config, const TaskContext& ctx);
 TaskOutput run_synthetic(const json& config, const TaskContext& ctx);
 // Fashion-MNIST classification (experiments/image.cpp); needs ctx.train.
 TaskOutput run_image(const json& config, const TaskContext& ctx);
+// Long Range Arena's ListOps, generated (experiments/listops.cpp); needs ctx.train.
+TaskOutput run_listops(const json& config, const TaskContext& ctx);
+// Burgers' solution operator u(., 0) -> u(., T) (experiments/pde.cpp); needs ctx.train.
+TaskOutput run_pde(const json& config, const TaskContext& ctx);
 
 // Patch size of the image task for a prompt length (16 -> 7, 49 -> 4, 196 -> 2,
 // 784 -> 1); 0 for any other length.

@@ -454,7 +454,7 @@ TEST(Params, TableIsConsistent) {
     }
   }
   EXPECT_EQ(find_param("nope"), nullptr);
-  EXPECT_EQ(task_names(), (std::vector<std::string>{"norm_probe", "image", "synthetic"}));
+  EXPECT_EQ(task_names(), (std::vector<std::string>{"norm_probe", "image", "listops", "pde", "synthetic"}));
 }
 
 TEST(Params, EstimatedCost) {
