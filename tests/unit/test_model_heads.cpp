@@ -261,3 +261,51 @@ TEST(ModelTokenRegress, TwoDevicesMatchOne) {
 
 }  // namespace
 }  // namespace attnsweep
+
+namespace attnsweep {
+namespace {
+
+// test_rel_l2 of train_cell = the mean over test samples of ||pred - y|| / ||y||,
+// recomputed here from a model with the same initial weights (steps = 0: no update).
+TEST(ModelTokenRegress, TestRelL2IsTheMeanRelativeErrorPerSample) {
+  TrainingData data;
+  data.n_train = 8;
+  data.n_test = 10;  // two eval batches of 8 and 2
+  data.tokens = 5;
+  data.in_dim = 2;
+  data.targets_per_sample = 5;
+  data.fill = [](int split, const int64_t* idx, int64_t count, float* x, int32_t*, float* y) {
+    for (int64_t i = 0; i < count; ++i) {
+      Rng rng(seed_of({static_cast<uint64_t>(split), static_cast<uint64_t>(idx[i])}));
+      for (int64_t j = 0; j < 10; ++j) x[i * 10 + j] = static_cast<float>(rng.normal());
+      for (int64_t j = 0; j < 5; ++j)
+        y[i * 5 + j] = static_cast<float>(rng.normal() + 0.1 * static_cast<double>(idx[i]));
+    }
+  };
+  const json c = {{"dim", 8},   {"layers", 1}, {"heads", 2},     {"mlp_ratio", 2}, {"activation", "softmax"},
+                  {"steps", 0}, {"batch", 8},  {"init_seed", 3}, {"eval_every", 0}};
+  TaskContext ctx;
+  const TaskOutput out = train_cell(c, ctx, data);
+  ASSERT_TRUE(out.final_metrics.count("test_rel_l2"));
+  Model m(model_config_of(c, data));
+  m.init(3, 0.0);
+  std::vector<float> x(10 * 10), y(10 * 5);
+  std::vector<int64_t> idx(10);
+  for (int64_t i = 0; i < 10; ++i) idx[static_cast<size_t>(i)] = i;
+  data.fill(1, idx.data(), 10, x.data(), nullptr, y.data());
+  m.forward(x.data(), nullptr, y.data(), 10, false);
+  double mean = 0;
+  for (int64_t b = 0; b < 10; ++b) {
+    double num = 0, den = 0;
+    for (int64_t j = 0; j < 5; ++j) {
+      num += std::pow(m.predictions()[b * 5 + j] - y[static_cast<size_t>(b * 5 + j)], 2);
+      den += std::pow(y[static_cast<size_t>(b * 5 + j)], 2);
+    }
+    mean += std::sqrt(num / den) / 10;
+  }
+  EXPECT_NEAR(out.final_metrics.at("test_rel_l2"), mean, 1e-6 * mean);
+  EXPECT_GT(mean, 0.1);
+}
+
+}  // namespace
+}  // namespace attnsweep
