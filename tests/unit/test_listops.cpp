@@ -239,3 +239,38 @@ TEST(Pde, ParameterDefaultsAndErrors) {
 
 }  // namespace
 }  // namespace attnsweep
+
+namespace attnsweep {
+namespace {
+
+// The example grids load, and make the cells the README describes.
+TEST(ListOpsPdeGrids, LoadWithTheirCellCounts) {
+  const std::string dir = std::string(ATTNSWEEP_SOURCE_DIR) + "/experiments/grids/";
+  const std::pair<const char*, size_t> grids[] = {{"lra_listops", 27},     {"lra_listops_small", 2},
+                                                  {"lra_listops_cpu", 9},  {"paperA_pde", 24},
+                                                  {"paperA_pde_small", 2}, {"paperA_pde_cpu", 12}};
+  for (const auto& [name, cells] : grids) {
+    const Grid g = load_grid(dir + name + ".json");
+    EXPECT_EQ(g.name, name);
+    EXPECT_EQ(g.cells.size(), cells) << name;
+    std::set<std::string> acts;
+    for (const auto& c : g.cells) {
+      std::string a = c.config["activation"].get<std::string>();
+      if (c.config.contains("scale")) {
+        a += "/";
+        a += c.config["scale"].get<std::string>();
+      }
+      acts.insert(a);
+    }
+    const std::string n = name;
+    if (n == "paperA_pde" || n == "paperA_pde_cpu") {
+      EXPECT_EQ(acts, (std::set<std::string>{"softmax", "poly/inv_sqrt_n", "poly/none", "relu/inv_n"})) << n;
+    }
+    if (n == "lra_listops" || n == "lra_listops_cpu") {
+      EXPECT_EQ(acts, (std::set<std::string>{"softmax", "poly/inv_sqrt_n", "relu/inv_n"})) << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnsweep
