@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 
+#include "experiments/listops.h"
 #include "experiments/task.h"
 
 namespace attnsweep {
@@ -25,6 +26,10 @@ constexpr TaskInfo kTasks[] = {
     {"image", true, 784},
     // Paper B's in-context regression: L prompt tokens + the query, C = d + 1 wide.
     {"icl_regression", true, 16384},
+    // Long Range Arena's ListOps, padded to the prompt length (LRA: 2000).
+    {"listops", true, 16384},
+    // Burgers' equation on N grid points (tokens): any N >= 4.
+    {"pde", true, 8192},
     // Stand-in cells for scheduler tests: sleep, crash, hang or exit on request.
     {"synthetic", false, 0},
 };
@@ -51,7 +56,9 @@ bool string_is(const json& cfg, const char* key, std::initializer_list<const cha
 }
 
 // Tasks that train a model (worker/trainer.h): they share the model and optimiser keys.
-bool is_training_task(const json& cfg) { return task_is(cfg, "image") || task_is(cfg, "icl_regression"); }
+bool is_training_task(const json& cfg) {
+  return task_is(cfg, "image") || task_is(cfg, "icl_regression") || task_is(cfg, "listops") || task_is(cfg, "pde");
+}
 // Training tasks whose model is the transformer (layers, heads, dim, ... apply); the
 // in-context regression read-out is one attention layer of width d + 1 (worker/model.h).
 bool is_transformer_task(const json& cfg) { return is_training_task(cfg) && !task_is(cfg, "icl_regression"); }
@@ -153,9 +160,15 @@ std::vector<ParamSpec> make_specs() {
         if (image_patch_size(value.get<int64_t>()) != 0) return "";
         return value.dump() + " is not a patch count task image can make: 16, 49, 196 or 784 (patch 7, 4, 2, 1)";
       }
+      const bool needs4 = t != nullptr && (std::string(t->name) == "listops" || std::string(t->name) == "pde");
+      if (needs4 && value.get<int64_t>() < 4)
+        return value.dump() + " is less than task " + t->name + " can make (" +
+               (std::string(t->name) == "listops" ? "the shortest expression, [MAX d d ], is 4 tokens"
+                                                  : "at least 4 grid points") +
+               ")";
       if (t == nullptr || value.get<int64_t>() <= t->max_prompt_length) return "";
-      return value.dump() + " is more than task " + t->name + " can make (1.." + std::to_string(t->max_prompt_length) +
-             ")";
+      return value.dump() + " is more than task " + t->name + " can make (" + (needs4 ? "4" : "1") + ".." +
+             std::to_string(t->max_prompt_length) + ")";
     };
     v.push_back(std::move(s));  // no default: the prompt length is what every sweep is about
   }
@@ -256,8 +269,75 @@ std::vector<ParamSpec> make_specs() {
     s.name = "cls";
     s.type = ParamType::boolean;
     s.description = "classify from a learned CLS token instead of the mean over tokens";
-    s.applies = is_transformer_task;
-    s.default_value = fixed_default(false);
+    // pde predicts every token: no pooling, no CLS.
+    s.applies = [](const json& cfg) { return is_transformer_task(cfg) && !task_is(cfg, "pde"); };
+    s.default_value = [](const json& cfg) { return json(task_is(cfg, "listops")); };
+    v.push_back(std::move(s));
+  }
+
+  // Data of the generated tasks (listops, pde): sizes and the seed of the data alone, so
+  // that cells with different `seed` or `init_seed` share one test set.
+  auto generated = [](const json& cfg) { return task_is(cfg, "listops") || task_is(cfg, "pde"); };
+  {
+    ParamSpec s = integer("data_seed", 0, kNoBound, "seed of the generated train and test samples");
+    s.applies = generated;
+    s.default_value = fixed_default(0);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("n_train", 1, 1e9, "training samples (listops: LRA's 96000; pde: 1000)");
+    s.applies = generated;
+    s.default_value = [](const json& cfg) { return json(task_is(cfg, "listops") ? 96000 : 1000); };
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("n_test", 1, 1e9, "test samples, fixed per data_seed (listops: LRA's 2000; pde: 200)");
+    s.applies = generated;
+    s.default_value = [](const json& cfg) { return json(task_is(cfg, "listops") ? 2000 : 200); };
+    v.push_back(std::move(s));
+  }
+
+  // listops: the expression generator (experiments/listops.h); LRA's defaults.
+  {
+    ParamSpec s = integer("depth", 1, 64, "most nested operators of a ListOps expression");
+    s.applies = for_task("listops");
+    s.default_value = fixed_default(10);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("arity", 2, 64, "most arguments of a ListOps operator");
+    s.applies = for_task("listops");
+    s.default_value = fixed_default(10);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("min_length", 1, kNoBound,
+                          "shortest expression in tokens (default prompt_length / 4, as LRA's 500 of 2000)");
+    s.applies = for_task("listops");
+    s.default_value = [](const json& cfg) { return json(std::max<int64_t>(1, cfg.value("prompt_length", int64_t{4}) / 4)); };
+    s.check = [](const json& value, const json& cfg) -> std::string {
+      const int64_t m = value.get<int64_t>(), n = cfg.value("prompt_length", int64_t{0});
+      const int64_t depth = cfg.value("depth", int64_t{10}), arity = cfg.value("arity", int64_t{10});
+      if (m > n) return value.dump() + " is more than prompt_length " + std::to_string(n);
+      if (const int64_t longest = listops_longest(depth, arity); m > longest)
+        return value.dump() + " is longer than any expression of depth " + std::to_string(depth) +
+               " and arity " + std::to_string(arity) + " (at most " + std::to_string(longest) + " tokens)";
+      return "";
+    };
+    v.push_back(std::move(s));
+  }
+
+  // pde: Burgers' equation (experiments/pde.h).
+  {
+    ParamSpec s = number("nu", 0.01, 100, "viscosity of Burgers' equation u_t + u u_x = nu u_xx");
+    s.applies = for_task("pde");
+    s.default_value = fixed_default(0.1);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = number("final_time", 1e-6, 100, "T of the operator u(., 0) -> u(., T)");
+    s.applies = for_task("pde");
+    s.default_value = fixed_default(1.0);
     v.push_back(std::move(s));
   }
 
@@ -485,7 +565,11 @@ double estimate_cost_s(const json& cfg) {
     // at the ~30 GFLOP/s one CPU slot sustains.
     const double n = cfg.value("prompt_length", 49.0), d = cfg.value("dim", 64.0);
     const double per_token = cfg.value("layers", 4.0) * (2 * (4 + 2 * cfg.value("mlp_ratio", 4.0)) * d * d + 4 * n * d);
-    return 3 * cfg.value("steps", 3000.0) * cfg.value("batch", 128.0) * n * per_token / 30e9 + 0.5;
+    double data = 0;  // pde: each sample's Burgers solve, ~15 ms at nu = 0.1, T = 1
+    if (task_is(cfg, "pde"))
+      data = 0.015 * (cfg.value("n_train", 1000.0) + cfg.value("n_test", 200.0)) * cfg.value("final_time", 1.0) *
+             std::sqrt(0.1 / cfg.value("nu", 0.1));
+    return 3 * cfg.value("steps", 3000.0) * cfg.value("batch", 128.0) * n * per_token / 30e9 + 0.5 + data;
   }
   return 1.0;
 }

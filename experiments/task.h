@@ -62,8 +62,14 @@ struct TrainingData {
   int64_t in_dim = 0;   // features per token
   int64_t classes = 0;  // 0: regression (one float target, MSE)
   int64_t vocab = 0;    // > 0: x holds token ids in [0, vocab) as floats (in_dim 1)
-  // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class or y_value (the one
-  // that applies) [count].
+  // Regression: floats of y_value per sample. 1: one per sample; == tokens: one per
+  // token (per-token regression, the pde task's u(x_j, T)).
+  int64_t targets_per_sample = 1;
+  // With vocab > 0: the id of padding tokens (-1: none). The model hides them from
+  // attention with a key mask; pad at the end of a sequence.
+  int64_t pad_id = -1;
+  // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class [count] or y_value
+  // [count, targets_per_sample] (the one that applies).
   std::function<void(int split, const int64_t* idx, int64_t count, float* x, int32_t* y_class, float* y_value)>
       fill;
   // Optional: the task's own metrics, measured from the current weights at every
@@ -96,6 +102,10 @@ TaskOutput run_synthetic(const json& config, const TaskContext& ctx);
 TaskOutput run_image(const json& config, const TaskContext& ctx);
 // Paper B's in-context linear regression (experiments/icl_regression.h); needs ctx.train.
 TaskOutput run_icl_regression(const json& config, const TaskContext& ctx);
+// Long Range Arena's ListOps, generated (experiments/listops.cpp); needs ctx.train.
+TaskOutput run_listops(const json& config, const TaskContext& ctx);
+// Burgers' solution operator u(., 0) -> u(., T) (experiments/pde.cpp); needs ctx.train.
+TaskOutput run_pde(const json& config, const TaskContext& ctx);
 
 // Patch size of the image task for a prompt length (16 -> 7, 49 -> 4, 196 -> 2,
 // 784 -> 1); 0 for any other length.

@@ -76,6 +76,38 @@ ATTNSWEEP_INLINE_COPIES void rows_to_heads(float* out, const float* in, int64_t 
   }
 }
 
+// out (B, C) = mean of inp (B, T, C) over the t with mask[b, t] != 0 (0 when none are).
+void masked_meanpool_forward(float* out, const float* inp, const float* mask, int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = 0;
+    std::vector<double> acc(static_cast<size_t>(C), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      if (mask[b * T + t] == 0.0f) continue;
+      ++n;
+      const float* x = inp + (b * T + t) * C;
+      for (int64_t c = 0; c < C; ++c) acc[static_cast<size_t>(c)] += x[c];
+    }
+    const double inv = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+    for (int64_t c = 0; c < C; ++c) out[b * C + c] = static_cast<float>(acc[static_cast<size_t>(c)] * inv);
+  }
+}
+// dinp (B, T, C) += dout (B, C) / n_b on the unmasked rows.
+void masked_meanpool_backward(float* dinp, const float* dout, const float* mask, int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; ++t) n += mask[b * T + t] != 0.0f;
+    if (n == 0) continue;
+    const float inv = 1.0f / static_cast<float>(n);
+    for (int64_t t = 0; t < T; ++t) {
+      if (mask[b * T + t] == 0.0f) continue;
+      float* d = dinp + (b * T + t) * C;
+      for (int64_t c = 0; c < C; ++c) d[c] += dout[b * C + c] * inv;
+    }
+  }
+}
+
 // Points each member of a struct of float* at consecutive slices of one buffer.
 template <class Struct, size_t K>
 std::vector<float> carve(Struct& s, const int64_t (&sizes)[K]) {
@@ -97,9 +129,17 @@ std::vector<float> carve(Struct& s, const int64_t (&sizes)[K]) {
 Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
   if (cfg.dim <= 0 || cfg.heads <= 0 || cfg.dim % cfg.heads != 0)
     throw std::runtime_error("model: heads " + std::to_string(cfg.heads) + " must divide dim " + std::to_string(cfg.dim));
-  const int64_t C = cfg.dim, L = cfg.layers, T = cfg.seq(), in = cfg.in_dim, K = cfg.classes,
-                F = cfg.mlp_ratio * cfg.dim;
-  const bool tf = cfg.head == Head::classify;
+  const int64_t C = cfg.dim, L = cfg.layers, T = cfg.seq(), in = cfg.in_dim, F = cfg.mlp_ratio * cfg.dim;
+  int64_t K = cfg.classes;
+  const bool tf = cfg.head != Head::readout;  // the transformer (classify, token_regress)
+  if (cfg.head == Head::token_regress) {
+    if (cfg.cls) throw std::runtime_error("token_regress model: predicts every token; no CLS token");
+    if (cfg.pad_id >= 0) throw std::runtime_error("token_regress model: no padding mask (pad_id must be -1)");
+    K = 1;  // one value per token
+  }
+  if (cfg.pad_id >= 0 && (cfg.vocab <= 0 || cfg.pad_id >= cfg.vocab))
+    throw std::runtime_error("model: pad_id " + std::to_string(cfg.pad_id) + " needs token ids (vocab " +
+                             std::to_string(cfg.vocab) + " > pad_id)");
   if (!tf) {
     if (cfg.in_dim != cfg.dim) throw std::runtime_error("readout model: in_dim must equal dim (no embedding)");
     if (cfg.layers != 1) throw std::runtime_error("readout model: one attention layer");
@@ -185,7 +225,7 @@ void Model::ensure_batch(int64_t B) {
   const int64_t C = cfg_.dim, L = cfg_.layers, T = cfg_.seq(), N = cfg_.tokens, H = cfg_.heads, K = cfg_.classes,
                 F = cfg_.mlp_ratio * cfg_.dim;
   const int64_t BT = B * T, BTC = BT * C, LBTC = L * BTC, LBT = L * BT;
-  const int64_t BK = B * std::max<int64_t>(K, 1);
+  const int64_t BK = cfg_.head == Head::token_regress ? B * N : B * std::max<int64_t>(K, 1);
   // Acts member order: emb, encoded, ln1, ln1_mean, ln1_rstd, qkv, q, k, v, atty, lse,
   // atty_un, res1, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res2, lnf, lnf_mean,
   // lnf_rstd, pooled, logits, probs.
@@ -210,13 +250,13 @@ ForwardStats Model::forward(const float* x, const int32_t* y_class, const float*
   x_ = x;
   y_class_ = y_class;
   y_value_ = y_value;
-  return cfg_.head == Head::classify ? forward_classify(collect_norms) : forward_readout(collect_norms);
+  return cfg_.head == Head::readout ? forward_readout(collect_norms) : forward_classify(collect_norms);
 }
 
 void Model::backward() {
   std::fill(grads_mem_.begin(), grads_mem_.end(), 0.0f);
-  if (cfg_.head == Head::classify) backward_classify();
-  else backward_readout();
+  if (cfg_.head == Head::readout) backward_readout();
+  else backward_classify();
 }
 
 // Mean over the batch of per-(b, h) norms -> stats[l, h].
@@ -248,6 +288,7 @@ ForwardStats Model::forward_classify(bool collect_norms) {
       ids_[static_cast<size_t>(i)] = static_cast<int32_t>(id);
     }
     embedding_forward(a_.emb, ids_.data(), p_.patch_w, nullptr, B, N, C);
+    build_key_mask();
   } else {
     matmul_forward(a_.emb, x_, p_.patch_w, p_.patch_b, B * N, cfg_.in_dim, C);
   }
@@ -278,7 +319,8 @@ ForwardStats Model::forward_classify(bool collect_norms) {
     layernorm_forward(ln1, a_.ln1_mean + l * BT, a_.ln1_rstd + l * BT, inp, p_.ln1_w + l * C, p_.ln1_b + l * C, BT, C);
     matmul_forward(qkv, ln1, p_.qkv_w + l * 3 * C * C, p_.qkv_b + l * 3 * C, BT, C, 3 * C);
     split_heads(q, k, v, qkv, B, T, H, hd);
-    attention_forward_cpu(spec, shape, q, k, v, nullptr, atty, lse, norm_attn_.data(), norm_jac_.data());
+    attention_forward_cpu(spec, shape, q, k, v, mask_, atty, lse, norm_attn_.data(), norm_jac_.data());
+    if (collect_norms && mask_ != nullptr) norms_of_real_queries(spec, q, k, v);
     if (collect_norms) {
       add_norm_means(st.attn_fro, norm_attn_, l, B, H);
       add_norm_means(st.jac_fro, norm_jac_, l, B, H);
@@ -294,8 +336,14 @@ ForwardStats Model::forward_classify(bool collect_norms) {
     residual_forward(res2, res2, res1, BTC);
   }
   layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, a_.res2 + (L - 1) * BTC, p_.lnf_w, p_.lnf_b, BT, C);
+  if (cfg_.head == Head::token_regress) {
+    forward_token_head(st);
+    return st;
+  }
   if (cfg_.cls) {
     for (int64_t b = 0; b < B; ++b) std::memcpy(a_.pooled + b * C, a_.lnf + b * T * C, static_cast<size_t>(C) * sizeof(float));
+  } else if (mask_ != nullptr) {
+    masked_meanpool_forward(a_.pooled, a_.lnf, mask_, B, T, C);
   } else {
     meanpool_forward(a_.pooled, a_.lnf, B, T, C);
   }
@@ -308,16 +356,22 @@ void Model::backward_classify() {
   const int64_t B = B_, C = cfg_.dim, L = cfg_.layers, T = cfg_.seq(), N = cfg_.tokens, H = cfg_.heads,
                 hd = cfg_.head_dim(), K = cfg_.classes, F = cfg_.mlp_ratio * C, off = cfg_.cls ? 1 : 0;
   const int64_t BT = B * T, BTC = BT * C;
-  zero(s_.dlogits, B * K);
-  softmax_crossentropy_backward(s_.dlogits, a_.probs, y_class_, 1.0f, B, K);
-  zero(s_.dpooled, B * C);
-  matmul_backward(s_.dpooled, g_.head_w, g_.head_b, s_.dlogits, a_.pooled, p_.head_w, B, C, K);
-  zero(s_.dln, BTC);
-  if (cfg_.cls) {
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t c = 0; c < C; ++c) s_.dln[b * T * C + c] += s_.dpooled[b * C + c];
+  if (cfg_.head == Head::token_regress) {
+    backward_token_head();  // fills s_.dln
   } else {
-    meanpool_backward(s_.dln, s_.dpooled, B, T, C);
+    zero(s_.dlogits, B * K);
+    softmax_crossentropy_backward(s_.dlogits, a_.probs, y_class_, 1.0f, B, K);
+    zero(s_.dpooled, B * C);
+    matmul_backward(s_.dpooled, g_.head_w, g_.head_b, s_.dlogits, a_.pooled, p_.head_w, B, C, K);
+    zero(s_.dln, BTC);
+    if (cfg_.cls) {
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t c = 0; c < C; ++c) s_.dln[b * T * C + c] += s_.dpooled[b * C + c];
+    } else if (mask_ != nullptr) {
+      masked_meanpool_backward(s_.dln, s_.dpooled, mask_, B, T, C);
+    } else {
+      meanpool_backward(s_.dln, s_.dpooled, B, T, C);
+    }
   }
   zero(s_.dres, BTC);
   layernorm_backward(s_.dres, g_.lnf_w, g_.lnf_b, s_.dln, a_.res2 + (L - 1) * BTC, p_.lnf_w, a_.lnf_mean, a_.lnf_rstd,
@@ -345,7 +399,7 @@ void Model::backward_classify() {
     matmul_backward(s_.dln, g_.attproj_w + l * C * C, g_.attproj_b + l * C, s_.dres, a_.atty_un + l * BTC,
                     p_.attproj_w + l * C * C, BT, C, C);
     rows_to_heads(s_.datty, s_.dln, B, T, H, hd);
-    attention_backward_cpu(spec, shape, a_.q + l * BTC, a_.k + l * BTC, a_.v + l * BTC, nullptr, a_.atty + l * BTC,
+    attention_backward_cpu(spec, shape, a_.q + l * BTC, a_.k + l * BTC, a_.v + l * BTC, mask_, a_.atty + l * BTC,
                            s_.datty, a_.lse + l * B * H * T, s_.dq, s_.dk, s_.dv);
     merge_heads3(s_.dqkv, s_.dq, s_.dk, s_.dv, B, T, H, hd);
     zero(s_.dln, BTC);
@@ -369,6 +423,64 @@ void Model::backward_classify() {
     std::memcpy(s_.demb + b * N * C, s_.dres + (b * T + off) * C, static_cast<size_t>(N * C) * sizeof(float));
   if (cfg_.vocab > 0) embedding_backward(g_.patch_w, nullptr, s_.demb, ids_.data(), B, N, C);
   else matmul_backward(nullptr, g_.patch_w, g_.patch_b, s_.demb, x_, p_.patch_w, B * N, cfg_.in_dim, C);
+}
+
+void Model::build_key_mask() {
+  mask_ = nullptr;
+  if (cfg_.pad_id < 0) return;
+  const int64_t B = B_, N = cfg_.tokens, T = cfg_.seq(), off = cfg_.cls ? 1 : 0;
+  key_mask_.resize(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      key_mask_[static_cast<size_t>(b * T + t)] =
+          t < off || ids_[static_cast<size_t>(b * N + t - off)] != cfg_.pad_id ? 1.0f : 0.0f;
+  mask_ = key_mask_.data();
+}
+
+// The kernel masks keys, not queries: the rows of padding queries are in its norms. On
+// logged steps only, the attention of each sample's real query rows (CLS and tokens) is
+// computed again for their norms, from q gathered into [1, H, n_b, hd].
+void Model::norms_of_real_queries(const AttentionSpec& spec, const float* q, const float* k, const float* v) {
+  const int64_t B = B_, H = cfg_.heads, T = cfg_.seq(), hd = cfg_.head_dim();
+  std::vector<float> qb, ob;
+  std::vector<int64_t> rows;
+  for (int64_t b = 0; b < B; ++b) {
+    rows.clear();
+    for (int64_t t = 0; t < T; ++t)
+      if (mask_[b * T + t] != 0.0f) rows.push_back(t);
+    const int64_t n = static_cast<int64_t>(rows.size());
+    double* attn = norm_attn_.data() + b * H;
+    double* jac = norm_jac_.data() + b * H;
+    if (n == 0) {
+      std::fill(attn, attn + H, 0.0);
+      std::fill(jac, jac + H, 0.0);
+      continue;
+    }
+    qb.resize(static_cast<size_t>(H * n * hd));
+    ob.resize(qb.size());
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(qb.data() + (h * n + i) * hd, q + ((b * H + h) * T + rows[static_cast<size_t>(i)]) * hd,
+                    static_cast<size_t>(hd) * sizeof(float));
+    const AttentionShape one{1, H, n, T, hd, hd};
+    attention_forward_cpu(spec, one, qb.data(), k + b * H * T * hd, v + b * H * T * hd, mask_ + b * T, ob.data(),
+                          nullptr, attn, jac);
+  }
+}
+
+// pred (B, N) = lnf (B, N, C) @ head_w^T + head_b; loss = mean over B N of (pred - y)^2.
+void Model::forward_token_head(ForwardStats& st) {
+  const int64_t BN = B_ * cfg_.tokens;
+  matmul_forward(a_.logits, a_.lnf, p_.head_w, p_.head_b, BN, cfg_.dim, 1);
+  st.loss = mse_forward(a_.logits, y_value_, BN);
+}
+
+void Model::backward_token_head() {
+  const int64_t BN = B_ * cfg_.tokens, C = cfg_.dim;
+  zero(s_.dlogits, BN);
+  mse_backward(s_.dlogits, a_.logits, y_value_, 1.0f, BN);
+  zero(s_.dln, BN * C);
+  matmul_backward(s_.dln, g_.head_w, g_.head_b, s_.dlogits, a_.lnf, p_.head_w, BN, C, 1);
 }
 
 ATTNSWEEP_INLINE_COPIES ForwardStats Model::forward_readout(bool collect_norms) {

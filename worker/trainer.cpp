@@ -54,7 +54,13 @@ TrainConfig train_config_of(const json& c) {
 
 ModelConfig model_config_of(const json& c, const TrainingData& data) {
   ModelConfig mc;
-  mc.head = data.classes > 0 ? Head::classify : Head::readout;
+  if (data.classes > 0) mc.head = Head::classify;
+  else if (data.targets_per_sample == 1) mc.head = Head::readout;
+  else if (data.targets_per_sample == data.tokens) mc.head = Head::token_regress;
+  else
+    throw std::runtime_error("training data: targets_per_sample " + std::to_string(data.targets_per_sample) +
+                             " is neither 1 nor the token count " + std::to_string(data.tokens));
+  mc.pad_id = data.pad_id;
   mc.tokens = data.tokens;
   mc.in_dim = data.in_dim;
   mc.classes = data.classes;
@@ -153,7 +159,8 @@ Trainer::StepResult Trainer::step(const float* x, const int32_t* y_class, const 
       Model& m = *replicas_[static_cast<size_t>(rr)];
       const int64_t first = rr * Bs;
       const ForwardStats f = m.forward(x + first * row, y_class ? y_class + first : nullptr,
-                                       y_value ? y_value + first : nullptr, Bs, collect_norms);
+                                       y_value ? y_value + first * mc_.targets_per_sample() : nullptr, Bs,
+                                       collect_norms);
       m.backward();
       loss += f.loss * static_cast<double>(Bs);  // weight by shard size
       r.fwd.correct += f.correct;
@@ -425,15 +432,34 @@ bool load_checkpoint(const std::string& path, const std::string& config_text, Tr
 
 struct EvalResult {
   double loss = 0, accuracy = 0;
+  double rel_l2 = 0;  // token_regress: mean over samples of ||pred - y|| / ||y||
 };
 
-// Mean loss and accuracy over the test split (or its first eval_batches batches).
+// Sum over the B samples of ||pred_b - y_b|| / ||y_b|| (rows of `per` values), float64.
+double sum_rel_l2(const float* pred, const float* y, int64_t B, int64_t per) {
+  double s = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    double num = 0, den = 0;
+    for (int64_t j = b * per; j < (b + 1) * per; ++j) {
+      const double d = static_cast<double>(pred[j]) - y[j];
+      num += d * d;
+      den += static_cast<double>(y[j]) * y[j];
+    }
+    s += std::sqrt(num / den);
+  }
+  return s;
+}
+
+// Mean loss and accuracy (token_regress: and relative L2) over the test split (or its
+// first eval_batches batches).
 EvalResult evaluate(Model& model, const TrainingData& data, const TrainConfig& tc, std::vector<float>& x,
                     std::vector<int32_t>& yc, std::vector<float>& yv) {
   int64_t n = data.n_test;
   if (tc.eval_batches > 0) n = std::min(n, tc.eval_batches * tc.batch);
-  double loss = 0;
+  double loss = 0, rel_l2 = 0;
   int64_t correct = 0;
+  const int64_t per = model.config().targets_per_sample();
+  const bool per_token = model.config().head == Head::token_regress;
   std::vector<int64_t> idx(static_cast<size_t>(tc.batch));
   for (int64_t s = 0; s < n; s += tc.batch) {
     const int64_t B = std::min(tc.batch, n - s);
@@ -442,10 +468,12 @@ EvalResult evaluate(Model& model, const TrainingData& data, const TrainConfig& t
     const ForwardStats st = model.forward(x.data(), yc.data(), yv.data(), B, false);
     loss += st.loss * static_cast<double>(B);
     correct += st.correct;
+    if (per_token) rel_l2 += sum_rel_l2(model.predictions(), yv.data(), B, per);
   }
   EvalResult r;
   r.loss = n > 0 ? loss / static_cast<double>(n) : std::nan("");
   r.accuracy = data.classes > 0 && n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : std::nan("");
+  r.rel_l2 = per_token && n > 0 ? rel_l2 / static_cast<double>(n) : std::nan("");
   return r;
 }
 
@@ -484,15 +512,17 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
 
   std::vector<float> x(static_cast<size_t>(B * data.tokens * data.in_dim));
   std::vector<int32_t> yc(static_cast<size_t>(B));
-  std::vector<float> yv(static_cast<size_t>(B));
+  std::vector<float> yv(static_cast<size_t>(B * mc.targets_per_sample()));
   std::vector<int64_t> idx(static_cast<size_t>(B));
   Sampler sampler(data.n_train, tc.seed);
   Trajectory& tj = st.traj;
   TaskOutput out;
   const float nanf = std::numeric_limits<float>::quiet_NaN();
 
+  double last_rel_l2 = std::nan("");
   auto record_eval = [&](int64_t step) {
     const EvalResult e = evaluate(tr.model(), data, tc, x, yc, yv);
+    last_rel_l2 = e.rel_l2;
     tj.eval_step.push_back(step);
     tj.eval_loss.push_back(static_cast<float>(e.loss));
     tj.eval_accuracy.push_back(static_cast<float>(e.accuracy));
@@ -547,11 +577,13 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
     out.final_metrics["test_loss"] = tj.eval_loss.back();
     if (classify) out.final_metrics["test_accuracy"] = tj.eval_accuracy.back();
     else out.final_metrics["test_mse"] = tj.eval_loss.back();
+    if (mc.head == Head::token_regress) out.final_metrics["test_rel_l2"] = last_rel_l2;
   } else {
     // The parameters are those before the non-finite step; the cell's verdict is the
     // divergence, not a test score of weights it never finished training.
     out.final_metrics["test_loss"] = std::nan("");
     if (classify) out.final_metrics["test_accuracy"] = std::nan("");
+    if (mc.head == Head::token_regress) out.final_metrics["test_rel_l2"] = std::nan("");
   }
   // The task's own metrics: the last evaluation's values (NaN when the cell diverged).
   const size_t M = data.measure ? data.eval_metrics.size() : 0;

@@ -478,7 +478,7 @@ TEST(Params, TableIsConsistent) {
     }
   }
   EXPECT_EQ(find_param("nope"), nullptr);
-  EXPECT_EQ(task_names(), (std::vector<std::string>{"norm_probe", "image", "icl_regression", "synthetic"}));
+  EXPECT_EQ(task_names(), (std::vector<std::string>{"norm_probe", "image", "icl_regression", "listops", "pde", "synthetic"}));
 }
 
 TEST(Params, EstimatedCost) {
