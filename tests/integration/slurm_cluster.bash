@@ -71,6 +71,7 @@ stop_cluster() {
     [ -f "$SLURM_SCRATCH/$p.pid" ] && kill -9 "$(cat "$SLURM_SCRATCH/$p.pid")" 2>/dev/null
   done
   [ "${STARTED_MUNGE:-0}" = 1 ] && pkill -x munged
+  if [ -n "${KEEP_SLURM_LOGS:-}" ]; then cp -r "$WORK" "$KEEP_SLURM_LOGS" 2>/dev/null; fi
   rm -rf "$WORK"
 }
 # wait_job ID TIMEOUT_S: until the job is in a final state (a requeued job is not: it
