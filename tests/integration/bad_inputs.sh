@@ -38,7 +38,7 @@ cases=(
   "plan|the option '--grid' is required"
   "train missing_cell.json --out x.h5|missing_cell.json: cannot read file"
   "train good.json --out x.h5|good.json: axes: unknown key"
-  "train good.json --out x.h5 --device gpu|--device: expected cpu or cuda"
+  "train good.json --out x.h5 --device gpu|--device: expected cpu, cuda or cuda:N"
   "status nowhere|nowhere: no manifest.json"
   "submit good.json --out o --nodes 0 --gpus-per-node 0 --dry-run|--nodes: expected an integer >= 1"
   "submit good.json --out o --nodes 1 --gpus-per-node 0 --time 1:2:3:4 --dry-run|--time: expected HH:MM:SS"
