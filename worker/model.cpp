@@ -7,6 +7,9 @@
 
 #include "experiments/rng.h"
 #include "kernels/ops.h"
+#ifdef ATTNSWEEP_HAVE_CUDA
+#include "worker/backend_cuda.h"
+#endif
 
 namespace attnsweep {
 
@@ -366,5 +369,8 @@ void BasicModel<Backend>::backward_readout() {
 }
 
 template class BasicModel<CpuBackend>;
+#ifdef ATTNSWEEP_HAVE_CUDA
+template class BasicModel<CudaBackend>;
+#endif
 
 }  // namespace attnsweep

@@ -16,6 +16,7 @@
 #include "experiments/rng.h"
 #include "kernels/device.h"
 #include "results/atomic_file.h"
+#include "worker/cuda_trainer.h"
 
 extern "C" int openblas_get_num_threads(void);
 extern "C" void openblas_set_num_threads(int);
@@ -218,6 +219,9 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
 }
 
 template class BasicTrainer<CpuBackend>;
+#ifdef ATTNSWEEP_HAVE_CUDA
+template class BasicTrainer<CudaBackend>;
+#endif
 
 // ---- data, trajectory, checkpoints -------------------------------------------------
 
@@ -589,8 +593,21 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
     Trainer tr(mc, tc);
     return train_loop(tr, tc, mc, config, ctx, data);
   }
-  throw std::runtime_error("device " + ctx.device + ": the trainer has no CUDA backend yet; "
+#ifdef ATTNSWEEP_HAVE_CUDA
+  const int visible = cuda_device_count();
+  if (gpu + tc.devices > visible)
+    throw std::runtime_error("device " + ctx.device + " with devices = " + std::to_string(tc.devices) + " needs GPUs " +
+                             std::to_string(gpu) + ".." + std::to_string(gpu + tc.devices - 1) + ", but " +
+                             std::to_string(visible) + " CUDA device" + (visible == 1 ? " is" : "s are") +
+                             " visible (CUDA_VISIBLE_DEVICES=" +
+                             (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset") + ")");
+  CudaTrainer tr(mc, tc, gpu);
+  return train_loop(tr, tc, mc, config, ctx, data);
+#else
+  throw std::runtime_error("device " + ctx.device +
+                           ": this build has no CUDA backend (rebuild with nvcc available, -DATTNSWEEP_CUDA=ON), "
                            "or run the cell with --device cpu");
+#endif
 }
 
 }  // namespace attnsweep

@@ -17,6 +17,7 @@
 #include "coordinator/grid.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
+#include "kernels/device.h"
 #include "results/h5.h"
 #include "tests/unit/trainer_test_util.h"
 #include "worker/run_cell.h"
@@ -262,6 +263,27 @@ TEST(TrainerDataParallel, BatchNotDivisibleByDevicesIsAValidationError) {
   json c = tiny_config();
   c["devices"] = 3;
   EXPECT_THROW(train_config_of(c), std::runtime_error);
+}
+
+// A GPU asked of a build without CUDA, or of a machine without a visible GPU, is an
+// error that says which; an unknown device name is refused. (With a GPU, the CUDA tests
+// in test_trainer_cuda.cpp train there instead.)
+TEST(TrainerDevice, GpuRequestWithoutGpuIsAClearError) {
+  EXPECT_THROW(cuda_device_index("gpu"), std::invalid_argument);
+  EXPECT_THROW(cuda_device_index("cuda:"), std::invalid_argument);
+  EXPECT_EQ(cuda_device_index("cpu"), -1);
+  EXPECT_EQ(cuda_device_index("cuda"), 0);
+  EXPECT_EQ(cuda_device_index("cuda:3"), 3);
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: the error cases cannot happen here";
+  TaskContext ctx;
+  ctx.device = "cuda";
+  try {
+    train_cell(tiny_config(), ctx, synthetic_data());
+    ADD_FAILURE() << "trained on a GPU that is not there";
+  } catch (const std::runtime_error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find(cuda_backend_built() ? "0 CUDA devices are visible" : "no CUDA backend"), std::string::npos) << w;
+  }
 }
 
 TEST_F(TrainerTest, UnscaledPoly9WithLr1Diverges) {
