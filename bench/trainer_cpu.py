@@ -1,7 +1,10 @@
 """PyTorch 1.13 baseline of bench/trainer_cpu.cpp: the same model (pre-LN ViT, patch 4 ->
 N = 49, dim 64, 4 layers, 4 heads, MLP x4, tanh GELU, mean-pool, 10 classes), batch 128,
 AdamW + clipping, random inputs, float32. Prints: pytorch,softmax,<threads>,<samples/s>,<s/step>,<samples per CPU-second>
-usage: trainer_cpu.py [THREADS] [STEPS]"""
+With DEVICE cuda (bench/gpu-check.sh): the same model in eager mode on the GPU, FP32
+matmuls (TF32 off, as attnsweep's pedantic cuBLAS), timed with a synchronize; prints
+pytorch-cuda,softmax,<device>,...
+usage: trainer_cpu.py [THREADS] [STEPS] [DEVICE]"""
 import math
 import sys
 import time
@@ -12,7 +15,11 @@ import torch.nn.functional as F
 
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
 torch.set_num_threads(threads)
+if device != "cpu":
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 torch.manual_seed(0)
 B, N, P, C, L, H, K = 128, 49, 16, 64, 4, 4, 10
 
@@ -47,9 +54,14 @@ class ViT(nn.Module):
         return self.head(self.lnf(h).mean(dim=1))
 
 
-model = ViT()
+model = ViT().to(device)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
-x, y = torch.randn(B, N, P), torch.randint(0, K, (B,))
+x, y = torch.randn(B, N, P, device=device), torch.randint(0, K, (B,), device=device)
+
+
+def sync():
+    if device != "cpu":
+        torch.cuda.synchronize()
 
 
 def step():
@@ -61,8 +73,11 @@ def step():
 
 for _ in range(3):
     step()
+sync()
 c0, t0 = time.process_time(), time.perf_counter()
 for _ in range(steps):
     step()
+sync()
 s, cpu = time.perf_counter() - t0, time.process_time() - c0
-print(f"pytorch,softmax,{threads},{B * steps / s:.1f},{s / steps:.4f},{B * steps / cpu:.1f}")
+who, where = ("pytorch", threads) if device == "cpu" else ("pytorch-cuda", device)
+print(f"{who},softmax,{where},{B * steps / s:.1f},{s / steps:.4f},{B * steps / cpu:.1f}")

@@ -10,7 +10,8 @@
 // - Array<T>: a buffer on the device (allocate(a, n) zero-fills it); upload / download
 //   between host and device floats; input(slot, host, n): the device copy of a batch
 //   input (CPU: the host pointer itself); to_host(p, n): host view of device doubles.
-// - bind(): make this backend's device current in the calling thread (CUDA: cudaSetDevice).
+// - bind(): make this backend's device current in the calling thread (CUDA: cudaSetDevice);
+//   synchronize(): wait for the work queued so far (CUDA: the stream).
 // - every op with the CPU argument order, minus workspace and stream.
 // - Collective: the gradient all-reduce of data-parallel replicas, and
 //   kEveryReplicaUpdates: whether every replica applies the update itself (CUDA, after an
@@ -48,6 +49,7 @@ class CpuBackend {
 
   explicit CpuBackend(int /*device*/ = 0) {}
   void bind() {}
+  void synchronize() {}
   template <class T>
   void allocate(std::vector<T>& a, int64_t n) {
     a.assign(static_cast<size_t>(n), T{});

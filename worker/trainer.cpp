@@ -596,8 +596,10 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
 #ifdef ATTNSWEEP_HAVE_CUDA
   const int visible = cuda_device_count();
   if (gpu + tc.devices > visible)
-    throw std::runtime_error("device " + ctx.device + " with devices = " + std::to_string(tc.devices) + " needs GPUs " +
-                             std::to_string(gpu) + ".." + std::to_string(gpu + tc.devices - 1) + ", but " +
+    throw std::runtime_error("device " + ctx.device + " with devices = " + std::to_string(tc.devices) + " needs GPU" +
+                             (tc.devices == 1 ? " " + std::to_string(gpu)
+                                              : "s " + std::to_string(gpu) + ".." + std::to_string(gpu + tc.devices - 1)) +
+                             ", but " +
                              std::to_string(visible) + " CUDA device" + (visible == 1 ? " is" : "s are") +
                              " visible (CUDA_VISIBLE_DEVICES=" +
                              (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset") + ")");
