@@ -130,7 +130,7 @@ const void* CudaBackend::input_bytes(InputSlot slot, const void* host, size_t by
     s.device.assign(device_, bytes);
     s.bytes = bytes;
     if (!s.copied) cuda_check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "cudaEventCreate");
-  } else {
+  } else if (s.copied) {
     // The previous copy out of the pinned buffer must be done before it is overwritten
     // (it was queued at the start of the previous forward: long finished in practice).
     cuda_check(cudaEventSynchronize(s.copied), "cudaEventSynchronize");
