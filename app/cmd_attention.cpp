@@ -18,9 +18,15 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -62,6 +68,12 @@ std::string dims_str(const std::vector<int64_t>& d) {
   return o.str();
 }
 
+std::string format_float(float x) {
+  std::ostringstream o;
+  o << x;
+  return o.str();
+}
+
 struct Array {
   std::vector<int64_t> dims;
   std::vector<float> data;
@@ -69,28 +81,75 @@ struct Array {
 
 bool has_dataset(hid_t file, const char* name) { return H5Lexists(file, name, H5P_DEFAULT) > 0; }
 
-// Reads a float32/float64 dataset as float32; rejects other types, ranks and non-finite values.
-Array read_array(hid_t file, const std::string& path, const char* name, int rank) {
+// The innermost message of HDF5's error stack ("truncated file: eof = ...").
+herr_t innermost_error(unsigned n, const H5E_error2_t* e, void* out) {
+  if (n == 0 && e->desc != nullptr) *static_cast<std::string*>(out) = e->desc;
+  return 0;
+}
+std::string h5_error() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_error, &msg);
+  return msg.empty() ? "unknown HDF5 error" : msg;
+}
+
+const char* type_class_name(H5T_class_t c) {
+  switch (c) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "float";
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum";
+    case H5T_ARRAY: return "array";
+    case H5T_VLEN: return "variable-length";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_REFERENCE: return "reference";
+    default: return "unknown";
+  }
+}
+
+// Most elements read from one dataset: 2^31 - 1 (8 GiB of float32). Checked before
+// allocating, so that a dataset declared huge (chunked, never written: a few bytes on
+// disk) is an input error, not an allocation failure.
+constexpr uint64_t kMaxElements = (uint64_t{1} << 31) - 1;
+
+// Reads a float32/float64 dataset as float32; rejects other types, ranks and non-finite
+// values. `layout` names the expected axes, e.g. "[B,H,Nq,d]".
+Array read_array(hid_t file, const std::string& path, const char* name, const char* layout) {
   const std::string where = path + ": /" + name;
+  const int rank = static_cast<int>(std::count(layout, layout + std::strlen(layout), ',')) + 1;
+  {
+    H5Handle obj(H5Oopen(file, name, H5P_DEFAULT), H5Oclose);
+    if (!obj.ok()) throw InputError(where + ": cannot open: " + h5_error());
+    const H5I_type_t t = H5Iget_type(obj.get());
+    if (t != H5I_DATASET)
+      throw InputError(where + ": expected a dataset, got a " + (t == H5I_GROUP ? "group" : "named datatype"));
+  }
   H5Handle ds(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
-  if (!ds.ok()) throw InputError(where + ": cannot open dataset");
+  if (!ds.ok()) throw InputError(where + ": cannot open dataset: " + h5_error());
   H5Handle type(H5Dget_type(ds.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_FLOAT)
-    throw InputError(where + ": expected float32 or float64 data");
+  const H5T_class_t cls = H5Tget_class(type.get());
+  if (cls != H5T_FLOAT)
+    throw InputError(where + ": expected float32 or float64 data, got " + type_class_name(cls));
   H5Handle space(H5Dget_space(ds.get()), H5Sclose);
   const int r = H5Sget_simple_extent_ndims(space.get());
-  if (r != rank) throw InputError(where + ": expected rank " + std::to_string(rank) + ", got " + std::to_string(r));
-  std::vector<hsize_t> hd(static_cast<size_t>(rank));
-  H5Sget_simple_extent_dims(space.get(), hd.data(), nullptr);
+  if (r < 0) throw InputError(where + ": cannot read its shape: " + h5_error());
+  std::vector<hsize_t> hd(static_cast<size_t>(r));
+  if (r > 0) H5Sget_simple_extent_dims(space.get(), hd.data(), nullptr);
   Array a;
-  size_t n = 1;
-  for (hsize_t x : hd) {
-    a.dims.push_back(static_cast<int64_t>(x));
-    n *= static_cast<size_t>(x);
-  }
+  for (hsize_t x : hd) a.dims.push_back(static_cast<int64_t>(x));
+  if (r != rank)
+    throw InputError(where + ": expected rank " + std::to_string(rank) + " " + layout + ", got rank " +
+                     std::to_string(r) + (r > 0 ? " " + dims_str(a.dims) : ""));
+  uint64_t n = 1;
+  for (hsize_t x : hd)
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(x), &n)) n = UINT64_MAX;
+  if (n > kMaxElements)
+    throw InputError(where + ": shape " + dims_str(a.dims) + " " + layout + " is too large: at most " +
+                     std::to_string(kMaxElements) + " elements per dataset");
   a.data.resize(n);
   if (n > 0 && H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()) < 0)
-    throw InputError(where + ": cannot read");
+    throw InputError(where + ": cannot read: " + h5_error());
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(a.data[i]))
       throw InputError(where + ": non-finite value (NaN or Inf, or beyond float32) at flat index " +
@@ -107,6 +166,71 @@ void write_array(hid_t file, const std::string& path, const char* name, const st
     throw std::runtime_error(path + ": cannot write dataset /" + name);
 }
 
+// A file cut short (a copy or a download that stopped) is caught before HDF5 parses it:
+// the superblock at offset 0 records the end-of-file address, which must lie within
+// the file (HDF5 File Format Specification, "Superblock", versions 0 to 3). Files with
+// a user block (superblock further in) are left to HDF5.
+void check_not_truncated(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<unsigned char> b(128);
+  in.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  const size_t got = static_cast<size_t>(in.gcount());
+  static constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  if (got < 8 || std::memcmp(b.data(), kSignature, 8) != 0) return;
+  const std::string cut = path + ": truncated HDF5 file: ";
+  if (got < 16) throw InputError(cut + std::to_string(got) + " bytes, shorter than its superblock");
+  const unsigned version = b[8];
+  // Byte offsets of "size of offsets" and of the base address; the end-of-file address
+  // is the third address after the base address (v0, v1) or the second (v2, v3).
+  size_t size_at = 0, base_at = 0, eof_index = 0;
+  if (version == 0 || version == 1) size_at = 13, base_at = version == 0 ? 24 : 28, eof_index = 2;
+  else if (version == 2 || version == 3) size_at = 9, base_at = 12, eof_index = 2;
+  else return;
+  const size_t w = b[size_at];
+  if (w != 2 && w != 4 && w != 8) return;  // not a size HDF5 writes: let HDF5 report it
+  const size_t need = base_at + (eof_index + 1) * w;
+  if (got < need) throw InputError(cut + std::to_string(got) + " bytes, shorter than its superblock");
+  auto address = [&](size_t i) {
+    uint64_t a = 0;
+    for (size_t k = 0; k < w; ++k) a |= static_cast<uint64_t>(b[base_at + i * w + k]) << (8 * k);
+    return a;
+  };
+  const uint64_t base = address(0), eof = address(eof_index);
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (!ec && eof != UINT64_MAX && base <= UINT64_MAX - eof && size < base + eof)
+    throw InputError(cut + std::to_string(size) + " bytes, its superblock says " + std::to_string(base + eof));
+}
+
+// IN.h5 must be a readable regular file with HDF5's signature: checked before HDF5
+// opens it, so that a missing file or a folder gets a plain message.
+void check_input_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  char c;
+  if (f == nullptr || (std::fread(&c, 1, 1, f) == 0 && std::ferror(f) != 0)) {
+    const int err = errno;
+    if (f != nullptr) std::fclose(f);
+    throw InputError(path + ": cannot read file (" + std::strerror(err) + ")");
+  }
+  std::fclose(f);
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(path + ": not an HDF5 file (no HDF5 signature)");
+  check_not_truncated(path);
+}
+
+// OUT.h5 (and OUT.h5.tmp, written first) must be creatable as a file, and must not be
+// IN.h5: checked before any work, so that bad usage exits 2 with nothing written.
+void check_output_path(const std::string& out, const std::string& in) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(out);
+  if (fs::is_directory(p, ec)) throw InputError("--out " + out + ": is a directory, expected an HDF5 file name");
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  if (!fs::is_directory(dir, ec))
+    throw InputError("--out " + out + ": no directory " + dir.string() + " to write it in");
+  if (fs::exists(p, ec) && fs::equivalent(p, fs::path(in), ec))
+    throw InputError("--out " + out + ": is the input file; the output would replace it");
+}
+
 ActivationSpec parse_activation(const std::string& act, int degree, const std::string& scale) {
   ActivationSpec a;
   if (act == "softmax") a.activation = Activation::softmax;
@@ -114,7 +238,9 @@ ActivationSpec parse_activation(const std::string& act, int degree, const std::s
   else if (act == "relu") a.activation = Activation::relu;
   else if (act == "sigmoid") a.activation = Activation::sigmoid;
   else throw InputError("--activation: expected softmax, poly, relu or sigmoid, got \"" + act + "\"");
-  if (degree < 1) throw InputError("--degree: must be >= 1, got " + std::to_string(degree));
+  // 1..16, the range the grid accepts (experiments/params.cpp).
+  if (degree < 1 || degree > 16)
+    throw InputError("--degree: expected an integer in 1..16, got " + std::to_string(degree));
   a.degree = degree;
   if (scale == "none") a.scale = ScaleKind::none;
   else if (scale == "inv_sqrt_n") a.scale = ScaleKind::inv_sqrt_n;
@@ -122,8 +248,8 @@ ActivationSpec parse_activation(const std::string& act, int degree, const std::s
   else {
     char* end = nullptr;
     const double v = std::strtod(scale.c_str(), &end);
-    if (scale.empty() || end != scale.c_str() + scale.size() || !std::isfinite(v))
-      throw InputError("--scale: expected none, inv_sqrt_n, inv_n or a number, got \"" + scale + "\"");
+    if (scale.empty() || end != scale.c_str() + scale.size() || !std::isfinite(v) || v <= 0)
+      throw InputError("--scale: expected none, inv_sqrt_n, inv_n or a positive number, got \"" + scale + "\"");
     a.scale = ScaleKind::value;
     a.scale_value = v;
   }
@@ -228,6 +354,7 @@ int run(int argc, char** argv) {
     spec.act = parse_activation(act, degree, scale);
     spec.causal = vm.count("causal") > 0;
     spec.collect_norms = true;
+    check_output_path(out_path, in_path);
     if (device != "cpu" && device != "cuda") throw InputError("--device: expected cpu or cuda, got \"" + device + "\"");
 #ifndef ATTNSWEEP_ATTENTION_CUDA
     if (device == "cuda") throw InputError("--device cuda: this attnsweep was built without the CUDA backend");
@@ -237,18 +364,19 @@ int run(int argc, char** argv) {
     Array q, k, v, dO, mask;
     bool have_do = false, have_mask = false;
     {
-      if (H5Fis_hdf5(in_path.c_str()) <= 0) throw InputError(in_path + ": not an HDF5 file (or missing)");
+      check_input_file(in_path);
       H5Handle f(H5Fopen(in_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-      if (!f.ok()) throw InputError(in_path + ": cannot open");
+      // A truncated file fails here, with HDF5's "truncated file: eof = ..., stored_eof = ...".
+      if (!f.ok()) throw InputError(in_path + ": cannot open as HDF5: " + h5_error());
       for (const char* name : {"q", "k", "v"})
         if (!has_dataset(f.get(), name)) throw InputError(in_path + ": missing dataset /" + name);
-      q = read_array(f.get(), in_path, "q", 4);
-      k = read_array(f.get(), in_path, "k", 4);
-      v = read_array(f.get(), in_path, "v", 4);
+      q = read_array(f.get(), in_path, "q", "[B,H,Nq,d]");
+      k = read_array(f.get(), in_path, "k", "[B,H,Nk,d]");
+      v = read_array(f.get(), in_path, "v", "[B,H,Nk,dv]");
       have_do = has_dataset(f.get(), "do");
       have_mask = has_dataset(f.get(), "key_mask");
-      if (have_do) dO = read_array(f.get(), in_path, "do", 4);
-      if (have_mask) mask = read_array(f.get(), in_path, "key_mask", 2);
+      if (have_do) dO = read_array(f.get(), in_path, "do", "[B,H,Nq,dv]");
+      if (have_mask) mask = read_array(f.get(), in_path, "key_mask", "[B,Nk]");
     }
     AttentionShape sh;
     sh.B = q.dims[0];
@@ -270,7 +398,7 @@ int run(int argc, char** argv) {
       expect("key_mask", mask.dims, {sh.B, sh.Nk}, "[B,Nk]");
       for (size_t i = 0; i < mask.data.size(); ++i)
         if (mask.data[i] != 0.0f && mask.data[i] != 1.0f)
-          throw InputError(in_path + ": /key_mask: values must be 0 or 1, got " + std::to_string(mask.data[i]) +
+          throw InputError(in_path + ": /key_mask: values must be 0 or 1, got " + format_float(mask.data[i]) +
                            " at flat index " + std::to_string(i));
     }
     if (sh.d == 0) throw InputError(in_path + ": /q: d = 0");

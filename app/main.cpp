@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -109,6 +111,43 @@ void print_problems(const InputError& e) {
 
 std::string format_value(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
+// Worker slots per rank and threads per cell: beyond this it is a typo, not a machine.
+constexpr int kMaxSlotsOrThreads = 4096;
+constexpr int kMaxRetries = 100;  // as the grid's resources.retries (coordinator/grid.cpp)
+
+bool in_range(const char* cmd, const char* option, long long v, long long lo, long long hi) {
+  if (v >= lo && v <= hi) return true;
+  std::fprintf(stderr, "attnsweep %s: %s: expected an integer in %lld..%lld, got %lld\n", cmd, option, lo, hi, v);
+  return false;
+}
+
+// Why DIR cannot be a results directory ("" when it can): it, or a folder above it, is a file.
+std::string dir_problem(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) return "exists and is not a directory";
+  for (fs::path p = fs::path(dir).parent_path(); !p.empty(); p = p.parent_path()) {
+    if (fs::exists(p, ec)) {
+      if (!fs::is_directory(p, ec)) return p.string() + " is not a directory";
+      break;
+    }
+    if (p == p.parent_path()) break;
+  }
+  return "";
+}
+
+// Why FILE cannot be written as a result file ("" when it can): it is a folder, or its
+// folder does not exist.
+std::string file_problem(const std::string& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(file);
+  if (fs::is_directory(p, ec)) return "is a directory, expected a file name";
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  if (!fs::is_directory(dir, ec)) return "no directory " + dir.string() + " to write it in";
+  return "";
+}
+
 int cmd_plan(int argc, char** argv) {
   po::options_description desc("options");
   std::string grid_path;
@@ -171,28 +210,23 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "attnsweep run: --device: expected auto, cpu or cuda, got \"%s\"\n", opt.device.c_str());
     return kExitUsage;
   }
-  if (vm.count("workers") && opt.workers < 1) {
-    std::fprintf(stderr, "attnsweep run: --workers: expected an integer >= 1, got %d\n", opt.workers);
-    return kExitUsage;
-  }
-  if (vm.count("threads") && opt.threads < 1) {
-    std::fprintf(stderr, "attnsweep run: --threads: expected an integer >= 1, got %d\n", opt.threads);
-    return kExitUsage;
-  }
-  if (vm.count("retries") && opt.retries < 0) {
-    std::fprintf(stderr, "attnsweep run: --retries: expected an integer >= 0, got %d\n", opt.retries);
-    return kExitUsage;
-  }
-  if (vm.count("timeout-s") && opt.timeout_s <= 0) {
+  if (vm.count("workers") && !in_range("run", "--workers", opt.workers, 1, kMaxSlotsOrThreads)) return kExitUsage;
+  if (vm.count("threads") && !in_range("run", "--threads", opt.threads, 1, kMaxSlotsOrThreads)) return kExitUsage;
+  if (vm.count("retries") && !in_range("run", "--retries", opt.retries, 0, kMaxRetries)) return kExitUsage;
+  if (vm.count("timeout-s") && !(std::isfinite(opt.timeout_s) && opt.timeout_s > 0)) {
     std::fprintf(stderr, "attnsweep run: --timeout-s: expected a number > 0, got %g\n", opt.timeout_s);
     return kExitUsage;
   }
-  if (opt.backoff_s < 0) {
+  if (!(std::isfinite(opt.backoff_s) && opt.backoff_s >= 0)) {
     std::fprintf(stderr, "attnsweep run: --backoff-s: expected a number >= 0, got %g\n", opt.backoff_s);
     return kExitUsage;
   }
-  if (std::filesystem::exists(opt.out_dir) && !std::filesystem::is_directory(opt.out_dir)) {
-    std::fprintf(stderr, "attnsweep run: --out %s: exists and is not a directory\n", opt.out_dir.c_str());
+  if (!(std::isfinite(opt.progress_every_s) && opt.progress_every_s > 0)) {
+    std::fprintf(stderr, "attnsweep run: --progress-every-s: expected a number > 0, got %g\n", opt.progress_every_s);
+    return kExitUsage;
+  }
+  if (const std::string why = dir_problem(opt.out_dir); !why.empty()) {
+    std::fprintf(stderr, "attnsweep run: --out %s: %s\n", opt.out_dir.c_str(), why.c_str());
     return kExitUsage;
   }
   Grid grid;
@@ -231,6 +265,12 @@ int cmd_submit(int argc, char** argv) {
            desc))
     return kExitOk;
   opt.dry_run = vm.count("dry-run") > 0;
+  // Checked here as `run` checks them: the job's `run` would refuse them only once it starts.
+  if (vm.count("retries") && !in_range("submit", "--retries", opt.retries, 0, kMaxRetries)) return kExitUsage;
+  if (vm.count("timeout-s") && !(std::isfinite(opt.timeout_s) && opt.timeout_s > 0)) {
+    std::fprintf(stderr, "attnsweep submit: --timeout-s: expected a number > 0, got %g\n", opt.timeout_s);
+    return kExitUsage;
+  }
   return submit(opt);
 }
 
@@ -268,9 +308,13 @@ int cmd_train(int argc, char** argv) {
     std::fprintf(stderr, "attnsweep train: --device: expected cpu, cuda or cuda:N, got \"%s\"\n", opt.device.c_str());
     return kExitUsage;
   }
-  if (opt.threads < 1) {
-    std::fprintf(stderr, "attnsweep train: --threads: expected an integer >= 1, got %d\n", opt.threads);
-    return kExitUsage;
+  if (!in_range("train", "--threads", opt.threads, 1, kMaxSlotsOrThreads)) return kExitUsage;
+  for (const auto& [option, file] : {std::pair{"--out", out}, std::pair{"--checkpoint", opt.checkpoint}}) {
+    if (file.empty()) continue;
+    if (const std::string why = file_problem(file); !why.empty()) {
+      std::fprintf(stderr, "attnsweep train: %s %s: %s\n", option, file.c_str(), why.c_str());
+      return kExitUsage;
+    }
   }
   json config;
   try {
@@ -300,6 +344,13 @@ int cmd_aggregate(int argc, char** argv) {
   po::variables_map vm;
   if (!parse("aggregate", argc, argv, desc, pos, vm)) return kExitUsage;
   if (help(vm, "attnsweep aggregate DIR [--fit-min-n N] [--fit-max-n N]", desc)) return kExitOk;
+  if (vm.count("fit-min-n") && !in_range("aggregate", "--fit-min-n", opt.fit_min_n, 0, INT64_MAX)) return kExitUsage;
+  if (vm.count("fit-max-n") && !in_range("aggregate", "--fit-max-n", opt.fit_max_n, 0, INT64_MAX)) return kExitUsage;
+  if (opt.fit_min_n > opt.fit_max_n) {
+    std::fprintf(stderr, "attnsweep aggregate: --fit-min-n %lld is more than --fit-max-n %lld: no cell to fit\n",
+                 static_cast<long long>(opt.fit_min_n), static_cast<long long>(opt.fit_max_n));
+    return kExitUsage;
+  }
   AggregateResult r;
   try {
     r = aggregate_dir(dir, opt);

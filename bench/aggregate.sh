@@ -4,7 +4,9 @@
 #   1. a first, full aggregate      (targets: wall <= 30 s, peak RSS <= 1 GiB)
 #   2. a re-run with nothing changed (reads no cell file: rows copied from aggregate.h5)
 #   3. a re-run after 100 files were rewritten (rereads exactly those)
-# Wall time and peak RSS come from GNU time (/usr/bin/time -v; Debian package `time`).
+# Wall time, CPU time (user + sys) and peak RSS come from GNU time (/usr/bin/time -v;
+# Debian package `time`); the 1-minute load average before each run is printed too (on
+# a shared machine the wall time follows the load; the CPU time much less).
 #
 #   bench/aggregate.sh [BUILD_DIR] [CELLS] [STEPS]      (defaults: build 10000 1000)
 # Set KEEP=1 to keep the generated folder ($BENCH_DIR, default /tmp/attnsweep-bench-aggregate).
@@ -28,15 +30,18 @@ fi
 rm -f "$DIR/aggregate.h5"
 sync
 
-measure() {  # measure LABEL: runs aggregate under GNU time, prints wall and peak RSS
+measure() {  # measure LABEL: runs aggregate under GNU time: wall, CPU (user + sys), peak RSS, load
   local label=$1 log
   log=$(mktemp)
+  local load
+  load=$(cut -d' ' -f1 /proc/loadavg)
   /usr/bin/time -v "$ATTNSWEEP" aggregate "$DIR" >"$log.out" 2>"$log"
-  local wall rss
+  local wall rss cpu
   wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$log" | awk -F: '{ s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; print s }')
   rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$log")
-  printf '%-34s wall %7.2f s (target <= 30 s)   peak RSS %7.1f MiB (target <= 1024 MiB)   %s\n' \
-    "$label" "$wall" "$(awk -v r="$rss" 'BEGIN { print r / 1024 }')" "$(grep -o 'aggregated.*cells ([^)]*)' "$log.out")"
+  cpu=$(awk -F': ' '/User time \(seconds\)|System time \(seconds\)/ { s += $2 } END { print s }' "$log")
+  printf '%-34s wall %7.2f s (target <= 30 s)   CPU %6.2f s   peak RSS %7.1f MiB (target <= 1024 MiB)   load %s   %s\n' \
+    "$label" "$wall" "$cpu" "$(awk -v r="$rss" 'BEGIN { print r / 1024 }')" "$load" "$(grep -o 'aggregated.*cells ([^)]*)' "$log.out")"
   rm -f "$log" "$log.out"
 }
 

@@ -41,11 +41,12 @@ import sys
 rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")]
 sec = {}
 for r in rows:  # best (minimum) time over the repeats
+    r[0] = "pytorch" if r[0].startswith("pytorch") else r[0]
     key = (r[0], r[1], r[2], r[3])
     sec[key] = min(sec.get(key, float("inf")), float(r[4]))
 flops = lambda key: (2.0 * 1024 ** 3) if key[0] == "sgemm" else 12.0 * 32 * int(key[2]) ** 2 * 64
 gf = {key: flops(key) / t * 1e-9 for key, t in sec.items()}
-keys = sorted({(r[1], r[2]) for r in rows if r[0] == "pytorch"}, key=lambda k: (int(k[1]), k[0]))
+keys = sorted({(r[1], r[2]) for r in rows if r[0].startswith("pytorch")}, key=lambda k: (int(k[1]), k[0]))
 print(f"{'activation':<18}{'N':>6}{'ours':>8}{'+norms':>8}{'PyTorch':>9}{'SGEMM':>8}"
       f"{'ours/PyTorch':>14}{'ours/SGEMM':>12}{'norm cost':>11}")
 for act, n in keys:

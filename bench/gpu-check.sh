@@ -60,8 +60,8 @@ say "CUDA trainer tests exit $tests_rc"
 
 say "trainer: reference cell (patch 4, N = 49, dim 64, 4 layers, 4 heads, MLP x4, batch 128, AdamW)"
 {
-  timeout 90 "$build/bench/trainer_cpu" 1 300 softmax cuda
-  timeout 150 python3 bench/trainer_cpu.py 1 300 cuda
+  timeout 90 "$build/bench/trainer_cpu" 1 300 softmax reference cuda
+  timeout 150 python3 bench/trainer_cpu.py 1 300 --device cuda
 } > "$out/trainer_gpu.log" 2>&1
 say "trainer benchmark exit $?"
 cat "$out/trainer_gpu.log" | tee -a "$summary"

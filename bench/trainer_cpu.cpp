@@ -6,7 +6,11 @@
 //   attnsweep,<activation>,<threads>,<samples/s>,<seconds per step>,<samples per CPU-second>
 // (samples per CPU-second, all threads' CPU time: less sensitive than wall time to other
 // processes on a shared machine); on a GPU the first field is attnsweep-cuda.
-// usage: trainer_cpu [THREADS] [STEPS] [ACTIVATION] [DEVICE]   (defaults 2, 30, softmax, cpu)
+// CELL listops: the long-sequence cell instead, ListOps' shapes: N = 512 token ids of a
+// 16-symbol vocabulary embedded by a table, CLS token, dim 64, 4 layers, 4 heads, MLP x4,
+// 10 classes, batch 32 (the activation field then reads <activation>-listops).
+// usage: trainer_cpu [THREADS] [STEPS] [ACTIVATION] [CELL] [DEVICE]
+//   (defaults 2, 30, softmax, reference, cpu)
 #include <omp.h>
 #include <unistd.h>
 
@@ -35,10 +39,13 @@ template <class TrainerT>
 void time_steps(TrainerT& tr, const ModelConfig& mc, const TrainConfig& tc, int steps, const std::string& act,
                 const std::string& where, const char* who) {
   const int64_t B = tc.batch;
+  const bool ids = mc.vocab > 0;
   Rng rng(1);
   std::vector<float> x(static_cast<size_t>(B * mc.tokens * mc.in_dim));
   std::vector<int32_t> y(static_cast<size_t>(B));
-  for (float& v : x) v = static_cast<float>(rng.normal());
+  for (float& v : x)
+    v = ids ? static_cast<float>(static_cast<int>(rng.uniform() * static_cast<double>(mc.vocab)))
+            : static_cast<float>(rng.normal());
   for (int32_t& v : y) v = static_cast<int32_t>(rng.uniform() * 10);
 
   // Logging steps collect the norms: time them as every 50th step does (norms on one
@@ -55,7 +62,8 @@ void time_steps(TrainerT& tr, const ModelConfig& mc, const TrainConfig& tc, int 
   for (int64_t r = 0; r < tr.devices(); ++r) tr.replica(r).backend().synchronize();  // the last update (GPU)
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double cpu = cpu_now() - c0;
-  std::printf("%s,%s,%s,%.1f,%.4f,%.1f\n", who, act.c_str(), where.c_str(), static_cast<double>(B) * steps / s,
+  std::printf("%s,%s%s,%s,%.1f,%.4f,%.1f\n", who, act.c_str(), ids ? "-listops" : "", where.c_str(),
+              static_cast<double>(B) * steps / s,
               s / steps, static_cast<double>(B) * steps / cpu);
 }
 
@@ -72,6 +80,12 @@ int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 30;
   const std::string act = argc > 3 ? argv[3] : "softmax";
+  const std::string cell = argc > 4 ? argv[4] : "reference";
+  if (cell != "reference" && cell != "listops") {
+    std::fprintf(stderr, "trainer_cpu: CELL: expected reference or listops, got %s\n", cell.c_str());
+    return 2;
+  }
+  const bool listops = cell == "listops";
   omp_set_num_threads(threads);
   openblas_set_num_threads(1);  // as train_cell: the GEMMs split rows over the OpenMP team
 
@@ -83,13 +97,14 @@ int main(int argc, char** argv) {
   mc.heads = 4;
   mc.mlp_ratio = 4;
   mc.classes = 10;
+  if (listops) mc.tokens = 512, mc.in_dim = 1, mc.vocab = 16, mc.cls = true;
   json cfg = {{"activation", act}};
   if (act == "poly") cfg["degree"] = 3, cfg["scale"] = "inv_sqrt_n";
   mc.act = activation_spec_of(cfg);
   TrainConfig tc;
   tc.steps = 3000;
-  tc.batch = 128;
-  const std::string device = argc > 4 ? argv[4] : "cpu";
+  tc.batch = listops ? 32 : 128;
+  const std::string device = argc > 5 ? argv[5] : "cpu";
   const int gpu = cuda_device_index(device);
   if (gpu < 0) {
     Trainer tr(mc, tc);

@@ -1,27 +1,39 @@
-"""PyTorch 1.13 baseline of bench/trainer_cpu.cpp: the same model (pre-LN ViT, patch 4 ->
-N = 49, dim 64, 4 layers, 4 heads, MLP x4, tanh GELU, mean-pool, 10 classes), batch 128,
-AdamW + clipping, random inputs, float32. Prints: pytorch,softmax,<threads>,<samples/s>,<s/step>,<samples per CPU-second>
-With DEVICE cuda (bench/gpu-check.sh): the same model in eager mode on the GPU, FP32
+"""PyTorch baseline of bench/trainer_cpu.cpp: the same model (pre-LN ViT, tanh GELU,
+10 classes, AdamW + clipping, random inputs, float32) on one of two cells:
+  reference: patch 4 -> N = 49 tokens of 16 pixels, mean-pool, dim 64, 4 layers, 4 heads,
+             MLP x4, batch 128
+  listops:   N = 512 token ids of a 16-symbol vocabulary (embedding table), CLS token,
+             same blocks, batch 32
+Prints: pytorch<version>[-compiled],<activation>[-listops],<threads>,<samples/s>,<s/step>,<samples per CPU-second>
+usage: trainer_cpu.py [THREADS] [STEPS] [--cell reference|listops] [--compile] [--device DEVICE]
+With --device cuda (bench/gpu-check.sh): the same model in eager mode on the GPU, FP32
 matmuls (TF32 off, as attnsweep's pedantic cuBLAS), timed with a synchronize; prints
-pytorch-cuda,softmax,<device>,...
-usage: trainer_cpu.py [THREADS] [STEPS] [DEVICE]"""
+pytorch-cuda,softmax[-listops],<device>,...
+Runs with any PyTorch: Debian's 1.13 (/usr/bin/python3) or a current one in a venv
+(--compile needs torch.compile, PyTorch >= 2)."""
+import argparse
 import math
-import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
-device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
-torch.set_num_threads(threads)
+ap = argparse.ArgumentParser()
+ap.add_argument("threads", type=int, nargs="?", default=2)
+ap.add_argument("steps", type=int, nargs="?", default=30)
+ap.add_argument("--cell", choices=("reference", "listops"), default="reference")
+ap.add_argument("--compile", action="store_true")
+ap.add_argument("--device", default="cpu")
+a = ap.parse_args()
+device = a.device
+torch.set_num_threads(a.threads)
 if device != "cpu":
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
 torch.manual_seed(0)
-B, N, P, C, L, H, K = 128, 49, 16, 64, 4, 4, 10
+listops = a.cell == "listops"
+B, N, P, C, L, H, K, V = (32, 512, 1, 64, 4, 4, 10, 16) if listops else (128, 49, 16, 64, 4, 4, 10, 0)
 
 
 class Block(nn.Module):
@@ -42,21 +54,28 @@ class Block(nn.Module):
 class ViT(nn.Module):
     def __init__(self):
         super().__init__()
-        self.embed = nn.Linear(P, C)
-        self.pos = nn.Parameter(torch.randn(N, C) * 0.02)
+        self.embed = nn.Embedding(V, C) if listops else nn.Linear(P, C)
+        self.cls = nn.Parameter(torch.randn(1, 1, C) * 0.02) if listops else None
+        self.pos = nn.Parameter(torch.randn(N + (1 if listops else 0), C) * 0.02)
         self.blocks = nn.ModuleList(Block() for _ in range(L))
         self.lnf, self.head = nn.LayerNorm(C), nn.Linear(C, K)
 
     def forward(self, x):
-        h = self.embed(x) + self.pos
+        h = self.embed(x)
+        if listops:
+            h = torch.cat([self.cls.expand(h.shape[0], 1, C), h], dim=1)
+        h = h + self.pos
         for blk in self.blocks:
             h = blk(h)
-        return self.head(self.lnf(h).mean(dim=1))
+        h = self.lnf(h)
+        return self.head(h[:, 0] if listops else h.mean(dim=1))
 
 
 model = ViT().to(device)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
-x, y = torch.randn(B, N, P, device=device), torch.randint(0, K, (B,), device=device)
+x = (torch.randint(0, V, (B, N)) if listops else torch.randn(B, N, P)).to(device)
+y = torch.randint(0, K, (B,)).to(device)
+fwd = torch.compile(model) if a.compile else model
 
 
 def sync():
@@ -66,18 +85,19 @@ def sync():
 
 def step():
     opt.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
+    F.cross_entropy(fwd(x), y).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
 
-for _ in range(3):
+for _ in range(3):  # warm-up (and, with --compile, the compilation)
     step()
 sync()
 c0, t0 = time.process_time(), time.perf_counter()
-for _ in range(steps):
+for _ in range(a.steps):
     step()
 sync()
 s, cpu = time.perf_counter() - t0, time.process_time() - c0
-who, where = ("pytorch", threads) if device == "cpu" else ("pytorch-cuda", device)
-print(f"{who},softmax,{where},{B * steps / s:.1f},{s / steps:.4f},{B * steps / cpu:.1f}")
+label = "pytorch" + torch.__version__.split("+")[0] + ("-compiled" if a.compile else "")
+label, where = (label, a.threads) if device == "cpu" else ("pytorch-cuda", device)
+print(f"{label},softmax{'-listops' if listops else ''},{where},{B * a.steps / s:.1f},{s / a.steps:.4f},{B * a.steps / cpu:.1f}")

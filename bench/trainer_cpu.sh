@@ -32,7 +32,7 @@ import sys
 rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.strip()]
 for col, what in ((3, "samples/s (wall)"), (5, "samples per CPU-second")):
     ours = [float(r[col]) for r in rows if r[0] == "attnsweep"]
-    pt = [float(r[col]) for r in rows if r[0] == "pytorch"]
+    pt = [float(r[col]) for r in rows if r[0].startswith("pytorch")]
     print(f"{what}: attnsweep", " ".join(f"{v:.0f}" for v in ours), "| PyTorch", " ".join(f"{v:.0f}" for v in pt))
     print(f"  best: attnsweep {max(ours):.0f}, PyTorch 1.13 {max(pt):.0f}, ratio {max(ours) / max(pt):.2f}x"
           + ("  (target >= 2x)" if col == 3 else ""))

@@ -531,6 +531,10 @@ Grid parse_grid(const std::string& text, const std::string& file_label) {
   auto add_cell = [&](const Values& own, const std::string& missing_prefix) {
     Values merged = fixed;
     for (const auto& [k, v] : own) merged[k] = v;
+    // resources.gpus_per_cell is the default of a training cell's `devices` (the k
+    // slots of one rank it trains on, data-parallel); a cell's own `devices` wins.
+    if (grid.resources.gpus_per_cell != 1 && !merged.count("devices"))
+      merged["devices"] = Sourced{json(grid.resources.gpus_per_cell), "resources.gpus_per_cell"};
     auto cfg = resolve(merged, missing_prefix, problems);
     if (!cfg || excluded(*cfg, excludes)) return;
     std::string canon = canonical_json(*cfg);

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 
+#include "experiments/listops.h"
 #include "experiments/task.h"
 
 namespace attnsweep {
@@ -22,6 +24,12 @@ constexpr TaskInfo kTasks[] = {
     {"norm_probe", true, 16384},
     // Fashion-MNIST as (28/p)^2 patches: N in {16, 49, 196, 784} (checked below).
     {"image", true, 784},
+    // Paper B's in-context regression: L prompt tokens + the query, C = d + 1 wide.
+    {"icl_regression", true, 16384},
+    // Long Range Arena's ListOps, padded to the prompt length (LRA: 2000).
+    {"listops", true, 16384},
+    // Burgers' equation on N grid points (tokens): any N >= 4.
+    {"pde", true, 8192},
     // Stand-in cells for scheduler tests: sleep, crash, hang or exit on request.
     {"synthetic", false, 0},
 };
@@ -48,7 +56,29 @@ bool string_is(const json& cfg, const char* key, std::initializer_list<const cha
 }
 
 // Tasks that train a model (worker/trainer.h): they share the model and optimiser keys.
-bool is_training_task(const json& cfg) { return task_is(cfg, "image"); }
+bool is_training_task(const json& cfg) {
+  return task_is(cfg, "image") || task_is(cfg, "icl_regression") || task_is(cfg, "listops") || task_is(cfg, "pde");
+}
+// Training tasks whose model is the transformer (layers, heads, dim, ... apply); the
+// in-context regression read-out is one attention layer of width d + 1 (worker/model.h).
+bool is_transformer_task(const json& cfg) { return is_training_task(cfg) && !task_is(cfg, "icl_regression"); }
+
+// A shared training key's default for the cell's task: paper B trains its read-out with
+// plain SGD at a constant learning rate, no decay, no clipping, no warm-up.
+json training_default(const json& cfg, const std::string& key, const json& fallback) {
+  if (task_is(cfg, "icl_regression")) {
+    static const std::map<std::string, json> icl = {{"optimizer", "sgd"},        {"weight_decay", 0.0},
+                                                    {"clip", 0.0},               {"warmup_steps", 0},
+                                                    {"lr_schedule", "constant"}, {"eval_every", 1000}};
+    if (auto it = icl.find(key); it != icl.end()) return it->second;
+  }
+  return fallback;
+}
+std::function<json(const json&)> training_default_of(const char* key, json fallback) {
+  return [key = std::string(key), fallback = std::move(fallback)](const json& cfg) {
+    return training_default(cfg, key, fallback);
+  };
+}
 
 std::function<bool(const json&)> always() {
   return [](const json&) { return true; };
@@ -130,9 +160,15 @@ std::vector<ParamSpec> make_specs() {
         if (image_patch_size(value.get<int64_t>()) != 0) return "";
         return value.dump() + " is not a patch count task image can make: 16, 49, 196 or 784 (patch 7, 4, 2, 1)";
       }
+      const bool needs4 = t != nullptr && (std::string(t->name) == "listops" || std::string(t->name) == "pde");
+      if (needs4 && value.get<int64_t>() < 4)
+        return value.dump() + " is less than task " + t->name + " can make (" +
+               (std::string(t->name) == "listops" ? "the shortest expression, [MAX d d ], is 4 tokens"
+                                                  : "at least 4 grid points") +
+               ")";
       if (t == nullptr || value.get<int64_t>() <= t->max_prompt_length) return "";
-      return value.dump() + " is more than task " + t->name + " can make (1.." + std::to_string(t->max_prompt_length) +
-             ")";
+      return value.dump() + " is more than task " + t->name + " can make (" + (needs4 ? "4" : "1") + ".." +
+             std::to_string(t->max_prompt_length) + ")";
     };
     v.push_back(std::move(s));  // no default: the prompt length is what every sweep is about
   }
@@ -154,7 +190,7 @@ std::vector<ParamSpec> make_specs() {
   }
   {
     ParamSpec s = integer("dim", 1, 4096, "model width D");
-    s.applies = [](const json& cfg) { return task_is(cfg, "norm_probe") || is_training_task(cfg); };
+    s.applies = [](const json& cfg) { return task_is(cfg, "norm_probe") || is_transformer_task(cfg); };
     s.default_value = fixed_default(64);
     v.push_back(std::move(s));
   }
@@ -173,9 +209,10 @@ std::vector<ParamSpec> make_specs() {
         std::tuple{"checkpoint_every", 0.0, 1e9, 0, "steps between checkpoints (0: only when stopped by a signal)"},
         std::tuple{"init_seed", 0.0, kNoBound, 0, "seed of the initial weights (separate from seed: paired runs)"}}) {
     ParamSpec s = integer(name, lo, hi, what);
-    s.applies = is_training_task;
-    s.default_value = fixed_default(def);
-    if (std::string(name) == "heads")
+    const std::string key = name;
+    s.applies = key == "layers" || key == "heads" || key == "mlp_ratio" ? is_transformer_task : is_training_task;
+    s.default_value = training_default_of(name, def);
+    if (key == "heads")
       s.check = [](const json& value, const json& cfg) -> std::string {
         const int64_t h = value.get<int64_t>(), d = cfg.value("dim", int64_t{64});
         if (d % h == 0) return "";
@@ -204,7 +241,7 @@ std::vector<ParamSpec> make_specs() {
                    "std of normal initial weight matrices (0: PyTorch nn.Linear's uniform +-1/sqrt(fan_in))"}}) {
     ParamSpec s = number(name, lo, hi, what);
     s.applies = is_training_task;
-    s.default_value = fixed_default(def);
+    s.default_value = training_default_of(name, def);
     v.push_back(std::move(s));
   }
   {
@@ -214,7 +251,17 @@ std::vector<ParamSpec> make_specs() {
     s.choices = {"adamw", "sgd"};
     s.description = "AdamW (betas 0.9, 0.999, eps 1e-8) or plain SGD";
     s.applies = is_training_task;
-    s.default_value = fixed_default("adamw");
+    s.default_value = training_default_of("optimizer", "adamw");
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s;
+    s.name = "lr_schedule";
+    s.type = ParamType::string;
+    s.choices = {"cosine", "constant"};
+    s.description = "after the warm-up: cosine decay to 0 over the remaining steps, or a constant lr";
+    s.applies = is_training_task;
+    s.default_value = training_default_of("lr_schedule", "cosine");
     v.push_back(std::move(s));
   }
   {
@@ -222,8 +269,100 @@ std::vector<ParamSpec> make_specs() {
     s.name = "cls";
     s.type = ParamType::boolean;
     s.description = "classify from a learned CLS token instead of the mean over tokens";
-    s.applies = is_training_task;
-    s.default_value = fixed_default(false);
+    // pde predicts every token: no pooling, no CLS.
+    s.applies = [](const json& cfg) { return is_transformer_task(cfg) && !task_is(cfg, "pde"); };
+    s.default_value = [](const json& cfg) { return json(task_is(cfg, "listops")); };
+    v.push_back(std::move(s));
+  }
+
+  // Data of the generated tasks (listops, pde): sizes and the seed of the data alone, so
+  // that cells with different `seed` or `init_seed` share one test set.
+  auto generated = [](const json& cfg) { return task_is(cfg, "listops") || task_is(cfg, "pde"); };
+  {
+    ParamSpec s = integer("data_seed", 0, kNoBound, "seed of the generated train and test samples");
+    s.applies = generated;
+    s.default_value = fixed_default(0);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("n_train", 1, 1e9, "training samples (listops: LRA's 96000; pde: 1000)");
+    s.applies = generated;
+    s.default_value = [](const json& cfg) { return json(task_is(cfg, "listops") ? 96000 : 1000); };
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("n_test", 1, 1e9, "test samples, fixed per data_seed (listops: LRA's 2000; pde: 200)");
+    s.applies = generated;
+    s.default_value = [](const json& cfg) { return json(task_is(cfg, "listops") ? 2000 : 200); };
+    v.push_back(std::move(s));
+  }
+
+  // listops: the expression generator (experiments/listops.h); LRA's defaults.
+  {
+    ParamSpec s = integer("depth", 1, 64, "most nested operators of a ListOps expression");
+    s.applies = for_task("listops");
+    s.default_value = fixed_default(10);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("arity", 2, 64, "most arguments of a ListOps operator");
+    s.applies = for_task("listops");
+    s.default_value = fixed_default(10);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = integer("min_length", 1, kNoBound,
+                          "shortest expression in tokens (default prompt_length / 4, as LRA's 500 of 2000)");
+    s.applies = for_task("listops");
+    s.default_value = [](const json& cfg) { return json(std::max<int64_t>(1, cfg.value("prompt_length", int64_t{4}) / 4)); };
+    s.check = [](const json& value, const json& cfg) -> std::string {
+      const int64_t m = value.get<int64_t>(), n = cfg.value("prompt_length", int64_t{0});
+      const int64_t depth = cfg.value("depth", int64_t{10}), arity = cfg.value("arity", int64_t{10});
+      if (m > n) return value.dump() + " is more than prompt_length " + std::to_string(n);
+      if (const int64_t longest = listops_longest(depth, arity); m > longest)
+        return value.dump() + " is longer than any expression of depth " + std::to_string(depth) +
+               " and arity " + std::to_string(arity) + " (at most " + std::to_string(longest) + " tokens)";
+      return "";
+    };
+    v.push_back(std::move(s));
+  }
+
+  // pde: Burgers' equation (experiments/pde.h).
+  {
+    ParamSpec s = number("nu", 0.01, 100, "viscosity of Burgers' equation u_t + u u_x = nu u_xx");
+    s.applies = for_task("pde");
+    s.default_value = fixed_default(0.1);
+    v.push_back(std::move(s));
+  }
+  {
+    ParamSpec s = number("final_time", 1e-6, 100, "T of the operator u(., 0) -> u(., T)");
+    s.applies = for_task("pde");
+    s.default_value = fixed_default(1.0);
+    v.push_back(std::move(s));
+  }
+
+  // icl_regression (experiments/icl_regression.h): the prompt distribution of paper B.
+  {
+    ParamSpec s = integer("d", 1, 64, "dimension of x; tokens (x, y) have d + 1 coordinates");
+    s.applies = for_task("icl_regression");
+    s.default_value = fixed_default(5);
+    v.push_back(std::move(s));
+  }
+  for (auto [name, lo, hi, def, what] :
+       {std::tuple{"rho", -0.99, 0.99, 0.5, "covariance of x: Sigma_ij = rho^|i-j|"},
+        std::tuple{"noise_var", 0.0, 1e6, 0.1, "variance of the noise eps in y = w^T x + eps"}}) {
+    ParamSpec s = number(name, lo, hi, what);
+    s.applies = for_task("icl_regression");
+    s.default_value = fixed_default(def);
+    v.push_back(std::move(s));
+  }
+  for (auto [name, lo, hi, def, what] :
+       {std::tuple{"train_prompts", 1.0, 16777216.0, 1048576,
+                   "training prompts (each drawn afresh from its index; an epoch is a permutation of them)"},
+        std::tuple{"test_prompts", 1.0, 1048576.0, 1024, "fixed test prompts (test MSE and limit_sq_error)"}}) {
+    ParamSpec s = integer(name, lo, hi, what);
+    s.applies = for_task("icl_regression");
+    s.default_value = fixed_default(def);
     v.push_back(std::move(s));
   }
 
@@ -409,12 +548,28 @@ double estimate_cost_s(const json& cfg) {
     return samples * n * n * (2 * head_dim + 20) / 2e9 + 0.01;
   }
   if (task_is(cfg, "synthetic")) return cfg.value("seconds", 0.0) + 0.005;
+  if (task_is(cfg, "icl_regression")) {
+    // Per token: the read-out's 3C x C products forward and backward, the attention and
+    // the prompt's draws, at the ~3 GFLOP/s these small products and draws sustain
+    // (measured: 0.26 us per token and step at d = 5, L = 40, batch 128);
+    // each evaluation draws and runs the test prompts twice (test MSE, limit_sq_error).
+    const double c = cfg.value("d", 5.0) + 1, tokens = cfg.value("prompt_length", 10.0) + 1;
+    const double per_token = 18 * c * c + 12 * c + 100;
+    const double steps = cfg.value("steps", 3000.0), every = cfg.value("eval_every", 1000.0);
+    const double evals = 1 + (every > 0 ? std::floor(steps / every) : 0);
+    return (steps * cfg.value("batch", 128.0) + evals * cfg.value("test_prompts", 1024.0) * 2) * tokens * per_token /
+               3e9 + 0.2;
+  }
   if (is_training_task(cfg)) {
     // 6 flops per weight per token (forward + backward) plus the N^2 attention products,
     // at the ~30 GFLOP/s one CPU slot sustains.
     const double n = cfg.value("prompt_length", 49.0), d = cfg.value("dim", 64.0);
     const double per_token = cfg.value("layers", 4.0) * (2 * (4 + 2 * cfg.value("mlp_ratio", 4.0)) * d * d + 4 * n * d);
-    return 3 * cfg.value("steps", 3000.0) * cfg.value("batch", 128.0) * n * per_token / 30e9 + 0.5;
+    double data = 0;  // pde: each sample's Burgers solve, ~15 ms at nu = 0.1, T = 1
+    if (task_is(cfg, "pde"))
+      data = 0.015 * (cfg.value("n_train", 1000.0) + cfg.value("n_test", 200.0)) * cfg.value("final_time", 1.0) *
+             std::sqrt(0.1 / cfg.value("nu", 0.1));
+    return 3 * cfg.value("steps", 3000.0) * cfg.value("batch", 128.0) * n * per_token / 30e9 + 0.5 + data;
   }
   return 1.0;
 }

@@ -21,6 +21,24 @@ using json = nlohmann::json;
 struct TaskOutput;
 struct TrainingData;
 
+// The trained model's parameter tensors by name, read-only (worker/model.h: "qkv_w"
+// (L, 3C, C), ...), for a task's own measurements of the weights.
+struct ModelWeights {
+  struct Tensor {
+    const float* data = nullptr;
+    std::vector<int64_t> shape;
+  };
+  std::map<std::string, Tensor> tensors;
+};
+
+// A number a training task measures on the model at every evaluation of the test split
+// (the trajectory `path`, one row per /eval/step) and at the end (final metric `name`).
+struct EvalMetric {
+  std::string name;         // "limit_sq_error"
+  std::string path;         // "/icl/limit_sq_error"
+  std::string description;
+};
+
 struct TaskContext {
   std::string device = "cpu";
   int threads = 1;
@@ -44,10 +62,21 @@ struct TrainingData {
   int64_t in_dim = 0;   // features per token
   int64_t classes = 0;  // 0: regression (one float target, MSE)
   int64_t vocab = 0;    // > 0: x holds token ids in [0, vocab) as floats (in_dim 1)
-  // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class or y_value (the one
-  // that applies) [count].
+  // Regression: floats of y_value per sample. 1: one per sample; == tokens: one per
+  // token (per-token regression, the pde task's u(x_j, T)).
+  int64_t targets_per_sample = 1;
+  // With vocab > 0: the id of padding tokens (-1: none). The model hides them from
+  // attention with a key mask; pad at the end of a sequence.
+  int64_t pad_id = -1;
+  // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class [count] or y_value
+  // [count, targets_per_sample] (the one that applies).
   std::function<void(int split, const int64_t* idx, int64_t count, float* x, int32_t* y_class, float* y_value)>
       fill;
+  // Optional: the task's own metrics, measured from the current weights at every
+  // evaluation (steps = 0: once, at initialisation); measure returns one value per entry
+  // of eval_metrics, in order.
+  std::vector<EvalMetric> eval_metrics;
+  std::function<std::vector<double>(const ModelWeights& weights)> measure;
 };
 
 struct TaskSeries {
@@ -71,6 +100,12 @@ TaskOutput run_norm_probe(const json& config, const TaskContext& ctx);
 TaskOutput run_synthetic(const json& config, const TaskContext& ctx);
 // Fashion-MNIST classification (experiments/image.cpp); needs ctx.train.
 TaskOutput run_image(const json& config, const TaskContext& ctx);
+// Paper B's in-context linear regression (experiments/icl_regression.h); needs ctx.train.
+TaskOutput run_icl_regression(const json& config, const TaskContext& ctx);
+// Long Range Arena's ListOps, generated (experiments/listops.cpp); needs ctx.train.
+TaskOutput run_listops(const json& config, const TaskContext& ctx);
+// Burgers' solution operator u(., 0) -> u(., T) (experiments/pde.cpp); needs ctx.train.
+TaskOutput run_pde(const json& config, const TaskContext& ctx);
 
 // Patch size of the image task for a prompt length (16 -> 7, 49 -> 4, 196 -> 2,
 // 784 -> 1); 0 for any other length.

@@ -34,6 +34,9 @@ TaskOutput run_task(const json& config, const TaskContext& ctx) {
   if (task == "norm_probe") return run_norm_probe(config, ctx);
   if (task == "synthetic") return run_synthetic(config, ctx);
   if (task == "image") return run_image(config, ctx);
+  if (task == "icl_regression") return run_icl_regression(config, ctx);
+  if (task == "listops") return run_listops(config, ctx);
+  if (task == "pde") return run_pde(config, ctx);
   throw std::runtime_error("task: \"" + task + "\" is not implemented");
 }
 

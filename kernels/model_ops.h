@@ -35,6 +35,16 @@ void tokens_backward(float* dwpe, float* dcls, float* demb, const float* dencode
 void cls_pool_forward(float* pooled, const float* inp, int64_t B, int64_t T, int64_t C);
 void cls_pool_backward(float* dinp, const float* dpooled, int64_t B, int64_t T, int64_t C);
 
+// Padding (worker/model.h): mask (B, T) = 1 for the CLS row (t < off) and the tokens
+// whose id (ids (B, N), T = N + off) is not pad_id, else 0. Overwrites. Host buffers on
+// every backend (the model builds the mask on the host and stages it to its device).
+void pad_key_mask(float* mask, const int32_t* ids, int32_t pad_id, int64_t B, int64_t T, int64_t N, int64_t off);
+// Masked mean pooling: out (B, C) = the mean of inp (B, T, C) over the t with
+// mask[b, t] != 0 (0 when none are; overwrites), summed in float64 in t order; backward
+// dinp (B, T, C) += dout (B, C) / n_b on the unmasked rows. CPU only for now.
+void masked_meanpool_forward(float* out, const float* inp, const float* mask, int64_t B, int64_t T, int64_t C);
+void masked_meanpool_backward(float* dinp, const float* dout, const float* mask, int64_t B, int64_t T, int64_t C);
+
 // Paper B's read-out (worker/model.h): qkv (B, N, 3C) -> the query q (B, H, 1, hd) of the
 // last token and the keys / values k, v (B, H, N-1, hd) of the others. Overwrites.
 void readout_split(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t N, int64_t H, int64_t hd);

@@ -5,7 +5,8 @@
 //   gradient buffers once per step; a tensor used twice (residual) then sums its grads.
 // - every reduction runs in a fixed order (deterministic, independent of thread count);
 //   sums over many terms accumulate in float64.
-// CPU implementations in kernels/cpu/ops.cpp; OpenBLAS sgemm for the matmuls.
+// CPU implementations in kernels/cpu/ops.cpp; the matmuls in kernels/cpu/gemm.cpp (AVX-512)
+// or OpenBLAS sgemm.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,20 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // dinp and dbias may be null (not wanted).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t C, int64_t OC);
+
+// The MLP's GELU fused with its matmuls: each block of rows is finished (GELU applied)
+// while it is in cache, instead of a second pass over the whole (N, OC) buffer.
+// matmul_gelu_forward: pre (N, OC) = inp @ weight^T + bias, out (N, OC) = gelu(pre); the
+// same values as matmul_forward then gelu_forward.
+void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                         int64_t C, int64_t OC);
+// The backward of the matmul that follows a GELU (inp = gelu(pre), e.g. fcproj), through
+// the GELU: dpre (N, C) = gelu'(pre) * (dout @ weight) is OVERWRITTEN (it is pre's only
+// gradient: no zeroing, no intermediate buffer); dweight (OC, C) += dout^T @ inp and
+// dbias (OC) += colsum(dout) as matmul_backward. The same values as matmul_backward into a
+// zeroed buffer then gelu_backward into another zeroed one (up to the sign of zeros).
+void gelu_matmul_backward(float* dpre, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC);
 
 // out (N, C) = (inp - mean) * rstd * weight + bias over the last axis; mean, rstd (N)
 // are saved for the backward. eps = 1e-5 (PyTorch's default).

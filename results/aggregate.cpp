@@ -7,12 +7,14 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <span>
 #include <stdexcept>
 #include <utility>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "results/atomic_file.h"
@@ -25,8 +27,17 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Metrics fitted against prompt_length (whichever a cell has as /final attributes).
-const std::vector<std::string> kFitMetrics = {"attn_fro", "jac_fro", "limit_sq_error"};
+// Metrics fitted against prompt_length (whichever a cell has as /final attributes): the
+// norms (paper A) and in-context regression's distance to the limit and test risk
+// against the context length L (paper B).
+const std::vector<std::string> kFitMetrics = {"attn_fro", "jac_fro", "limit_sq_error", "test_mse"};
+
+// Replicates, pooled in a fit rather than naming its group: `seed` and any `*_seed`
+// (`init_seed`, `model.seed`).
+bool replicate_key(const std::string& k) {
+  const std::string last = k.substr(k.rfind('.') == std::string::npos ? 0 : k.rfind('.') + 1);
+  return last == "seed" || (last.size() > 5 && last.compare(last.size() - 5, 5, "_seed") == 0);
+}
 // Groups of a cell file whose 1-D datasets become /trajectories/<group>_<name>.
 const std::vector<std::string> kTrajectoryGroups = {"/train", "/eval", "/icl"};
 
@@ -89,11 +100,12 @@ void merge_shape(std::vector<uint64_t>& into, const std::vector<uint64_t>& shape
 }
 
 // Numeric datasets under `group` (recursively) of the given rank.
+// `known`: trajectories whose description is already known (not read again).
 void find_trajectories(const h5::Group& group, size_t rank, std::vector<TrajectorySource>& out,
-                       std::map<std::string, TrajectoryInfo>& info) {
+                       std::map<std::string, TrajectoryInfo>& info, const std::map<std::string, TrajectoryInfo>& known) {
   for (const std::string& child : group.children()) {
     if (group.is_group(child)) {
-      find_trajectories(group.open_group(child), rank, out, info);
+      find_trajectories(group.open_group(child), rank, out, info, known);
     } else if (group.is_dataset(child)) {
       h5::Dataset d = group.open_dataset(child);
       auto shape = d.shape();
@@ -103,6 +115,8 @@ void find_trajectories(const h5::Group& group, size_t rank, std::vector<Trajecto
       out.push_back({name, d.path(), shape});
       TrajectoryInfo& t = info[name];
       merge_shape(t.shape, shape);
+      auto k = known.find(name);
+      if (k != known.end() && !k->second.description.empty()) t.description = k->second.description;
       if (t.description.empty() && d.has_attribute("description")) {
         auto a = d.attribute("description");
         if (a.kind() == h5::Kind::String) t.description = a.read_string();
@@ -137,9 +151,52 @@ struct IndexEntry {
   std::string json_text;
 };
 
-// The previous aggregate's index; empty when there is none or it cannot be read.
-std::map<std::string, IndexEntry> read_index(const std::string& path) {
-  std::map<std::string, IndexEntry> out;
+// What the previous aggregate.h5 holds: its index (empty when there is none or it
+// cannot be read) and what an unchanged rerun compares against to write nothing.
+struct Previous {
+  std::map<std::string, IndexEntry> index;
+  bool complete = false;  // everything below was read
+  int64_t cells = -1;
+  std::string version;
+  std::vector<std::string> skipped;
+  std::vector<Fit> fits;
+  std::map<std::string, std::vector<uint64_t>> trajectory_shapes;  // [cells, ...]
+};
+
+std::vector<Fit> read_fits(const h5::File& f) {
+  std::vector<Fit> fits;
+  if (!f.is_group("/fits")) return fits;
+  h5::Group g = f.open_group("/fits");
+  auto metric = g.open_dataset("metric").read_strings(), group = g.open_dataset("group").read_strings();
+  auto slope = g.open_dataset("slope").read<double>(), intercept = g.open_dataset("intercept").read<double>();
+  auto r2 = g.open_dataset("r2").read<double>(), ci = g.open_dataset("slope_ci95").read<double>();
+  auto points = g.open_dataset("points").read<int64_t>(), n_min = g.open_dataset("n_min").read<int64_t>();
+  auto n_max = g.open_dataset("n_max").read<int64_t>();
+  for (size_t i = 0; i < metric.size(); ++i) {
+    if (i >= group.size() || i >= slope.size() || i >= intercept.size() || i >= r2.size() || i >= ci.size() ||
+        i >= points.size() || i >= n_min.size() || i >= n_max.size())
+      throw std::runtime_error("/fits: datasets of different lengths");
+    fits.push_back({metric[i], group[i], slope[i], intercept[i], r2[i], ci[i], points[i], n_min[i], n_max[i]});
+  }
+  return fits;
+}
+
+bool same_number(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+bool same_fits(const std::vector<Fit>& a, const std::vector<Fit>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Fit &x = a[i], &y = b[i];
+    if (x.metric != y.metric || x.group != y.group || !same_number(x.slope, y.slope) ||
+        !same_number(x.intercept, y.intercept) || !same_number(x.r2, y.r2) ||
+        !same_number(x.slope_ci95, y.slope_ci95) || x.points != y.points || x.n_min != y.n_min || x.n_max != y.n_max)
+      return false;
+  }
+  return true;
+}
+
+Previous read_previous(const std::string& path) {
+  Previous out;
   std::error_code ec;
   if (!fs::exists(path, ec)) return out;
   try {
@@ -151,9 +208,26 @@ std::map<std::string, IndexEntry> read_index(const std::string& path) {
     auto sizes = g.open_dataset("size").read<int64_t>();
     auto mtimes = g.open_dataset("mtime_ns").read<int64_t>();
     auto rows = g.open_dataset("row").read_strings();
-    if (sizes.size() != files.size() || mtimes.size() != files.size() || rows.size() != files.size()) return {};
+    if (sizes.size() != files.size() || mtimes.size() != files.size() || rows.size() != files.size()) return out;
     for (size_t i = 0; i < files.size(); ++i)
-      out[files[i]] = {sizes[i], mtimes[i], static_cast<int64_t>(i), std::move(rows[i])};
+      out.index[files[i]] = {sizes[i], mtimes[i], static_cast<int64_t>(i), std::move(rows[i])};
+    if (out.index.size() != files.size()) {  // a name twice: not ours
+      out.index.clear();
+      return out;
+    }
+    try {
+      out.cells = f.attribute_int64("cells");
+      out.version = f.attribute_string("attnsweep_version");
+      out.skipped = f.open_dataset("/skipped").read_strings();
+      out.fits = read_fits(f);
+      if (f.is_group("/trajectories")) {
+        h5::Group t = f.open_group("/trajectories");
+        for (const std::string& name : t.children()) out.trajectory_shapes[name] = t.open_dataset(name).shape();
+      }
+      out.complete = true;
+    } catch (const std::exception&) {
+      out.complete = false;  // the index alone still saves rereading the files
+    }
   } catch (const std::exception&) {
     return {};
   }
@@ -364,7 +438,7 @@ std::vector<Fit> compute_fits(const std::vector<Row>& rows, const AggregateOptio
     if (n < static_cast<double>(opt.fit_min_n) || n > static_cast<double>(opt.fit_max_n)) continue;
     std::string group;
     for (const auto& [k, v] : r.params) {
-      if (k == "prompt_length" || k == "seed") continue;
+      if (k == "prompt_length" || replicate_key(k)) continue;
       group += (group.empty() ? "" : " ") + k + "=" + label_value(v);
     }
     for (const std::string& metric : kFitMetrics) {
@@ -531,6 +605,64 @@ std::string strip_path(std::string msg, const std::string& path) {
   return msg;
 }
 
+
+// One /trajectories dataset while it is written: a block of rows in memory at a time.
+struct OutTrajectory {
+  std::string name;
+  std::vector<uint64_t> row_shape;  // [T] or [T, L, H]
+  uint64_t row_elems = 0;
+  bool f32 = false;                 // float32 ([cells, T, L, H]) or float64 ([cells, T])
+  std::optional<h5::Dataset> dst;
+  std::optional<h5::Dataset> old;   // the same dataset of the previous aggregate.h5, same rank
+  std::vector<uint64_t> old_row_shape;
+  std::vector<double> d;            // the block [rows, row_shape...], NaN where nothing is read
+  std::vector<float> f;
+
+  void fill_rows(uint64_t from, uint64_t to) {
+    if (f32)
+      std::fill(f.begin() + static_cast<ptrdiff_t>(from * row_elems), f.begin() + static_cast<ptrdiff_t>(to * row_elems),
+                std::numeric_limits<float>::quiet_NaN());
+    else
+      std::fill(d.begin() + static_cast<ptrdiff_t>(from * row_elems), d.begin() + static_cast<ptrdiff_t>(to * row_elems),
+                kNaN);
+  }
+  // Reads `count` of `src` at `offset` into the block, from row `row` on (the rest
+  // stays NaN): a cell file's dataset (rank of a row) into that row, or a run of rows
+  // of the previous aggregate (rank of a row + 1) into as many rows.
+  template <class T>
+  void read_into(std::vector<T>& buf, const h5::Dataset& src, const std::vector<uint64_t>& offset,
+                 const std::vector<uint64_t>& count, uint64_t row, uint64_t block_rows) {
+    if (count.size() == row_shape.size()) {
+      src.read_block_into<T>(offset, count, std::span<T>(buf.data() + row * row_elems, row_elems), row_shape,
+                             std::vector<uint64_t>(count.size(), 0));
+      return;
+    }
+    std::vector<uint64_t> mem_shape{block_rows}, mem_offset(count.size(), 0);
+    mem_shape.insert(mem_shape.end(), row_shape.begin(), row_shape.end());
+    mem_offset[0] = row;
+    src.read_block_into<T>(offset, count, std::span<T>(buf.data(), block_rows * row_elems), mem_shape, mem_offset);
+  }
+  void read_into(const h5::Dataset& src, const std::vector<uint64_t>& offset, const std::vector<uint64_t>& count,
+                 uint64_t row, uint64_t block_rows) {
+    if (f32)
+      read_into(f, src, offset, count, row, block_rows);
+    else
+      read_into(d, src, offset, count, row, block_rows);
+  }
+  void write(uint64_t first_row, uint64_t rows) {
+    std::vector<uint64_t> offset(row_shape.size() + 1, 0), count{rows};
+    offset[0] = first_row;
+    count.insert(count.end(), row_shape.begin(), row_shape.end());
+    if (f32)
+      dst->write_block<float>(offset, count, std::span<const float>(f.data(), rows * row_elems));
+    else
+      dst->write_block<double>(offset, count, std::span<const double>(d.data(), rows * row_elems));
+  }
+};
+
+// Sets the file's modification time to now (an unchanged aggregate is up to date).
+void touch(const std::string& path) { ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
+
 }  // namespace
 
 AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& opt) {
@@ -548,12 +680,12 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   std::sort(names.begin(), names.end());
 
   const std::string out_path = (root / "aggregate.h5").string();
-  const std::map<std::string, IndexEntry> index =
-      opt.reuse_previous ? read_index(out_path) : std::map<std::string, IndexEntry>{};
+  const Previous previous = opt.reuse_previous ? read_previous(out_path) : Previous{};
 
   AggregateResult result;
   // Pass 1: summaries, parameters and trajectory shapes; no datasets are read. A file
-  // whose size and mtime match the previous aggregate's index is not opened at all.
+  // whose size and mtime match the previous aggregate's index is not opened at all;
+  // any other is opened once here (and once more in pass 2 for its datasets).
   std::vector<Row> rows;
   std::map<std::string, TrajectoryInfo> trajectories;
   for (const std::string& name : names) {
@@ -562,8 +694,8 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
     int64_t size = 0, mtime = 0;
     const bool stamped = file_stamp(path, size, mtime);
     if (stamped) {
-      auto it = index.find(name);
-      if (it != index.end() && it->second.size == size && it->second.mtime_ns == mtime) {
+      auto it = previous.index.find(name);
+      if (it != previous.index.end() && it->second.size == size && it->second.mtime_ns == mtime) {
         Row row;
         row.file = rel;
         std::map<std::string, TrajectoryInfo> merged = trajectories;
@@ -576,21 +708,26 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
         }
       }
     }
-    std::string why;
-    auto summary = read_valid_cell_summary(path, id, &why);
-    if (!summary) {
-      result.skipped.push_back(rel + ": " + why);
-      continue;
-    }
-    Row row{rel, std::move(*summary), {}, {}, size, mtime, -1};
-    flatten(row.summary.config, "", row.params);
+    Row row{rel, {}, {}, {}, size, mtime, -1};
     try {
-      h5::File f = h5::File::open_read(path);
+      // The checksum first: libhdf5 can crash or hang on a damaged file.
+      if (std::string damaged = cell_file_damage(path); !damaged.empty()) {
+        result.skipped.push_back(rel + ": " + damaged);
+        continue;
+      }
+      h5::File f = h5::File::open_read_in_memory(path);
+      std::string why;
+      auto summary = read_valid_cell_summary(f, id, &why);
+      if (!summary) {
+        result.skipped.push_back(rel + ": " + why);
+        continue;
+      }
+      row.summary = std::move(*summary);
       std::map<std::string, TrajectoryInfo> found;
       for (const std::string& g : kTrajectoryGroups)
-        if (f.is_group(g)) find_trajectories(f.open_group(g), 1, row.trajectories, found);
+        if (f.is_group(g)) find_trajectories(f.open_group(g), 1, row.trajectories, found, trajectories);
       for (const std::string& g : kTrajectoryGroups3)
-        if (f.is_group(g)) find_trajectories(f.open_group(g), 3, row.trajectories, found);
+        if (f.is_group(g)) find_trajectories(f.open_group(g), 3, row.trajectories, found, trajectories);
       for (const auto& [k, t] : found) {
         TrajectoryInfo& all = trajectories[k];
         merge_shape(all.shape, t.shape);
@@ -600,6 +737,7 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
       result.skipped.push_back(rel + ": " + strip_path(e.what(), path));
       continue;
     }
+    flatten(row.summary.config, "", row.params);
     if (!stamped) row.size = row.mtime_ns = -1;  // never matches: reread next time
     rows.push_back(std::move(row));
     ++result.reread;
@@ -611,6 +749,27 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   for (const Column& c : cols) result.columns.push_back(c.name);
   result.fits = compute_fits(rows, opt);
 
+  // Nothing changed since the previous aggregate (same files, same stamps, same order,
+  // same fits and skipped files): it is already what would be written. Rewrite nothing
+  // but the small CSV, and mark aggregate.h5 as up to date.
+  bool unchanged = previous.complete && result.reread == 0 && previous.index.size() == cells &&
+                   previous.cells == result.cells && previous.version == ATTNSWEEP_VERSION &&
+                   previous.skipped == result.skipped && same_fits(previous.fits, result.fits) &&
+                   previous.trajectory_shapes.size() == trajectories.size();
+  for (uint64_t i = 0; unchanged && i < cells; ++i) unchanged = rows[i].old_row == static_cast<int64_t>(i);
+  for (const auto& [name, t] : trajectories) {
+    if (!unchanged) break;
+    std::vector<uint64_t> shape{cells};
+    shape.insert(shape.end(), t.shape.begin(), t.shape.end());
+    auto it = previous.trajectory_shapes.find(name);
+    unchanged = it != previous.trajectory_shapes.end() && it->second == shape;
+  }
+  if (unchanged) {
+    write_csv((root / "summary.csv").string(), cols, rows.size());
+    touch(out_path);
+    return result;
+  }
+
   const std::string tmp = temp_path_for(out_path);
   TempFileGuard guard(tmp);
   {
@@ -621,65 +780,94 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
       h5::Group g = f.require_group("/cells");
       for (const Column& c : cols) write_column(g, c);
     }
-    // Pass 2: one trajectory row at a time into NaN-filled [cells, T] (float64) and
-    // [cells, T, L, H] (float32) datasets (unwritten chunks read back as NaN); a row of
-    // an unchanged file is copied from the previous aggregate, others are read from the
-    // cell file, each file opened once. Memory: one row per dataset at a time.
+    // Pass 2: the trajectories, a block of rows at a time: [cells, T] float64 and
+    // [cells, T, L, H] float32, contiguous and uncompressed, NaN-padded. A block's rows
+    // are filled in memory (a changed file's datasets read straight into their rows;
+    // runs of unchanged rows read in one call each from the previous aggregate.h5) and
+    // written with one call per dataset. Memory: about kBlockBytes.
     {
-      std::optional<h5::File> previous;
-      std::map<std::string, h5::Dataset> previous_sets;
+      std::optional<h5::File> old_file;
       bool any_old = false;
       for (const Row& r : rows) any_old |= r.old_row >= 0 && !r.trajectories.empty();
-      if (any_old) previous.emplace(h5::File::open_read(out_path));
+      if (any_old) old_file.emplace(h5::File::open_read(out_path));
 
       h5::Group g = f.require_group("/trajectories");
-      std::map<std::string, h5::Dataset> out;
+      std::vector<OutTrajectory> outs;
+      std::map<std::string, size_t> out_of;
+      uint64_t row_bytes = 0;
       for (const auto& [name, t] : trajectories) {
+        OutTrajectory o;
+        o.name = name;
+        o.row_shape = t.shape;
+        o.row_elems = std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1}, std::multiplies<>());
+        o.f32 = t.shape.size() != 1;
         std::vector<uint64_t> shape{cells};
         shape.insert(shape.end(), t.shape.begin(), t.shape.end());
-        const std::string axes = t.shape.size() == 1 ? "[cells, T]" : "[cells, T, L, H]";
-        std::string desc = (t.description.empty() ? name : t.description) + " " + axes + ", NaN-padded";
-        if (t.shape.size() == 1)
-          out.emplace(name, g.create_filled<double>(name, shape, kNaN, desc));
+        const std::string axes = o.f32 ? "[cells, T, L, H]" : "[cells, T]";
+        const std::string desc = (t.description.empty() ? name : t.description) + " " + axes + ", NaN-padded";
+        if (o.f32)
+          o.dst.emplace(g.create_contiguous<float>(name, shape, std::numeric_limits<float>::quiet_NaN(), desc));
         else
-          out.emplace(name, g.create_filled<float>(name, shape, std::numeric_limits<float>::quiet_NaN(), desc));
-      }
-      auto copy_row = [&](h5::Dataset& dst, const TrajectorySource& src, uint64_t i, auto values) {
-        std::vector<uint64_t> offset(src.shape.size() + 1, 0), count{1};
-        offset[0] = i;
-        count.insert(count.end(), src.shape.begin(), src.shape.end());
-        dst.write_block(offset, count, std::span(std::as_const(values)));
-      };
-      for (uint64_t i = 0; i < cells; ++i) {
-        const Row& row = rows[i];
-        if (row.trajectories.empty()) continue;
-        try {
-          std::optional<h5::File> cell;
-          if (row.old_row < 0) cell.emplace(h5::File::open_read((root / row.file).string()));
-          for (const TrajectorySource& src : row.trajectories) {
-            h5::Dataset& dst = out.at(src.name);
-            if (dst.shape().size() != src.shape.size() + 1) continue;  // rank differs from the other cells'
-            if (row.old_row >= 0) {
-              auto it = previous_sets.find(src.name);
-              if (it == previous_sets.end())
-                it = previous_sets.emplace(src.name, previous->open_dataset("/trajectories/" + src.name)).first;
-              std::vector<uint64_t> offset(src.shape.size() + 1, 0), count{1};
-              offset[0] = static_cast<uint64_t>(row.old_row);
-              count.insert(count.end(), src.shape.begin(), src.shape.end());
-              if (src.shape.size() == 1)
-                copy_row(dst, src, i, it->second.read_block<double>(offset, count));
-              else
-                copy_row(dst, src, i, it->second.read_block<float>(offset, count));
-            } else if (src.shape.size() == 1) {
-              copy_row(dst, src, i, cell->open_dataset(src.path).read<double>());
-            } else {
-              copy_row(dst, src, i, cell->open_dataset(src.path).read<float>());
-            }
+          o.dst.emplace(g.create_contiguous<double>(name, shape, kNaN, desc));
+        if (old_file && old_file->is_dataset("/trajectories/" + name)) {
+          h5::Dataset od = old_file->open_dataset("/trajectories/" + name);
+          auto os = od.shape();
+          if (os.size() == shape.size()) {
+            o.old_row_shape.assign(os.begin() + 1, os.end());
+            o.old.emplace(std::move(od));
           }
-        } catch (const h5::Error& e) {
-          if (std::string(e.what()).find(tmp) != std::string::npos) throw;  // our output failed
-          result.skipped.push_back(row.file + ": trajectories not read (row kept): " + e.what());
         }
+        row_bytes += o.row_elems * (o.f32 ? sizeof(float) : sizeof(double));
+        out_of[name] = outs.size();
+        outs.push_back(std::move(o));
+      }
+      constexpr uint64_t kBlockBytes = uint64_t{64} << 20;
+      const uint64_t block = std::clamp<uint64_t>(row_bytes ? kBlockBytes / row_bytes : cells, 1, std::max<uint64_t>(cells, 1));
+      for (OutTrajectory& o : outs) (o.f32 ? o.f.resize(block * o.row_elems) : o.d.resize(block * o.row_elems));
+
+      for (uint64_t b0 = 0; b0 < cells && !outs.empty(); b0 += block) {
+        const uint64_t n = std::min(block, cells - b0);
+        for (OutTrajectory& o : outs) o.fill_rows(0, n);
+        // Runs of rows copied from the previous aggregate: consecutive there and here.
+        for (uint64_t i = 0; i < n;) {
+          const Row& r = rows[b0 + i];
+          if (r.old_row < 0 || r.trajectories.empty()) {
+            ++i;
+            continue;
+          }
+          uint64_t len = 1;
+          while (i + len < n && rows[b0 + i + len].old_row == r.old_row + static_cast<int64_t>(len) &&
+                 !rows[b0 + i + len].trajectories.empty())
+            ++len;
+          for (OutTrajectory& o : outs) {
+            if (!o.old) continue;
+            std::vector<uint64_t> offset(o.row_shape.size() + 1, 0), count{len};
+            offset[0] = static_cast<uint64_t>(r.old_row);
+            for (size_t k = 0; k < o.row_shape.size(); ++k) count.push_back(std::min(o.row_shape[k], o.old_row_shape[k]));
+            o.read_into(*o.old, offset, count, i, block);
+          }
+          i += len;
+        }
+        // Changed files: each opened once, its datasets read into their rows.
+        for (uint64_t i = 0; i < n; ++i) {
+          const Row& row = rows[b0 + i];
+          if (row.old_row >= 0 || row.trajectories.empty()) continue;
+          try {
+            h5::File cell = h5::File::open_read_in_memory((root / row.file).string());
+            for (const TrajectorySource& src : row.trajectories) {
+              OutTrajectory& o = outs[out_of.at(src.name)];
+              if (o.row_shape.size() != src.shape.size()) continue;  // rank differs from the other cells'
+              h5::Dataset d = cell.open_dataset(src.path);
+              if (d.shape() != src.shape) d.fail("shape changed since the file was first read");
+              o.read_into(d, std::vector<uint64_t>(src.shape.size(), 0), src.shape, i, block);
+            }
+          } catch (const h5::Error& e) {
+            for (OutTrajectory& o : outs) o.fill_rows(i, i + 1);
+            result.skipped.push_back(row.file + ": trajectories not read (row kept): " + e.what());
+          }
+        }
+        for (OutTrajectory& o : outs) o.write(b0, n);
+        f.start_writeback();
       }
     }
     write_fits(f, result.fits);

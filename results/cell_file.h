@@ -13,6 +13,9 @@
 #include <vector>
 
 namespace attnsweep {
+namespace h5 {
+class File;
+}
 
 using json = nlohmann::json;
 
@@ -41,6 +44,11 @@ struct CellResult {
 // Throws std::runtime_error with the HDF5 error context on failure; leaves no file.
 void write_cell_file(const std::string& path, const CellResult& result);
 
+// The 512-byte header (an HDF5 user block) that write_cell_file puts before an HDF5
+// file whose bytes are `body`: a checksum that read_cell_summary verifies before
+// libhdf5 sees the file. For tests/fuzz, which checksums its own inputs.
+std::string cell_file_header(const std::string& body);
+
 // Summary read back: root attributes and /final.
 struct CellSummary {
   std::string cell_id;
@@ -52,8 +60,17 @@ struct CellSummary {
   std::map<std::string, double> final_metrics;
 };
 
-// Reads the summary; throws std::runtime_error naming the file and what is wrong.
+// Reads the summary; throws std::runtime_error naming the file and what is wrong. The
+// checksum header is verified first: a damaged file never reaches libhdf5.
 CellSummary read_cell_summary(const std::string& path);
+
+// The same from a file already open (its name is the one it was opened with). The caller
+// must have checked cell_file_damage() before opening it with libhdf5.
+CellSummary read_cell_summary(const h5::File& f);
+
+// Why the file at `path` must not be given to libhdf5 (a missing or damaged checksum
+// header, a truncated or changed file), or "" when its checksum holds.
+std::string cell_file_damage(const std::string& path);
 
 // True when `path` is a readable result file for `expected_id` with a final status.
 bool cell_file_valid(const std::string& path, const std::string& expected_id, std::string* why = nullptr);
@@ -63,6 +80,9 @@ bool cell_file_valid(const std::string& path, const std::string& expected_id, st
 // "cell_id is X, expected Y", "status is running, expected complete or diverged").
 // An empty expected_id accepts any cell_id. Never throws.
 std::optional<CellSummary> read_valid_cell_summary(const std::string& path, const std::string& expected_id,
+                                                   std::string* why);
+// The same from a file already open, for a caller that reads more of it (aggregate).
+std::optional<CellSummary> read_valid_cell_summary(const h5::File& f, const std::string& expected_id,
                                                    std::string* why);
 
 }  // namespace attnsweep

@@ -6,6 +6,8 @@
 #include <functional>
 #include <numeric>
 
+#include <fcntl.h>
+
 namespace attnsweep::h5 {
 namespace {
 
@@ -334,6 +336,33 @@ std::vector<std::string> Dataset::read_strings() const {
 }
 
 template <Numeric T>
+void Dataset::read_block_into(const std::vector<uint64_t>& offset, const std::vector<uint64_t>& count, std::span<T> mem,
+                              const std::vector<uint64_t>& mem_shape, const std::vector<uint64_t>& mem_offset) const {
+  if (offset.size() != count.size() || mem_shape.size() != count.size() || mem_offset.size() != count.size())
+    fail("read_block_into: offsets, counts and shapes differ in rank");
+  if (product(mem_shape) != mem.size()) fail("read_block_into: memory shape does not match the buffer size");
+  for (size_t i = 0; i < count.size(); ++i)
+    if (mem_offset[i] + count[i] > mem_shape[i]) fail("read_block_into: block does not fit the memory shape");
+  if (product(count) == 0) return;
+  Kind k = kind();
+  if (k != Kind::Float && k != Kind::Integer) fail("does not hold numbers");
+  Id space(H5Dget_space(id()), H5Sclose);
+  if (H5Sget_simple_extent_ndims(space.get()) != static_cast<int>(count.size())) fail("read_block_into: wrong rank");
+  auto start = to_hsize(offset), cnt = to_hsize(count), mdims = to_hsize(mem_shape), mstart = to_hsize(mem_offset);
+  if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr) < 0)
+    fail("cannot select the block to read");
+  Id ms(H5Screate_simple(static_cast<int>(mdims.size()), mdims.data(), nullptr), H5Sclose);
+  if (H5Sselect_hyperslab(ms.get(), H5S_SELECT_SET, mstart.data(), nullptr, cnt.data(), nullptr) < 0)
+    fail("cannot select the memory block");
+  // A type conversion (float32 in the file, float64 in memory) goes through a buffer
+  // that HDF5 allocates and zeroes on every read, 1 MiB by default: size it to the block.
+  Id dxpl = plist(H5P_DATASET_XFER);
+  const size_t bytes = std::clamp<size_t>(product(count) * 16, 4096, size_t{1} << 20);
+  if (H5Pset_buffer(dxpl.get(), bytes, nullptr, nullptr) < 0) fail("cannot set the transfer buffer");
+  if (H5Dread(id(), native_type<T>(), ms.get(), space.get(), dxpl.get(), mem.data()) < 0) fail("cannot read block");
+}
+
+template <Numeric T>
 void Dataset::write_block(const std::vector<uint64_t>& offset, const std::vector<uint64_t>& count,
                           std::span<const T> data) {
   if (offset.size() != count.size()) fail("write_block: offset and count differ in rank");
@@ -511,6 +540,23 @@ Dataset Group::create_filled(const std::string& path, const std::vector<uint64_t
 }
 
 template <Numeric T>
+Dataset Group::create_contiguous(const std::string& path, const std::vector<uint64_t>& shape, T fill,
+                                 const std::string& description) {
+  std::string full = child_path(path);
+  auto dims = to_hsize(shape);
+  Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  Id dcpl = plist(H5P_DATASET_CREATE);
+  if (H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS) < 0 || H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0 ||
+      H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_LATE) < 0 ||
+      H5Pset_fill_value(dcpl.get(), native_type<T>(), &fill) < 0)
+    throw_error(file_, full, "cannot set the dataset's layout");
+  Dataset d = make_dataset(*this, path, full, file_type<T>(), space.get(), dcpl.get(),
+                           [&](Id id) { return Dataset(std::move(id), file_, full); });
+  d.set_attribute_string("description", description);
+  return d;
+}
+
+template <Numeric T>
 Dataset Group::create_extensible(const std::string& path, const std::vector<uint64_t>& row_shape,
                                  const std::string& description, uint64_t chunk_rows) {
   std::string full = child_path(path);
@@ -535,15 +581,18 @@ Dataset Group::create_extensible(const std::string& path, const std::vector<uint
 
 // ---- File ----------------------------------------------------------------------------
 
-File File::create(const std::string& path) {
+File File::create(const std::string& path, size_t userblock) {
   silence_error_printing();
-  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  if (!fcpl.valid() || (userblock > 0 && H5Pset_userblock(fcpl.get(), userblock) < 0))
+    throw_error(path, "", "cannot set a user block of " + std::to_string(userblock) + " bytes");
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT);
   if (f < 0) throw_error(path, "", "cannot create file");
   return File(Id(f, H5Fclose), path);
 }
 
 namespace {
-hid_t open_existing(const std::string& path, unsigned flags) {
+hid_t open_existing(const std::string& path, unsigned flags, hid_t fapl = H5P_DEFAULT) {
   silence_error_printing();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw Error(path + ": no such file");
@@ -554,7 +603,7 @@ hid_t open_existing(const std::string& path, unsigned flags) {
     throw Error(path + ": not an HDF5 file");
   }
   if (is < 0) throw_error(path, "", "cannot read file");
-  hid_t f = H5Fopen(path.c_str(), flags, H5P_DEFAULT);
+  hid_t f = H5Fopen(path.c_str(), flags, fapl);
   if (f < 0) {
     std::string stack = take_error_stack();
     // HDF5 says "truncated file: eof = …, stored_eof = …" when the end is missing.
@@ -566,6 +615,12 @@ hid_t open_existing(const std::string& path, unsigned flags) {
 }  // namespace
 
 File File::open_read(const std::string& path) { return File(Id(open_existing(path, H5F_ACC_RDONLY), H5Fclose), path); }
+
+File File::open_read_in_memory(const std::string& path) {
+  Id fapl = plist(H5P_FILE_ACCESS);
+  if (H5Pset_fapl_core(fapl.get(), size_t{1} << 16, 0) < 0) throw_error(path, "", "cannot set the core driver");
+  return File(Id(open_existing(path, H5F_ACC_RDONLY, fapl.get()), H5Fclose), path);
+}
 
 File File::open_rw(const std::string& path) { return File(Id(open_existing(path, H5F_ACC_RDWR), H5Fclose), path); }
 
@@ -589,16 +644,33 @@ void File::close() {
   if (id_.reset() < 0) throw_error(file_, "", "cannot close file");
 }
 
+void File::start_writeback() const {
+#ifdef __linux__
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(id(), H5P_DEFAULT, &handle) < 0 || handle == nullptr) {
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
+  const int fd = *static_cast<int*>(handle);  // the sec2 (default) driver's handle is an int*
+  ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
+}
+
 // ---- explicit instantiations ---------------------------------------------------------
 
 #define ATTNSWEEP_H5_INSTANTIATE(T)                                                                                  \
   template std::vector<T> Dataset::read<T>() const;                                                                  \
   template std::vector<T> Dataset::read_block<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&) const;  \
+  template void Dataset::read_block_into<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&,        \
+                                            std::span<T>, const std::vector<uint64_t>&,                        \
+                                            const std::vector<uint64_t>&) const;                               \
   template void Dataset::write_block<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&,                  \
                                         std::span<const T>);                                                         \
   template void Dataset::append_rows<T>(std::span<const T>);                                                         \
   template Dataset Group::write_dataset<T>(const std::string&, const std::vector<uint64_t>&, std::span<const T>,     \
                                            const std::string&);                                                      \
+  template Dataset Group::create_contiguous<T>(const std::string&, const std::vector<uint64_t>&, T,                \
+                                               const std::string&);                                              \
   template Dataset Group::create_filled<T>(const std::string&, const std::vector<uint64_t>&, T, const std::string&); \
   template Dataset Group::create_extensible<T>(const std::string&, const std::vector<uint64_t>&, const std::string&, \
                                                uint64_t);

@@ -121,6 +121,13 @@ class Dataset : public Object {
   template <Numeric T>
   std::vector<T> read_block(const std::vector<uint64_t>& offset, const std::vector<uint64_t>& count) const;
 
+  // Reads the block at `offset` with extent `count` of the file into the block at
+  // `mem_offset` of `mem`, a row-major array of extent `mem_shape` (same rank): one
+  // HDF5 read, no copy, the rest of `mem` untouched (e.g. padding a shorter row).
+  template <Numeric T>
+  void read_block_into(const std::vector<uint64_t>& offset, const std::vector<uint64_t>& count, std::span<T> mem,
+                       const std::vector<uint64_t>& mem_shape, const std::vector<uint64_t>& mem_offset) const;
+
   // Writes the block at `offset` with extent `count` (row-major data, product(count)).
   template <Numeric T>
   void write_block(const std::vector<uint64_t>& offset, const std::vector<uint64_t>& count, std::span<const T> data);
@@ -164,6 +171,13 @@ class Group : public Object {
   Dataset create_filled(const std::string& path, const std::vector<uint64_t>& shape, T fill,
                         const std::string& description);
 
+  // Fixed-shape contiguous dataset, no filters: large blocks are written straight to the
+  // file in one write each. The fill value `fill` is recorded (h5py's `fillvalue`) but
+  // never written: the caller must write every element (aggregate.h5's trajectories).
+  template <Numeric T>
+  Dataset create_contiguous(const std::string& path, const std::vector<uint64_t>& shape, T fill,
+                            const std::string& description);
+
   // Extensible dataset [0, row_shape...] with an unlimited first axis, chunked
   // (chunk_rows rows per chunk; 0 picks ~64 KiB chunks) and compressed; grow it with
   // Dataset::append_rows. For per-step trajectories.
@@ -179,8 +193,14 @@ class Group : public Object {
 // An open HDF5 file; as a Group it is the root "/".
 class File : public Group {
  public:
-  static File create(const std::string& path);     // truncates an existing file
+  // Truncates an existing file. `userblock` (0, or a power of two >= 512) bytes at the
+  // start of the file are left to the caller (HDF5 ignores them): cell_file.cpp keeps a
+  // checksum there.
+  static File create(const std::string& path, size_t userblock = 0);
   static File open_read(const std::string& path);  // "not an HDF5 file", "truncated …" named
+  // Reads the whole file into memory with one read when opening (HDF5's core driver),
+  // so that every later metadata and chunk read is a copy: for many small files.
+  static File open_read_in_memory(const std::string& path);
   static File open_rw(const std::string& path);
 
   File(File&&) noexcept = default;
@@ -190,6 +210,11 @@ class File : public Group {
   // Flushes and closes; throws h5::Error on failure. Every Group/Dataset/Attribute of
   // this file must be closed (destroyed) first, or HDF5 keeps the file open.
   void close();
+
+  // Asks the kernel to start writing the file's dirty pages to disk now, without
+  // waiting (Linux sync_file_range), so that a large file's final fsync has little
+  // left to do. Best effort: does nothing where unsupported.
+  void start_writeback() const;
 
  private:
   File(Id id, std::string path) : Group(std::move(id), path, "/") {}

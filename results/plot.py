@@ -86,6 +86,11 @@ def is_missing(v):
     return v is None or (isinstance(v, str) and v == "") or (isinstance(v, float) and math.isnan(v))
 
 
+def is_replicate(key):
+    last = key.rsplit(".", 1)[-1]
+    return last == "seed" or last.endswith("_seed")
+
+
 def value_text(v):
     if isinstance(v, (float, np.floating)):
         return str(int(v)) if float(v).is_integer() else f"{float(v):g}"
@@ -93,14 +98,15 @@ def value_text(v):
 
 
 class Groups:
-    """Cells grouped by every config parameter but prompt_length and seed."""
+    """Cells grouped by every config parameter but prompt_length and the replicate keys
+    (seed and any *_seed, e.g. init_seed: averaged over, like seeds)."""
 
     def __init__(self, data):
         cells = data["cells"]
         n = data["n"]
         self.cells = cells
         self.n = n
-        keys = [k for k in data["params"] if k not in ("prompt_length", "seed")]
+        keys = [k for k in data["params"] if k != "prompt_length" and not is_replicate(k)]
         rows = []
         for i in range(n):
             rows.append(tuple((k, cells[k][i].item() if hasattr(cells[k][i], "item") else cells[k][i]) for k in keys))

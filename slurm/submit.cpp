@@ -123,6 +123,13 @@ int submit(const SubmitOptions& o) {
   if (grid.resources.gpus_per_cell > 1 && o.gpus_per_node > 0 && grid.resources.gpus_per_cell > o.gpus_per_node)
     problems.push_back(o.grid_file + ": resources.gpus_per_cell: " + std::to_string(grid.resources.gpus_per_cell) +
                        " GPUs per cell cannot fit on nodes of " + std::to_string(o.gpus_per_node) + " GPUs");
+  else if (o.gpus_per_node > 0)
+    for (const Cell& c : grid.cells)  // a cell's own `devices` (an axis or include value)
+      if (const int k = c.config.value("devices", 1); k > o.gpus_per_node) {
+        problems.push_back(o.grid_file + ": cell " + c.id + ": devices " + std::to_string(k) +
+                           " cannot fit on nodes of " + std::to_string(o.gpus_per_node) + " GPUs");
+        break;
+      }
   if (!o.dry_run && ::access("/usr/bin/sbatch", X_OK) != 0 && std::system("command -v sbatch >/dev/null 2>&1") != 0)
     problems.push_back("sbatch: not found (run submit on a Slurm login node, or use --dry-run to only write the script)");
   if (!problems.empty()) {

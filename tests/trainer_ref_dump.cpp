@@ -3,8 +3,10 @@
 // below), initialises it, draws `steps` random batches, and writes
 //   /params/<name>        initial parameters (every tensor of the model, its shape)
 //   /grads/<name>         gradients of the mean loss on batch 0 at the initial weights
-//   /batch/x              [steps, B, N, in_dim] (with vocab > 0: token ids, in_dim 1)
+//   /batch/x              [steps, B, N, in_dim] (with vocab > 0: token ids, in_dim 1;
+//                         with pad_id >= 0 each row ends in 0..N-2 padding tokens)
 //   /batch/y_class        [steps, B] int64 (classify) or /batch/y_value [steps, B] float32
+//                         ([steps, B, N] for head token_regress)
 //   /loss                 [steps] loss of each step's batch before its update (float64)
 //   /lr                   [steps] learning rate of each step
 //   /grad_norm            [steps] global gradient norm before clipping
@@ -38,30 +40,46 @@ int main(int argc, char** argv) {
                            {"seed", 0},          {"init_seed", 0}, {"init_std", 0.0}, {"activation", "softmax"}};
     for (auto it = defaults.begin(); it != defaults.end(); ++it)
       if (!c.contains(it.key())) c[it.key()] = it.value();
-    const bool classify = c["head"] == "classify";
+    const bool classify = c["head"] == "classify", per_token = c["head"] == "token_regress";
     TrainingData shape;  // only the shape fields: model_config_of reads them
     shape.tokens = c["tokens"];
     shape.vocab = c.value("vocab", int64_t{0});
-    shape.in_dim = !classify ? c["dim"].get<int64_t>() : shape.vocab > 0 ? 1 : c["in_dim"].get<int64_t>();
+    shape.pad_id = c.value("pad_id", int64_t{-1});
+    shape.in_dim = per_token ? c["in_dim"].get<int64_t>()
+                   : !classify ? c["dim"].get<int64_t>()
+                   : shape.vocab > 0 ? 1
+                                     : c["in_dim"].get<int64_t>();
     shape.classes = classify ? c["classes"].get<int64_t>() : 0;
+    shape.targets_per_sample = per_token ? shape.tokens : 1;
     const ModelConfig mc = model_config_of(c, shape);
     const TrainConfig tc = train_config_of(c);
     Trainer tr(mc, tc);
     Model& m = tr.model();
-    const int64_t B = tc.batch, S = tc.steps, xsz = B * mc.tokens * mc.in_dim;
+    const int64_t B = tc.batch, S = tc.steps, xsz = B * mc.tokens * mc.in_dim, per = mc.targets_per_sample();
 
     Rng rng(seed_of({tc.seed, 0xBA7Cull}));
-    std::vector<float> x(static_cast<size_t>(S * xsz)), yv(static_cast<size_t>(S * B));
+    std::vector<float> x(static_cast<size_t>(S * xsz)), yv(static_cast<size_t>(S * B * per));
     std::vector<int32_t> yc(static_cast<size_t>(S * B));
     std::vector<int64_t> yc64(yc.size());
     for (float& v : x)
       v = shape.vocab > 0 ? static_cast<float>(static_cast<int64_t>(rng.uniform() * static_cast<double>(shape.vocab)))
                           : static_cast<float>(rng.normal());
+    if (shape.pad_id >= 0) {  // real ids avoid pad_id; each row keeps 2..N real tokens
+      const int64_t N = mc.tokens;
+      for (int64_t r = 0; r < S * B; ++r) {
+        const int64_t n = 2 + static_cast<int64_t>(rng.uniform() * static_cast<double>(N - 1));
+        for (int64_t t = 0; t < N; ++t) {
+          float& v = x[static_cast<size_t>(r * N + t)];
+          if (t >= n) v = static_cast<float>(shape.pad_id);
+          else if (v == static_cast<float>(shape.pad_id)) v = static_cast<float>((shape.pad_id + 1) % shape.vocab);
+        }
+      }
+    }
     for (size_t i = 0; i < yc.size(); ++i) {
       yc[i] = classify ? static_cast<int32_t>(rng.uniform() * static_cast<double>(mc.classes)) : 0;
       yc64[i] = yc[i];
-      yv[i] = static_cast<float>(rng.normal());
     }
+    for (float& v : yv) v = static_cast<float>(rng.normal());
 
     h5::File f = h5::File::create(argv[2]);
     f.set_attribute_string("config", c.dump());
@@ -77,6 +95,9 @@ int main(int argc, char** argv) {
     f.write_dataset<float>("/batch/x", {uS, uB, static_cast<uint64_t>(mc.tokens), static_cast<uint64_t>(mc.in_dim)},
                            std::span<const float>(x), "inputs of every step");
     if (classify) f.write_dataset<int64_t>("/batch/y_class", {uS, uB}, std::span<const int64_t>(yc64), "labels");
+    else if (per_token)
+      f.write_dataset<float>("/batch/y_value", {uS, uB, static_cast<uint64_t>(per)}, std::span<const float>(yv),
+                             "targets, one per token");
     else f.write_dataset<float>("/batch/y_value", {uS, uB}, std::span<const float>(yv), "targets");
 
     // Unclipped gradients at the initial weights on batch 0 (step() clips in place).
@@ -85,7 +106,7 @@ int main(int argc, char** argv) {
     write_tensors("/grads", m.grads());
     std::vector<double> loss, lr, gn;
     for (int64_t t = 0; t < S; ++t) {
-      const auto r = tr.step(x.data() + t * xsz, yc.data() + t * B, yv.data() + t * B, B, t, false);
+      const auto r = tr.step(x.data() + t * xsz, yc.data() + t * B, yv.data() + t * B * per, B, t, false);
       loss.push_back(r.fwd.loss);
       lr.push_back(r.lr);
       gn.push_back(r.grad_norm);

@@ -32,7 +32,7 @@
 namespace attnsweep {
 
 // Batch inputs a backend stages to its device (one buffer each).
-enum InputSlot : int { kInputX = 0, kInputIds = 1, kInputYClass = 2, kInputYValue = 3, kNumInputSlots = 4 };
+enum InputSlot : int { kInputX = 0, kInputIds = 1, kInputYClass = 2, kInputYValue = 3, kInputMask = 4, kNumInputSlots = 5 };
 
 #define ATTNSWEEP_CPU_OP(name)                             \
   template <class... A>                                    \
@@ -88,6 +88,8 @@ class CpuBackend {
   ATTNSWEEP_CPU_OP(tokens_backward)
   ATTNSWEEP_CPU_OP(cls_pool_forward)
   ATTNSWEEP_CPU_OP(cls_pool_backward)
+  ATTNSWEEP_CPU_OP(masked_meanpool_forward)
+  ATTNSWEEP_CPU_OP(masked_meanpool_backward)
   ATTNSWEEP_CPU_OP(readout_split)
   ATTNSWEEP_CPU_OP(readout_merge)
   ATTNSWEEP_CPU_OP(readout_pick)
@@ -95,15 +97,16 @@ class CpuBackend {
   ATTNSWEEP_CPU_OP(scale_inplace)
   ATTNSWEEP_CPU_OP(global_norm)
 
-  // No key mask: the model's sequences are never padded.
+  // key_mask (B, Nk) or null (worker/model.h: padding).
   void attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
-                         const float* v, float* o, float* lse, double* attn_fro, double* jac_fro) {
-    attention_forward_cpu(spec, shape, q, k, v, nullptr, o, lse, attn_fro, jac_fro);
+                         const float* v, const float* key_mask, float* o, float* lse, double* attn_fro,
+                         double* jac_fro) {
+    attention_forward_cpu(spec, shape, q, k, v, key_mask, o, lse, attn_fro, jac_fro);
   }
   void attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
-                          const float* v, const float* o, const float* dout, const float* lse, float* dq, float* dk,
-                          float* dv) {
-    attention_backward_cpu(spec, shape, q, k, v, nullptr, o, dout, lse, dq, dk, dv);
+                          const float* v, const float* key_mask, const float* o, const float* dout, const float* lse,
+                          float* dq, float* dk, float* dv) {
+    attention_backward_cpu(spec, shape, q, k, v, key_mask, o, dout, lse, dq, dk, dv);
   }
 
   template <class F>

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -137,15 +138,24 @@ class CudaBackend {
   ATTNSWEEP_CUDA_OP_WS(global_norm)
 
   // The fused float32 kernels (attention_cuda.h; they fall back to the materialising
-  // path where they have no specialisation). No key mask, as on the CPU.
+  // path where they have no specialisation). key_mask (B, Nk) or null.
   void attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
-                         const float* v, float* o, float* lse, double* attn_fro, double* jac_fro) {
-    attention_forward_cuda(spec, shape, CudaDType::f32, q, k, v, nullptr, o, lse, attn_fro, jac_fro, ws_, stream_);
+                         const float* v, const float* key_mask, float* o, float* lse, double* attn_fro,
+                         double* jac_fro) {
+    attention_forward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, lse, attn_fro, jac_fro, ws_, stream_);
   }
   void attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
-                          const float* v, const float* o, const float* dout, const float* lse, float* dq, float* dk,
-                          float* dv) {
-    attention_backward_cuda(spec, shape, CudaDType::f32, q, k, v, nullptr, o, dout, lse, dq, dk, dv, ws_, stream_);
+                          const float* v, const float* key_mask, const float* o, const float* dout, const float* lse,
+                          float* dq, float* dk, float* dv) {
+    attention_backward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, dout, lse, dq, dk, dv, ws_, stream_);
+  }
+  // Padding (pad_id >= 0) is not supported on CUDA yet: BasicModel<CudaBackend> refuses
+  // such a config at construction, so these are never reached.
+  [[noreturn]] void masked_meanpool_forward(float*, const float*, const float*, int64_t, int64_t, int64_t) {
+    throw std::runtime_error("masked mean pooling (pad_id) is not supported on CUDA yet");
+  }
+  [[noreturn]] void masked_meanpool_backward(float*, const float*, const float*, int64_t, int64_t, int64_t) {
+    throw std::runtime_error("masked mean pooling (pad_id) is not supported on CUDA yet");
   }
 
   // f(0) .. f(k-1) on k host threads at once (f(0) on the calling one); the first

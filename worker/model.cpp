@@ -42,9 +42,22 @@ template <class Backend>
 BasicModel<Backend>::BasicModel(const ModelConfig& cfg, int device) : be_(device), cfg_(cfg) {
   if (cfg.dim <= 0 || cfg.heads <= 0 || cfg.dim % cfg.heads != 0)
     throw std::runtime_error("model: heads " + std::to_string(cfg.heads) + " must divide dim " + std::to_string(cfg.dim));
-  const int64_t C = cfg.dim, L = cfg.layers, T = cfg.seq(), in = cfg.in_dim, K = cfg.classes,
-                F = cfg.mlp_ratio * cfg.dim;
-  const bool tf = cfg.head == Head::classify;
+  const int64_t C = cfg.dim, L = cfg.layers, T = cfg.seq(), in = cfg.in_dim, F = cfg.mlp_ratio * cfg.dim;
+  int64_t K = cfg.classes;
+  const bool tf = cfg.head != Head::readout;  // the transformer (classify, token_regress)
+  if (cfg.head == Head::token_regress) {
+    if (cfg.cls) throw std::runtime_error("token_regress model: predicts every token; no CLS token");
+    if (cfg.pad_id >= 0) throw std::runtime_error("token_regress model: no padding mask (pad_id must be -1)");
+    K = 1;  // one value per token
+  }
+  if (cfg.pad_id >= 0 && (cfg.vocab <= 0 || cfg.pad_id >= cfg.vocab))
+    throw std::runtime_error("model: pad_id " + std::to_string(cfg.pad_id) + " needs token ids (vocab " +
+                             std::to_string(cfg.vocab) + " > pad_id)");
+  // Padding on a device backend would need the masked mean pool and the norms of the real
+  // query rows (norms_of_real_queries, a per-sample gather) as device code: not written yet.
+  if (Backend::kDevice && cfg.pad_id >= 0)
+    throw std::runtime_error("model: padding (pad_id " + std::to_string(cfg.pad_id) +
+                             ", the listops task) is not supported on CUDA yet; use device \"cpu\"");
   if (!tf) {
     if (cfg.in_dim != cfg.dim) throw std::runtime_error("readout model: in_dim must equal dim (no embedding)");
     if (cfg.layers != 1) throw std::runtime_error("readout model: one attention layer");
@@ -148,7 +161,7 @@ void BasicModel<Backend>::ensure_batch(int64_t B) {
   const int64_t C = cfg_.dim, L = cfg_.layers, T = cfg_.seq(), N = cfg_.tokens, H = cfg_.heads, K = cfg_.classes,
                 F = cfg_.mlp_ratio * cfg_.dim;
   const int64_t BT = B * T, BTC = BT * C, LBTC = L * BTC, LBT = L * BT;
-  const int64_t BK = B * std::max<int64_t>(K, 1);
+  const int64_t BK = cfg_.head == Head::token_regress ? B * N : B * std::max<int64_t>(K, 1);
   // Acts member order: emb, encoded, ln1, ln1_mean, ln1_rstd, qkv, q, k, v, atty, lse,
   // atty_un, res1, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res2, lnf, lnf_mean,
   // lnf_rstd, pooled, logits, probs.
@@ -174,6 +187,7 @@ ForwardStats BasicModel<Backend>::forward(const float* x, const int32_t* y_class
   B_ = B;
   const int64_t N = cfg_.tokens;
   const bool classify = cfg_.head == Head::classify;
+  mask_ = nullptr;
   if (cfg_.vocab > 0) {
     ids_host_.resize(static_cast<size_t>(B * N));
     for (int64_t i = 0; i < B * N; ++i) {
@@ -184,21 +198,97 @@ ForwardStats BasicModel<Backend>::forward(const float* x, const int32_t* y_class
       ids_host_[static_cast<size_t>(i)] = static_cast<int32_t>(id);
     }
     ids_ = be_.input(kInputIds, ids_host_.data(), B * N);
+    build_key_mask();
     x_ = nullptr;
   } else {
     x_ = be_.input(kInputX, x, B * N * cfg_.in_dim);
   }
   y_class_ = classify ? be_.input(kInputYClass, y_class, B) : nullptr;
-  y_value_ = classify ? nullptr : be_.input(kInputYValue, y_value, B);
-  return classify ? forward_classify(collect_norms) : forward_readout(collect_norms);
+  y_value_ = classify ? nullptr : be_.input(kInputYValue, y_value, B * cfg_.targets_per_sample());
+  return cfg_.head == Head::readout ? forward_readout(collect_norms) : forward_classify(collect_norms);
 }
 
 template <class Backend>
 void BasicModel<Backend>::backward() {
   be_.bind();
   be_.zero(grads(), num_params());
-  if (cfg_.head == Head::classify) backward_classify();
-  else backward_readout();
+  if (cfg_.head == Head::readout) backward_readout();
+  else backward_classify();
+}
+
+template <class Backend>
+const float* BasicModel<Backend>::host_predictions(std::vector<float>& buf) {
+  if constexpr (!Backend::kDevice) {
+    return a_.logits;
+  } else {
+    const int64_t n = cfg_.head == Head::token_regress ? B_ * cfg_.tokens
+                      : cfg_.head == Head::readout     ? B_
+                                                       : B_ * cfg_.classes;
+    buf.resize(static_cast<size_t>(n));
+    be_.download(buf.data(), a_.logits, n);
+    return buf.data();
+  }
+}
+
+template <class Backend>
+void BasicModel<Backend>::build_key_mask() {
+  mask_ = nullptr;
+  if (cfg_.pad_id < 0) return;
+  const int64_t B = B_, N = cfg_.tokens, T = cfg_.seq(), off = cfg_.cls ? 1 : 0;
+  key_mask_host_.resize(static_cast<size_t>(B * T));
+  pad_key_mask(key_mask_host_.data(), ids_host_.data(), static_cast<int32_t>(cfg_.pad_id), B, T, N, off);
+  mask_ = be_.input(kInputMask, key_mask_host_.data(), B * T);
+}
+
+// The kernel masks keys, not queries: the rows of padding queries are in its norms. On
+// logged steps only, the attention of each sample's real query rows (CLS and tokens) is
+// computed again for their norms, from q gathered into [1, H, n_b, hd]. Host buffers (the
+// CPU backend; a device backend refuses padding at construction).
+template <class Backend>
+void BasicModel<Backend>::norms_of_real_queries(const AttentionSpec& spec, const float* q, const float* k,
+                                                const float* v, double* attn_fro, double* jac_fro) {
+  const int64_t B = B_, H = cfg_.heads, T = cfg_.seq(), hd = cfg_.head_dim();
+  std::vector<float> qb, ob;
+  std::vector<int64_t> rows;
+  for (int64_t b = 0; b < B; ++b) {
+    rows.clear();
+    for (int64_t t = 0; t < T; ++t)
+      if (mask_[b * T + t] != 0.0f) rows.push_back(t);
+    const int64_t n = static_cast<int64_t>(rows.size());
+    double* attn = attn_fro + b * H;
+    double* jac = jac_fro + b * H;
+    if (n == 0) {
+      std::fill(attn, attn + H, 0.0);
+      std::fill(jac, jac + H, 0.0);
+      continue;
+    }
+    qb.resize(static_cast<size_t>(H * n * hd));
+    ob.resize(qb.size());
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(qb.data() + (h * n + i) * hd, q + ((b * H + h) * T + rows[static_cast<size_t>(i)]) * hd,
+                    static_cast<size_t>(hd) * sizeof(float));
+    const AttentionShape one{1, H, n, T, hd, hd};
+    attention_forward_cpu(spec, one, qb.data(), k + b * H * T * hd, v + b * H * T * hd, mask_ + b * T, ob.data(),
+                          nullptr, attn, jac);
+  }
+}
+
+// pred (B, N) = lnf (B, N, C) @ head_w^T + head_b; loss = mean over B N of (pred - y)^2.
+template <class Backend>
+void BasicModel<Backend>::forward_token_head(ForwardStats& st) {
+  const int64_t BN = B_ * cfg_.tokens;
+  be_.matmul_forward(a_.logits, a_.lnf, p_.head_w, p_.head_b, BN, cfg_.dim, 1);
+  st.loss = be_.mse_forward(a_.logits, y_value_, BN);
+}
+
+template <class Backend>
+void BasicModel<Backend>::backward_token_head() {
+  const int64_t BN = B_ * cfg_.tokens, C = cfg_.dim;
+  be_.zero(s_.dlogits, BN);
+  be_.mse_backward(s_.dlogits, a_.logits, y_value_, 1.0f, BN);
+  be_.zero(s_.dln, BN * C);
+  be_.matmul_backward(s_.dln, g_.head_w, g_.head_b, s_.dlogits, a_.lnf, p_.head_w, BN, C, 1);
 }
 
 namespace {
@@ -256,7 +346,9 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
                           C);
     be_.matmul_forward(qkv, ln1, p_.qkv_w + l * 3 * C * C, p_.qkv_b + l * 3 * C, BT, C, 3 * C);
     be_.split_heads(q, k, v, qkv, B, T, H, hd);
-    be_.attention_forward(spec, shape, q, k, v, atty, lse, norms + l * BH, norms + (L + l) * BH);
+    be_.attention_forward(spec, shape, q, k, v, mask_, atty, lse, norms + l * BH, norms + (L + l) * BH);
+    if constexpr (!Backend::kDevice)
+      if (collect_norms && mask_ != nullptr) norms_of_real_queries(spec, q, k, v, norms + l * BH, norms + (L + l) * BH);
     be_.heads_to_rows(atty_un, atty, B, T, H, hd);
     // attproj goes straight into res1, then the residual is added in place.
     be_.matmul_forward(res1, atty_un, p_.attproj_w + l * C * C, p_.attproj_b + l * C, BT, C, C);
@@ -269,7 +361,13 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
     be_.residual_forward(res2, res2, res1, BTC);
   }
   be_.layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, a_.res2 + (L - 1) * BTC, p_.lnf_w, p_.lnf_b, BT, C);
+  if (cfg_.head == Head::token_regress) {
+    forward_token_head(st);
+    if (collect_norms) norm_means(st, be_.to_host(norms, 2 * L * BH), L, B, H);
+    return st;
+  }
   if (cfg_.cls) be_.cls_pool_forward(a_.pooled, a_.lnf, B, T, C);
+  else if (mask_ != nullptr) be_.masked_meanpool_forward(a_.pooled, a_.lnf, mask_, B, T, C);
   else be_.meanpool_forward(a_.pooled, a_.lnf, B, T, C);
   be_.matmul_forward(a_.logits, a_.pooled, p_.head_w, p_.head_b, B, C, K);
   st.loss = be_.softmax_crossentropy_forward(a_.probs, &st.correct, a_.logits, y_class_, B, K);
@@ -282,13 +380,18 @@ void BasicModel<Backend>::backward_classify() {
   const int64_t B = B_, C = cfg_.dim, L = cfg_.layers, T = cfg_.seq(), N = cfg_.tokens, H = cfg_.heads,
                 hd = cfg_.head_dim(), K = cfg_.classes, F = cfg_.mlp_ratio * C, off = cfg_.cls ? 1 : 0;
   const int64_t BT = B * T, BTC = BT * C;
-  be_.zero(s_.dlogits, B * K);
-  be_.softmax_crossentropy_backward(s_.dlogits, a_.probs, y_class_, 1.0f, B, K);
-  be_.zero(s_.dpooled, B * C);
-  be_.matmul_backward(s_.dpooled, g_.head_w, g_.head_b, s_.dlogits, a_.pooled, p_.head_w, B, C, K);
-  be_.zero(s_.dln, BTC);
-  if (cfg_.cls) be_.cls_pool_backward(s_.dln, s_.dpooled, B, T, C);
-  else be_.meanpool_backward(s_.dln, s_.dpooled, B, T, C);
+  if (cfg_.head == Head::token_regress) {
+    backward_token_head();  // fills s_.dln
+  } else {
+    be_.zero(s_.dlogits, B * K);
+    be_.softmax_crossentropy_backward(s_.dlogits, a_.probs, y_class_, 1.0f, B, K);
+    be_.zero(s_.dpooled, B * C);
+    be_.matmul_backward(s_.dpooled, g_.head_w, g_.head_b, s_.dlogits, a_.pooled, p_.head_w, B, C, K);
+    be_.zero(s_.dln, BTC);
+    if (cfg_.cls) be_.cls_pool_backward(s_.dln, s_.dpooled, B, T, C);
+    else if (mask_ != nullptr) be_.masked_meanpool_backward(s_.dln, s_.dpooled, mask_, B, T, C);
+    else be_.meanpool_backward(s_.dln, s_.dpooled, B, T, C);
+  }
   be_.zero(s_.dres, BTC);
   be_.layernorm_backward(s_.dres, g_.lnf_w, g_.lnf_b, s_.dln, a_.res2 + (L - 1) * BTC, p_.lnf_w, a_.lnf_mean,
                          a_.lnf_rstd, BT, C);
@@ -315,8 +418,8 @@ void BasicModel<Backend>::backward_classify() {
     be_.matmul_backward(s_.dln, g_.attproj_w + l * C * C, g_.attproj_b + l * C, s_.dres, a_.atty_un + l * BTC,
                         p_.attproj_w + l * C * C, BT, C, C);
     be_.rows_to_heads(s_.datty, s_.dln, B, T, H, hd);
-    be_.attention_backward(spec, shape, a_.q + l * BTC, a_.k + l * BTC, a_.v + l * BTC, a_.atty + l * BTC, s_.datty,
-                           a_.lse + l * B * H * T, s_.dq, s_.dk, s_.dv);
+    be_.attention_backward(spec, shape, a_.q + l * BTC, a_.k + l * BTC, a_.v + l * BTC, mask_, a_.atty + l * BTC,
+                           s_.datty, a_.lse + l * B * H * T, s_.dq, s_.dk, s_.dv);
     be_.merge_heads(s_.dqkv, s_.dq, s_.dk, s_.dv, B, T, H, hd);
     be_.zero(s_.dln, BTC);
     be_.matmul_backward(s_.dln, g_.qkv_w + l * 3 * C * C, g_.qkv_b + l * 3 * C, s_.dqkv, a_.ln1 + l * BTC,
@@ -343,7 +446,7 @@ ForwardStats BasicModel<Backend>::forward_readout(bool collect_norms) {
   spec.collect_norms = collect_norms;
   const AttentionShape shape{B, H, 1, Lp, hd, hd};
   double* norms = norms_.data();
-  be_.attention_forward(spec, shape, a_.q, a_.k, a_.v, a_.atty, a_.lse, norms, norms + B * H);
+  be_.attention_forward(spec, shape, a_.q, a_.k, a_.v, nullptr, a_.atty, a_.lse, norms, norms + B * H);
   // prediction = last coordinate of the query's output = head H-1's last coordinate
   be_.readout_pick(a_.logits, a_.atty, B, H, hd);
   st.loss = be_.mse_forward(a_.logits, y_value_, B);
@@ -362,7 +465,7 @@ void BasicModel<Backend>::backward_readout() {
   spec.act = cfg_.act;
   spec.collect_norms = false;
   const AttentionShape shape{B, H, 1, Lp, hd, hd};
-  be_.attention_backward(spec, shape, a_.q, a_.k, a_.v, a_.atty, s_.datty, a_.lse, s_.dq, s_.dk, s_.dv);
+  be_.attention_backward(spec, shape, a_.q, a_.k, a_.v, nullptr, a_.atty, s_.datty, a_.lse, s_.dq, s_.dk, s_.dv);
   be_.zero(s_.dqkv, B * N * 3 * C);
   be_.readout_merge(s_.dqkv, s_.dq, s_.dk, s_.dv, B, N, H, hd);
   be_.matmul_backward(nullptr, g_.qkv_w, nullptr, s_.dqkv, x_, p_.qkv_w, B * N, C, 3 * C);

@@ -14,6 +14,18 @@
 //   layer on the raw tokens (in_dim == dim), no embedding, LN, MLP, residual or bias;
 //   the last token is the query, the other N - 1 are the keys and values, and the
 //   prediction is the last coordinate of the query's output; MSE loss.
+// - Head::token_regress, per-token regression (the pde task): the classify transformer
+//   without pooling (and without CLS); after the final LN a linear map C -> 1 per token
+//   gives pred [B, N]; MSE over all B N values. y_value is [B, N].
+//
+// Padding (classify with vocab > 0 and pad_id >= 0, the listops task): tokens whose id
+// is pad_id are hidden from every attention row by a key mask [B, T] (1 = attend; the
+// CLS token is always attended), so the kernels' n_i counts real tokens only, and the
+// mean pool averages over the real tokens. With padding only at the end, the loss of a
+// sample does not depend on how much padding follows it; nor do attn_fro / jac_fro,
+// which count the rows of real queries only (padding rows never reach the loss).
+// The CUDA backend does not support padding yet (the norms of the real query rows are a
+// CPU-only gather): a CUDA model with pad_id >= 0 throws at construction.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +37,7 @@
 
 namespace attnsweep {
 
-enum class Head { classify, readout };
+enum class Head { classify, readout, token_regress };
 
 struct ModelConfig {
   Head head = Head::classify;
@@ -38,10 +50,13 @@ struct ModelConfig {
   int64_t mlp_ratio = 4;
   int64_t classes = 10;  // classify only
   bool cls = false;      // classify from a CLS token instead of the mean over tokens
+  int64_t pad_id = -1;   // vocab > 0: the id of padding tokens, masked out of attention (-1: none)
   ActivationSpec act;
 
   int64_t seq() const { return tokens + (cls ? 1 : 0); }  // T: the sequence the blocks see
   int64_t head_dim() const { return dim / heads; }
+  // Floats of y_value per sample: token_regress one per token, readout one.
+  int64_t targets_per_sample() const { return head == Head::token_regress ? tokens : 1; }
 };
 
 // Parameter tensors. The weight matrices (decayed by AdamW) come first so that the
@@ -54,7 +69,7 @@ struct ParameterTensors {
   float* attproj_w;   // (L, C, C)
   float* fc_w;        // (L, 4C, C)
   float* fcproj_w;    // (L, C, 4C)
-  float* head_w;      // (classes, C)
+  float* head_w;      // (classes, C); token_regress (1, C)
   // not decayed
   float* patch_b;     // (C); empty with vocab > 0
   float* wpe;         // (T, C)
@@ -69,7 +84,7 @@ struct ParameterTensors {
   float* fcproj_b;    // (L, C)
   float* lnf_w;       // (C)
   float* lnf_b;       // (C)
-  float* head_b;      // (classes)
+  float* head_b;      // (classes); token_regress (1)
 };
 constexpr int kNumParameterTensors = 20;
 constexpr int kNumDecayedTensors = 6;
@@ -130,12 +145,20 @@ class BasicModel {
 
   // Forward over a batch of B rows (buffers grow as needed). Host inputs:
   // x [B, N, in_dim] (vocab > 0: token ids as floats, [B, N]; one input type for every
-  // task, and ids below 2^24 are exact); classify: y_class [B]; readout: y_value [B]. Saves what the
-  // backward needs (a device backend keeps its own copy of the inputs). collect_norms
-  // fills stats.attn_fro / jac_fro.
+  // task, and ids below 2^24 are exact); classify: y_class [B]; readout: y_value [B];
+  // token_regress: y_value [B, N]. Saves what the backward needs (a device backend keeps
+  // its own copy of the inputs). collect_norms fills stats.attn_fro / jac_fro.
   ForwardStats forward(const float* x, const int32_t* y_class, const float* y_value, int64_t B, bool collect_norms);
   // Gradients of the mean loss of the last forward: zeroes grads() and fills it.
   void backward();
+  // What the last forward predicted (on the backend's device): classify logits
+  // [B, classes], readout [B], token_regress [B, N].
+  const float* predictions() const { return a_.logits; }
+  // The same on the host: the CPU buffer itself, or a device copy in `buf`.
+  const float* host_predictions(std::vector<float>& buf);
+  // The key mask of the last forward [B, T] (1 = attend; on the device), or null when
+  // nothing is padded.
+  const float* key_mask() const { return mask_; }
 
  private:
   template <class T>
@@ -146,6 +169,16 @@ class BasicModel {
   ForwardStats forward_readout(bool collect_norms);
   void backward_classify();
   void backward_readout();
+  // Padding mask from the token ids (pad_id >= 0), built on the host (key_mask_host_) and
+  // staged to the device; mask_ points at the device copy, or is null without padding.
+  void build_key_mask();
+  // With padding, the norms (B, H) of layer l over the rows of real queries only (CPU).
+  void norms_of_real_queries(const AttentionSpec& spec, const float* q, const float* k, const float* v,
+                             double* attn_fro, double* jac_fro);
+  // token_regress: the per-token linear head and MSE after the final LN, and its backward
+  // into s_.dln (the gradient at the final LN's output).
+  void forward_token_head(ForwardStats& st);
+  void backward_token_head();
 
   Backend be_;  // first: built before and destroyed after the buffers it allocated
   ModelConfig cfg_;
@@ -160,6 +193,8 @@ class BasicModel {
   const float* x_ = nullptr;        // on the device
   std::vector<int32_t> ids_host_;   // x as token ids (vocab > 0), checked on the host
   const int32_t* ids_ = nullptr;    // ids_host_ on the device
+  std::vector<float> key_mask_host_;  // (B, T) padding mask (pad_id >= 0)
+  const float* mask_ = nullptr;       // key_mask_host_ on the device when padded, else null
   const int32_t* y_class_ = nullptr;
   const float* y_value_ = nullptr;
   Array<float> acts_mem_, scratch_mem_;
@@ -187,7 +222,7 @@ class BasicModel {
     float* lnf_mean;    // (B, T)
     float* lnf_rstd;    // (B, T)
     float* pooled;      // (B, C)
-    float* logits;      // (B, classes)   readout: pred (B)
+    float* logits;      // (B, classes)   readout: pred (B); token_regress: pred (B, N)
     float* probs;       // (B, classes)
   } a_{};
   struct Scratch {
@@ -201,7 +236,7 @@ class BasicModel {
     float* dv;
     float* datty;       // (B, H, T, hd)
     float* dpooled;     // (B, C)
-    float* dlogits;     // (B, classes)
+    float* dlogits;     // (B, classes)   token_regress: (B, N)
     float* demb;        // (B, N, C)
   } s_{};
   Array<double> norms_;  // (2, L, B, H): attn_fro then jac_fro per layer, from the kernel

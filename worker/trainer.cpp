@@ -38,6 +38,7 @@ TrainConfig train_config_of(const json& c) {
   tc.weight_decay = c.value("weight_decay", tc.weight_decay);
   tc.clip = c.value("clip", tc.clip);
   tc.optimizer = c.value("optimizer", tc.optimizer);
+  tc.lr_schedule = c.value("lr_schedule", tc.lr_schedule);
   tc.seed = c.value("seed", tc.seed);
   tc.init_seed = c.value("init_seed", tc.init_seed);
   tc.init_std = c.value("init_std", tc.init_std);
@@ -48,12 +49,20 @@ TrainConfig train_config_of(const json& c) {
                              std::to_string(tc.devices));
   if (tc.optimizer != "adamw" && tc.optimizer != "sgd")
     throw std::runtime_error("optimizer: expected adamw or sgd, got \"" + tc.optimizer + "\"");
+  if (tc.lr_schedule != "cosine" && tc.lr_schedule != "constant")
+    throw std::runtime_error("lr_schedule: expected cosine or constant, got \"" + tc.lr_schedule + "\"");
   return tc;
 }
 
 ModelConfig model_config_of(const json& c, const TrainingData& data) {
   ModelConfig mc;
-  mc.head = data.classes > 0 ? Head::classify : Head::readout;
+  if (data.classes > 0) mc.head = Head::classify;
+  else if (data.targets_per_sample == 1) mc.head = Head::readout;
+  else if (data.targets_per_sample == data.tokens) mc.head = Head::token_regress;
+  else
+    throw std::runtime_error("training data: targets_per_sample " + std::to_string(data.targets_per_sample) +
+                             " is neither 1 nor the token count " + std::to_string(data.tokens));
+  mc.pad_id = data.pad_id;
   mc.tokens = data.tokens;
   mc.in_dim = data.in_dim;
   mc.classes = data.classes;
@@ -70,10 +79,18 @@ ModelConfig model_config_of(const json& c, const TrainingData& data) {
 double lr_at(const TrainConfig& tc, int64_t t) {
   if (t < tc.warmup_steps) return tc.lr * static_cast<double>(t + 1) / static_cast<double>(tc.warmup_steps);
   const int64_t decay = tc.steps - tc.warmup_steps;
-  if (decay <= 0) return tc.lr;
+  if (decay <= 0 || tc.lr_schedule == "constant") return tc.lr;
   const double frac = static_cast<double>(t - tc.warmup_steps) / static_cast<double>(decay);
   return tc.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
 }
+
+ModelWeights weights_of(const std::vector<TensorInfo>& tensors, const float* host_params) {
+  ModelWeights w;
+  for (const TensorInfo& t : tensors) w.tensors[t.name] = {host_params + t.offset, t.shape};
+  return w;
+}
+
+ModelWeights weights_of(const Model& model) { return weights_of(model.tensors(), model.params()); }
 
 // ---- the optimizer step ------------------------------------------------------------
 
@@ -183,7 +200,8 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
       ModelType& m = replica(rr);
       const int64_t first = rr * Bs;
       f[static_cast<size_t>(rr)] = m.forward(x + first * row, y_class ? y_class + first : nullptr,
-                                             y_value ? y_value + first : nullptr, Bs, collect_norms);
+                                             y_value ? y_value + first * mc_.targets_per_sample() : nullptr, Bs,
+                                             collect_norms);
       m.backward();
     });
     double loss = 0;
@@ -263,6 +281,7 @@ struct Trajectory {
   std::vector<float> attn_fro, jac_fro;  // [T, L, H]
   std::vector<int64_t> eval_step;
   std::vector<float> eval_loss, eval_accuracy;
+  std::vector<double> eval_task;  // [E, M]: the task's eval_metrics (TrainingData::measure)
 };
 
 // Checkpoint file: magic, payload, FNV-1a 64 of everything before it, end marker. A
@@ -360,6 +379,7 @@ void save_checkpoint(const std::string& path, const std::string& config_text, co
   w.put_vec(t.eval_step);
   w.put_vec(t.eval_loss);
   w.put_vec(t.eval_accuracy);
+  w.put_vec(t.eval_task);
   w.put<uint64_t>(fnv1a(w.buf.data(), w.buf.size()));
   w.buf.append(kEnd, sizeof kEnd);
 
@@ -430,6 +450,7 @@ bool load_checkpoint(const std::string& path, const std::string& config_text, Tr
     t.eval_step = r.get_vec<int64_t>();
     t.eval_loss = r.get_vec<float>();
     t.eval_accuracy = r.get_vec<float>();
+    t.eval_task = r.get_vec<double>();
     if (r.pos != payload.size()) throw std::runtime_error("trailing bytes");
     tr.load_state(params, m, v);  // every replica resumes from the same state
     st = std::move(s);
@@ -442,16 +463,36 @@ bool load_checkpoint(const std::string& path, const std::string& config_text, Tr
 
 struct EvalResult {
   double loss = 0, accuracy = 0;
+  double rel_l2 = 0;  // token_regress: mean over samples of ||pred - y|| / ||y||
 };
 
-// Mean loss and accuracy over the test split (or its first eval_batches batches).
+// Sum over the B samples of ||pred_b - y_b|| / ||y_b|| (rows of `per` values), float64.
+double sum_rel_l2(const float* pred, const float* y, int64_t B, int64_t per) {
+  double s = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    double num = 0, den = 0;
+    for (int64_t j = b * per; j < (b + 1) * per; ++j) {
+      const double d = static_cast<double>(pred[j]) - y[j];
+      num += d * d;
+      den += static_cast<double>(y[j]) * y[j];
+    }
+    s += std::sqrt(num / den);
+  }
+  return s;
+}
+
+// Mean loss and accuracy (token_regress: and relative L2) over the test split (or its
+// first eval_batches batches).
 template <class ModelT>
 EvalResult evaluate(ModelT& model, const TrainingData& data, const TrainConfig& tc, std::vector<float>& x,
                     std::vector<int32_t>& yc, std::vector<float>& yv) {
   int64_t n = data.n_test;
   if (tc.eval_batches > 0) n = std::min(n, tc.eval_batches * tc.batch);
-  double loss = 0;
+  double loss = 0, rel_l2 = 0;
   int64_t correct = 0;
+  const int64_t per = model.config().targets_per_sample();
+  const bool per_token = model.config().head == Head::token_regress;
+  std::vector<float> pred;  // a device model's predictions on the host
   std::vector<int64_t> idx(static_cast<size_t>(tc.batch));
   for (int64_t s = 0; s < n; s += tc.batch) {
     const int64_t B = std::min(tc.batch, n - s);
@@ -460,10 +501,12 @@ EvalResult evaluate(ModelT& model, const TrainingData& data, const TrainConfig& 
     const ForwardStats st = model.forward(x.data(), yc.data(), yv.data(), B, false);
     loss += st.loss * static_cast<double>(B);
     correct += st.correct;
+    if (per_token) rel_l2 += sum_rel_l2(model.host_predictions(pred), yv.data(), B, per);
   }
   EvalResult r;
   r.loss = n > 0 ? loss / static_cast<double>(n) : std::nan("");
   r.accuracy = data.classes > 0 && n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : std::nan("");
+  r.rel_l2 = per_token && n > 0 ? rel_l2 / static_cast<double>(n) : std::nan("");
   return r;
 }
 
@@ -495,18 +538,29 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
 
   std::vector<float> x(static_cast<size_t>(B * data.tokens * data.in_dim));
   std::vector<int32_t> yc(static_cast<size_t>(B));
-  std::vector<float> yv(static_cast<size_t>(B));
+  std::vector<float> yv(static_cast<size_t>(B * mc.targets_per_sample()));
   std::vector<int64_t> idx(static_cast<size_t>(B));
   Sampler sampler(data.n_train, tc.seed);
   Trajectory& tj = st.traj;
   TaskOutput out;
   const float nanf = std::numeric_limits<float>::quiet_NaN();
 
+  double last_rel_l2 = std::nan("");
   auto record_eval = [&](int64_t step) {
     const EvalResult e = evaluate(tr.model(), data, tc, x, yc, yv);
+    last_rel_l2 = e.rel_l2;
     tj.eval_step.push_back(step);
     tj.eval_loss.push_back(static_cast<float>(e.loss));
     tj.eval_accuracy.push_back(static_cast<float>(e.accuracy));
+    if (data.measure) {
+      // The task reads host parameters: a device trainer's are copied back first.
+      const std::vector<float> host = tr.params_host();
+      const std::vector<double> v = data.measure(weights_of(tr.model().tensors(), host.data()));
+      if (v.size() != data.eval_metrics.size())
+        throw std::runtime_error("task measured " + std::to_string(v.size()) + " metrics, declared " +
+                                 std::to_string(data.eval_metrics.size()));
+      tj.eval_task.insert(tj.eval_task.end(), v.begin(), v.end());
+    }
   };
 
   const int64_t resumed_at = st.step;
@@ -551,12 +605,19 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
     out.final_metrics["test_loss"] = tj.eval_loss.back();
     if (classify) out.final_metrics["test_accuracy"] = tj.eval_accuracy.back();
     else out.final_metrics["test_mse"] = tj.eval_loss.back();
+    if (mc.head == Head::token_regress) out.final_metrics["test_rel_l2"] = last_rel_l2;
   } else {
     // The parameters are those before the non-finite step; the cell's verdict is the
     // divergence, not a test score of weights it never finished training.
     out.final_metrics["test_loss"] = std::nan("");
     if (classify) out.final_metrics["test_accuracy"] = std::nan("");
+    if (mc.head == Head::token_regress) out.final_metrics["test_rel_l2"] = std::nan("");
   }
+  // The task's own metrics: the last evaluation's values (NaN when the cell diverged).
+  const size_t M = data.measure ? data.eval_metrics.size() : 0;
+  for (size_t j = 0; j < M; ++j)
+    out.final_metrics[data.eval_metrics[j].name] =
+        out.status == "complete" ? tj.eval_task[tj.eval_task.size() - M + j] : std::nan("");
   out.final_metrics["train_loss"] = tj.loss.empty() ? std::nan("") : tj.loss.back();
 
   const uint64_t T = tj.step.size(), E = tj.eval_step.size();
@@ -573,6 +634,11 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
   out.series.push_back({"/eval/step", {E}, tj.eval_step, "updates done when the test split was evaluated"});
   out.series.push_back({"/eval/loss", {E}, tj.eval_loss, "mean test loss"});
   out.series.push_back({"/eval/accuracy", {E}, tj.eval_accuracy, "test accuracy (NaN: regression)"});
+  for (size_t j = 0; j < M; ++j) {
+    std::vector<double> col(static_cast<size_t>(E));
+    for (size_t e = 0; e < E; ++e) col[e] = tj.eval_task[e * M + j];
+    out.series.push_back({data.eval_metrics[j].path, {E}, std::move(col), data.eval_metrics[j].description});
+  }
   return out;
 }
 

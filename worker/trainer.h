@@ -59,6 +59,7 @@ struct TrainConfig {
   int64_t log_every = 50, eval_every = 500, eval_batches = 0, checkpoint_every = 0;
   double lr = 1e-3, weight_decay = 0.05, clip = 1.0;
   std::string optimizer = "adamw";  // adamw | sgd
+  std::string lr_schedule = "cosine";  // cosine: warm-up then cosine decay to 0; constant: warm-up then lr
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // torch.optim.AdamW defaults
   uint64_t seed = 0, init_seed = 0;
   double init_std = 0;  // 0: PyTorch nn.Linear init
@@ -71,7 +72,7 @@ TrainConfig train_config_of(const json& config);
 ModelConfig model_config_of(const json& config, const TrainingData& data);
 
 // Learning rate of 0-based step t: lr (t+1)/warmup during the warm-up, then
-// lr * (1 + cos(pi (t - warmup) / (steps - warmup))) / 2.
+// lr * (1 + cos(pi (t - warmup) / (steps - warmup))) / 2 (lr_schedule "constant": lr).
 double lr_at(const TrainConfig& tc, int64_t t);
 
 // What one optimizer step measured.
@@ -132,6 +133,12 @@ class BasicTrainer {
 };
 
 using Trainer = BasicTrainer<CpuBackend>;
+
+// A model's parameter tensors by name, as a task's TrainingData::measure sees them:
+// a CPU model's own buffer, or `host_params` (num_params() floats, e.g. a device
+// model's get_params) with the tensor layout `tensors`.
+ModelWeights weights_of(const Model& model);
+ModelWeights weights_of(const std::vector<TensorInfo>& tensors, const float* host_params);
 
 // Trains a cell: the `train` of a TaskContext (experiments/task.h), on ctx.device ("cpu",
 // "cuda" = "cuda:0", "cuda:N"; a CUDA device without the CUDA backend, or not visible,

@@ -113,6 +113,42 @@ void cls_pool_backward(float* dinp, const float* dpooled, int64_t B, int64_t T, 
     for (int64_t c = 0; c < C; ++c) dinp[b * T * C + c] += dpooled[b * C + c];
 }
 
+void pad_key_mask(float* mask, const int32_t* ids, int32_t pad_id, int64_t B, int64_t T, int64_t N, int64_t off) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) mask[b * T + t] = t < off || ids[b * N + t - off] != pad_id ? 1.0f : 0.0f;
+}
+
+void masked_meanpool_forward(float* out, const float* inp, const float* mask, int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = 0;
+    std::vector<double> acc(static_cast<size_t>(C), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      if (mask[b * T + t] == 0.0f) continue;
+      ++n;
+      const float* x = inp + (b * T + t) * C;
+      for (int64_t c = 0; c < C; ++c) acc[static_cast<size_t>(c)] += x[c];
+    }
+    const double inv = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+    for (int64_t c = 0; c < C; ++c) out[b * C + c] = static_cast<float>(acc[static_cast<size_t>(c)] * inv);
+  }
+}
+
+void masked_meanpool_backward(float* dinp, const float* dout, const float* mask, int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; ++t) n += mask[b * T + t] != 0.0f;
+    if (n == 0) continue;
+    const float inv = 1.0f / static_cast<float>(n);
+    for (int64_t t = 0; t < T; ++t) {
+      if (mask[b * T + t] == 0.0f) continue;
+      float* d = dinp + (b * T + t) * C;
+      for (int64_t c = 0; c < C; ++c) d[c] += dout[b * C + c] * inv;
+    }
+  }
+}
+
 ATTNSWEEP_INLINE_COPIES void readout_split(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t N,
                                            int64_t H, int64_t hd) {
   const int64_t C = H * hd, Lp = N - 1;

@@ -1,8 +1,10 @@
 // CPU ops of kernels/ops.h. Row-parallel loops use OpenMP with static schedules; every
 // reduction across rows (dweight, dbias, dwte, ...) runs serially in row order so that
-// results do not depend on the thread count. The GEMMs split their rows over the thread
-// team (sgemm_rows): deterministic for a given thread count; OpenBLAS may pick another
-// kernel for a smaller part, so another count can change the last bits.
+// results do not depend on the thread count. The matmuls take the AVX-512 kernels of
+// kernels/cpu/gemm.cpp where the CPU has them (independent of the thread count too);
+// otherwise OpenBLAS with the rows split over the thread team (sgemm_rows):
+// deterministic for a given thread count; OpenBLAS may pick another kernel for a
+// smaller part, so another count can change the last bits.
 // no-trapping-math: see GELU below (we never read the FP exception flags); it must come
 // before the headers so that fast_expf is compiled with it.
 #pragma GCC optimize("no-trapping-math")
@@ -11,6 +13,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vec.h"
 
 #include <algorithm>
@@ -76,6 +79,10 @@ void sgemm_rows(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t Nc, i
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC) {
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    cpu::matmul_forward_avx512(out, inp, weight, bias, N, C, OC);
+    return;
+  }
   // out = inp @ weight^T
   if (bias == nullptr) {
     sgemm_rows(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, 0.0f, out, OC);
@@ -91,6 +98,10 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t C, int64_t OC) {
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    cpu::matmul_backward_avx512(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    return;
+  }
   // dinp += dout @ weight
   if (dinp != nullptr) sgemm_rows(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
   // dweight += dout^T @ inp   (rows of dweight split: each element's sum over N stays in one call)
@@ -232,16 +243,22 @@ OPS_ROW_CLONES void gelu_forward_span(float* out, const float* inp, int64_t n) {
   }
 }
 
+inline float gelu_grad(float x) {
+  const float u = kGeluK * (x + 0.044715f * x * x * x);
+  const float sg = 1.0f / (1.0f + cpu::fast_expf(-2.0f * u));  // sigma(2u)
+  // d/dx [x sigma(2u)] = sigma(2u) + x sigma(2u) (1 - sigma(2u)) 2 du/dx
+  return sg + 2.0f * x * sg * (1.0f - sg) * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 OPS_ROW_CLONES void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float u = kGeluK * (x + 0.044715f * x * x * x);
-    const float sg = 1.0f / (1.0f + cpu::fast_expf(-2.0f * u));  // sigma(2u)
-    // d/dx [x sigma(2u)] = sigma(2u) + x sigma(2u) (1 - sigma(2u)) 2 du/dx
-    const float grad = sg + 2.0f * x * sg * (1.0f - sg) * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += grad * dout[i];
-  }
+  for (int64_t i = 0; i < n; ++i) dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+// d[i] = gelu'(inp[i]) * d[i] in place: gelu_backward_span into a zeroed buffer (0 + v = v).
+OPS_ROW_CLONES void gelu_backward_inplace_span(float* d, const float* inp, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = gelu_grad(inp[i]) * d[i];
 }
 }  // namespace
 
@@ -420,6 +437,53 @@ void sgd_update(float* params, const float* grads, float* momentum_buf, int64_t 
     }
     params[i] -= lr * g;
   }
+}
+
+// ---- GELU fused with the MLP's matmuls -------------------------------------------------
+
+namespace {
+struct GeluForwardRows {
+  const float* pre;
+  float* out;
+  int64_t OC;
+};
+void gelu_forward_rows(const void* ctx, float*, int64_t r0, int64_t rows) {
+  const auto& g = *static_cast<const GeluForwardRows*>(ctx);
+  gelu_forward_span(g.out + r0 * g.OC, g.pre + r0 * g.OC, rows * g.OC);
+}
+struct GeluBackwardRows {
+  const float* pre;
+  int64_t C;
+};
+void gelu_backward_rows(const void* ctx, float* dpre, int64_t r0, int64_t rows) {
+  const auto& g = *static_cast<const GeluBackwardRows*>(ctx);
+  gelu_backward_inplace_span(dpre + r0 * g.C, g.pre + r0 * g.C, rows * g.C);
+}
+}  // namespace
+
+void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                         int64_t C, int64_t OC) {
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    const GeluForwardRows ctx{pre, out, OC};
+    cpu::matmul_forward_avx512(pre, inp, weight, bias, N, C, OC, {gelu_forward_rows, &ctx});
+    return;
+  }
+  matmul_forward(pre, inp, weight, bias, N, C, OC);
+  gelu_forward(out, pre, N * OC);
+}
+
+void gelu_matmul_backward(float* dpre, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC) {
+  const GeluBackwardRows ctx{pre, C};
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    cpu::matmul_backward_avx512(dpre, dweight, dbias, dout, inp, weight, N, C, OC, {gelu_backward_rows, &ctx}, true);
+    return;
+  }
+  std::fill(dpre, dpre + N * C, 0.0f);  // OpenBLAS: beta = 1 onto zeros, as the unfused path
+  matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);
+  const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; ++b) gelu_backward_rows(&ctx, dpre, b * kRowBlock, std::min(kRowBlock, N - b * kRowBlock));
 }
 
 }  // namespace attnsweep

@@ -1,59 +1,87 @@
-# Malformed grids (the corpus in tests/bad_grids/, each with the message fragment it
-# must produce) and malformed command lines: one clear line naming the path, exit 2,
-# and nothing written.
+# The bad-input corpus (tests/bad_inputs/): malformed grids (given to `plan` and `run`),
+# cell files (given to `train`), HDF5 inputs to `attention` and bad command lines. Every
+# case must exit 2 with its expected message fragment on stderr, within a timeout, and
+# write nothing (the scratch folder is unchanged: no --out DIR, no OUT.h5, no temporary
+# file). All cases run; each failing one is reported by name.
 source "$(dirname "$0")/lib.bash"
-n=0
-for g in "$SRC"/tests/bad_grids/*.json; do
-  want=$(cat "${g%.json}.expect")
-  base=$(basename "$g")
-  cp "$g" "$base"
+C=$SRC/tests/bad_inputs
+LIMIT=${BAD_INPUT_TIMEOUT_S:-30}  # seconds per invocation: a hang is a failure, not a stall
+
+mkdir in && cd in
+mkdir grids cells
+cp "$C"/grids/*.json grids/
+cp "$C"/cells/*.json cells/
+cp "$SRC/experiments/grids/norm_probe.json" good.json
+printf '{"task": "norm_probe", "prompt_length": 16, "samples": 2}\n' >cell.json
+mkdir adir
+echo "not a results directory" >afile.txt
+$PY "$C/attention/make_inputs.py"
+# The cells used as "valid" really are: a broken fixture would make every case pass.
+"$ATTNSWEEP" plan good.json >/dev/null || fail "good.json is not a valid grid"
+"$ATTNSWEEP" train cell.json --out "$WORK/cell_ok.h5" 2>/dev/null || fail "cell.json is not a valid cell"
+"$ATTNSWEEP" attention good.h5 --out "$WORK/attn_ok.h5" --activation softmax || fail "good.h5 is not a valid input"
+rm -f "$WORK"/*.h5
+
+snapshot() { find . -printf '%p %y %s %T@\n' | sort; }
+failures=() n=0
+# check_case NAME WANT ARGS...: exit 2, WANT on stderr, nothing written, within LIMIT;
+# sets why to the reason it failed (empty: passed).
+check_case() {
+  local name=$1 want=$2 before after
+  shift 2
+  why=""
+  before=$(snapshot)
+  run_rc timeout -k 5 "$LIMIT" "$ATTNSWEEP" "$@"
+  after=$(snapshot)
+  if [ "$RC" = 124 ] || [ "$RC" = 137 ]; then why="no answer within ${LIMIT}s (hang)"
+  elif [ "$RC" != 2 ]; then why="exit $RC, expected 2"
+  elif ! grep -qF -- "$want" <<<"$ERR"; then why="expected '$want' on stderr"
+  elif [ "$before" != "$after" ]; then why="wrote: $(diff <(echo "$before") <(echo "$after") | grep '^[<>]' | head -3 | tr '\n' ' ')"
+  fi
+  n=$((n + 1))
+  if [ -n "$why" ]; then
+    failures+=("$name")
+    echo "FAIL $name: attnsweep $*: $why; stderr: $(head -c 600 <<<"$ERR")" >&2
+  fi
+}
+
+# Grids: `plan` and `run` (whose --out must not be created); the message names the file.
+grids=0
+for g in "$C"/grids/*.json; do
+  base=$(basename "$g") want=$(cat "${g%.json}.expect")
   for cmd in plan run; do
     extra=(); [ $cmd = run ] && extra=(--out "out_$base")
-    run_rc "$ATTNSWEEP" $cmd "$base" "${extra[@]}"
-    [ "$RC" = 2 ] || fail "$cmd $base: exit $RC, expected 2 (stderr: $ERR)"
-    grep -qF -- "$want" <<<"$ERR" || fail "$cmd $base: expected '$want' in: $ERR"
-    grep -qF -- "$base" <<<"$ERR" || fail "$cmd $base: the message does not name the file: $ERR"
-    [ ! -e "out_$base" ] || fail "$cmd $base: wrote out_$base although the grid is invalid"
-    [ -z "$OUT" ] || [ $cmd = plan ] && true
+    check_case "grids/${base%.json} ($cmd)" "$want" $cmd "grids/$base" "${extra[@]}"
+    [ -n "$why" ] || grep -qF -- "$base" <<<"$ERR" || { failures+=("grids/${base%.json} ($cmd): file not named"); echo "FAIL: $ERR" >&2; }
   done
-  n=$((n + 1))
+  grids=$((grids + 1))
 done
-echo "ok: $n malformed grids rejected by plan and run with exit 2, nothing written"
-check "at least 15 malformed grids" test "$n" -ge 15
 
-cp "$SRC/experiments/grids/norm_probe.json" good.json
-# command line -> fragment of the expected message
-cases=(
-  "run good.json|the option '--out' is required"
-  "run good.json --out o --workers 0|--workers: expected an integer >= 1"
-  "run good.json --out o --wrokers 2|did you mean --workers?"
-  "run good.json --out o --device tpu|--device: expected auto, cpu or cuda"
-  "run good.json --out o --retries -1|--retries: expected an integer >= 0"
-  "run good.json --out o --timeout-s 0|--timeout-s: expected a number > 0"
-  "run good.json --out o --threads abc|the argument ('abc') for option '--threads' is invalid"
-  "run missing.json --out o|missing.json: cannot read file"
-  "run good.json --out good.json|--out good.json: exists and is not a directory"
-  "run good.json extra.json --out o|too many arguments"
-  "rn good.json|unknown command (did you mean \"run\"?)"
-  "plan|the option '--grid' is required"
-  "train missing_cell.json --out x.h5|missing_cell.json: cannot read file"
-  "train good.json --out x.h5|good.json: axes: unknown key"
-  "train good.json --out x.h5 --device gpu|--device: expected cpu, cuda or cuda:N"
-  "status nowhere|nowhere: no manifest.json"
-  "submit good.json --out o --nodes 0 --gpus-per-node 0 --dry-run|--nodes: expected an integer >= 1"
-  "submit good.json --out o --nodes 1 --gpus-per-node 0 --time 1:2:3:4 --dry-run|--time: expected HH:MM:SS"
-  "submit good.json --out o --nodes 1 --dry-run|the option '--gpus-per-node' is required"
-  "submit missing.json --out o --nodes 1 --gpus-per-node 0 --dry-run|missing.json: cannot read file"
-  "aggregate nowhere|nowhere: no runs/ folder"
-)
-m=0
-for c in "${cases[@]}"; do
-  args=${c%%|*}; want=${c#*|}
-  before=$(ls | sort | md5sum)
-  run_rc "$ATTNSWEEP" $args
-  [ "$RC" = 2 ] || fail "attnsweep $args: exit $RC, expected 2 (stderr: $ERR)"
-  grep -qF -- "$want" <<<"$ERR" || fail "attnsweep $args: expected '$want' in: $ERR"
-  [ "$(ls | sort | md5sum)" = "$before" ] || fail "attnsweep $args: wrote files"
-  m=$((m + 1))
+# Cell files: `train`, whose --out must not be written.
+cells=0
+for c in "$C"/cells/*.json; do
+  base=$(basename "$c") want=$(cat "${c%.json}.expect")
+  check_case "cells/${base%.json}" "$want" train "cells/$base" --out "out_${base%.json}.h5"
+  [ -n "$why" ] || grep -qF -- "$base" <<<"$ERR" || { failures+=("cells/${base%.json}: file not named"); echo "FAIL: $ERR" >&2; }
+  cells=$((cells + 1))
 done
-echo "ok: $m malformed command lines rejected with exit 2, nothing written"
+
+# Command lines and attention's HDF5 inputs: NAME | ARGS | FRAGMENT.
+lines=0
+while IFS= read -r line; do
+  [[ -z "$line" || "$line" == \#* ]] && continue
+  name=$(sed 's/ *|.*//' <<<"$line")
+  args=$(cut -d'|' -f2 <<<"$line" | sed 's/^ *//; s/ *$//')
+  want=$(cut -d'|' -f3- <<<"$line" | sed 's/^ *//; s/ *$//')
+  read -ra argv <<<"$args"
+  check_case "commands/$name" "$want" "${argv[@]}"
+  lines=$((lines + 1))
+done <"$C/commands.txt"
+
+echo "bad inputs: $grids grids (x plan, run), $cells cell files, $lines command lines and attention inputs: $n invocations"
+if [ ${#failures[@]} -gt 0 ]; then
+  printf 'FAILED: %s\n' "${failures[@]}" >&2
+  fail "${#failures[@]} of $n bad-input invocations did not exit 2 with their message and nothing written"
+fi
+check "at least 40 cases" test $((grids + cells + lines)) -ge 40
+echo "ok: every bad input rejected with exit 2 and its message, nothing written"

@@ -1,8 +1,11 @@
-# attnsweep report: a reduced norm-probe sweep (run for real) and a fake trained sweep
-# (bench/aggregate_gen writes cells in the trained schema) each become one
-# self-contained report.html; headless Chromium renders both pages, and the screenshots
-# must not be blank and must show as many <img> as the script made figures. Bad files
-# in runs/ are skipped and listed; a second aggregate rereads nothing; a Python without
+# attnsweep report: a reduced norm-probe sweep and a tiny trained sweep (the image task
+# on Fashion-MNIST: 2 activations x 2 prompt lengths x 2 seeds, 40 steps), both run for
+# real, and a fake trained sweep with diverged and failed cells (bench/aggregate_gen
+# writes cells in the trained schema) each become one self-contained report.html;
+# headless Chromium renders the pages, and the screenshots must not be blank and must
+# show as many <img> as the script made figures. Bad files in runs/ are skipped and
+# listed; a second aggregate rereads nothing; the loading snippet of results/README.md
+# (contract.md's h5py/pandas one, extended) runs on an aggregate; a Python without
 # matplotlib gives exit 2 naming the Debian packages.
 # SKIPPED (77) only when Chromium is missing and cannot be installed.
 source "$(dirname "$0")/lib.bash"
@@ -86,7 +89,66 @@ run_rc "$ATTNSWEEP" report np
 check "report with bad files exits 0" test "$RC" = 0
 check "report lists the skipped files" grep -q "00000000truncated.h5: truncated file" np/report.html
 
-# ---- 2. a fake trained sweep ----------------------------------------------------------
+# ---- 2. a tiny trained sweep, run for real ---------------------------------------------
+[ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || fail "no Fashion-MNIST (Debian: dataset-fashion-mnist)"
+cat > image.json <<'EOF'
+{
+  "name": "image_tiny",
+  "axes": {"task": ["image"], "activation": ["softmax", "relu"], "prompt_length": [16, 49], "seed": [0, 1]},
+  "fixed": {"scale": "inv_n", "layers": 2, "heads": 2, "dim": 16, "steps": 40, "batch": 16,
+            "log_every": 5, "eval_every": 20, "eval_batches": 2}
+}
+EOF
+run_rc "$ATTNSWEEP" run image.json --out im --workers 2
+check "trained sweep exits 0 (got $RC: $ERR)" test "$RC" = 0
+check "8 trained result files" test "$(ls im/runs/*.h5 | wc -l)" = 8
+run_rc "$ATTNSWEEP" report im
+check "trained report exits 0 (got $RC: $ERR)" test "$RC" = 0
+echo "$OUT"
+FIGS=$(sed -n 's/^figures: //p' <<<"$OUT")
+check "trained report has 3 figures (got $FIGS)" test "$FIGS" = 3
+check "one <img> per figure" test "$(img_count im/report.html)" = "$FIGS"
+for title in "Norms over training, per layer" "Accuracy against prompt length" "Training loss"; do
+  check "trained report has the figure '$title'" grep -q "<h2>Figure [0-9]. $title</h2>" im/report.html
+done
+# What the three figures are drawn from: per-layer norm trajectories of every cell,
+# test accuracy of 2 seeds per activation and prompt length (the error bars), loss
+# curves of 2 seeds per panel (the bands).
+check "aggregate of the trained sweep holds the figures' data" $PY - im/aggregate.h5 <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f:
+    c = {k: (f["cells"][k].asstr()[()] if f["cells"][k].dtype.kind == "O" else f["cells"][k][()]) for k in f["cells"]}
+    for name in ("norms_attn_fro", "norms_jac_fro"):
+        a = f["trajectories"][name][()]
+        assert a.shape == (8, 9, 2, 2), (name, a.shape)  # 8 cells, steps 0..40 every 5, 2 layers, 2 heads
+        assert np.isfinite(a).all() and (a > 0).all(), name
+    loss = f["trajectories/train_loss"][()]
+    assert loss.shape == (8, 9) and np.isfinite(loss).all(), loss.shape
+    for act in ("softmax", "relu"):
+        for n in (16, 49):
+            sel = (c["activation"] == act) & (c["prompt_length"] == n) & (c["status"] == "complete")
+            acc = c["test_accuracy"][sel]
+            assert len(acc) == 2 and np.isfinite(acc).all() and sorted(c["seed"][sel]) == [0, 1], (act, n, acc)
+print("   norms [8, 9, 2, 2] finite, 2 seeds of test_accuracy per activation and N, loss [8, 9]")
+PY
+check "screenshot of the trained page" screenshot "$WORK/im/report.html" "$WORK/im.png"
+check "trained screenshot is not blank" not_blank "$WORK/im.png"
+
+# The loading snippet of results/README.md (contract.md's, extended) on this aggregate.
+$PY -c "import pandas" 2>/dev/null || fail "pandas is missing for $PY (Debian: python3-pandas; scripts/deps.sh installs it)"
+awk '/^## Loading/ { on = 1 } on && /^```python/ { grab = 1; next } grab && /^```/ { exit } grab { print }' \
+  "$SRC/results/README.md" | sed "s#DIR/#$WORK/im/#g" > snippet.py
+check "the loading snippet was found in results/README.md" grep -q "pd.DataFrame" snippet.py
+cat >> snippet.py <<'EOF'
+assert len(cells) == 8 and {"cell_id", "activation", "prompt_length", "seed", "test_accuracy"} <= set(cells.columns), cells.columns
+assert loss.shape == (8, 9), loss.shape
+assert len(fits) == 0, fits  # no norm or paper-B metric in these cells
+print("   loading snippet: cells", cells.shape)
+EOF
+check "the h5py/pandas loading snippet runs on the aggregate" $PY snippet.py
+check "and pandas reads summary.csv" $PY -c "import pandas as pd; d = pd.read_csv('$WORK/im/summary.csv'); assert d.shape[0] == 8, d.shape"
+
+# ---- 3. a fake trained sweep with diverged and failed cells ----------------------------
 "$GEN" tr --cells 72 --steps 200 --layers 4 --heads 4 --procs 2
 check "72 fake trained cells" test "$(ls tr/runs/*.h5 | wc -l)" = 72
 run_rc "$ATTNSWEEP" report tr
@@ -104,14 +166,14 @@ assert stat["cells"] == 73 and stat["failed"] == 1 and stat["diverged"] == 2 and
 PY
 check "screenshot of the trained page" screenshot "$WORK/tr/report.html" "$WORK/tr.png"
 check "trained screenshot is not blank" not_blank "$WORK/tr.png"
-if [ -n "${REPORT_SHOTS:-}" ]; then mkdir -p "$REPORT_SHOTS" && cp "$WORK"/np.png "$WORK"/tr.png "$WORK"/np/report.html "$REPORT_SHOTS"/ && cp tr/report.html "$REPORT_SHOTS"/tr.html; fi
+if [ -n "${REPORT_SHOTS:-}" ]; then mkdir -p "$REPORT_SHOTS" && cp "$WORK"/np.png "$WORK"/im.png "$WORK"/tr.png "$WORK"/np/report.html "$REPORT_SHOTS"/ && cp im/report.html "$REPORT_SHOTS"/im.html && cp tr/report.html "$REPORT_SHOTS"/tr.html; fi
 
 # A new file under runs/ makes the aggregate stale: report re-aggregates it.
 "$GEN" tr2 --cells 1 --steps 200 --procs 1 && cp tr2/runs/*.h5 tr/runs/
 run_rc "$ATTNSWEEP" report tr
 check "report re-aggregates a stale aggregate.h5" grep -q "aggregating first" <<<"$OUT"
 
-# ---- 3. no matplotlib: exit 2 naming the Debian packages ------------------------------
+# ---- 4. no matplotlib: exit 2 naming the Debian packages ------------------------------
 cat > nompl.sh <<'EOF'
 #!/bin/sh
 exec /usr/bin/python3 -c 'import sys; sys.modules["matplotlib"] = None; sys.argv = sys.argv[1:]; exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"), {"__name__": "__main__"})' "$@"

@@ -1,6 +1,6 @@
 """The trainer's whole model against PyTorch autograd (float64), for every activation
-and both heads: the same weights and batch (written by build/trainer_ref_dump), the
-same phi formula; compares the loss, every parameter gradient, then 20 AdamW steps of
+and every head (classify, also with padding masked; readout; token_regress): the same
+weights and batch (written by build/trainer_ref_dump), the same phi formula; compares the loss, every parameter gradient, then 20 AdamW steps of
 loss (warm-up + cosine, clipping, decay on weight matrices only) and the final weights.
 Fails loudly: exit 1 with every mismatch listed."""
 import json
@@ -19,10 +19,15 @@ DUMP = os.environ["TRAINER_REF_DUMP"]
 DECAYED = ["patch_w", "wte", "qkv_w", "attproj_w", "fc_w", "fcproj_w", "head_w"]
 
 
-def phi(S, cfg, n_keys):
+def phi(S, cfg, n_keys):  # n_keys: a number, or a tensor broadcasting against S
     act = cfg["activation"]
     scale = cfg.get("scale", "none")
-    c = {"none": 1.0, "inv_sqrt_n": 1.0 / math.sqrt(n_keys), "inv_n": 1.0 / n_keys}.get(scale, scale)
+    if scale == "inv_sqrt_n":
+        c = 1.0 / n_keys ** 0.5
+    elif scale == "inv_n":
+        c = 1.0 / n_keys
+    else:
+        c = 1.0 if scale == "none" else scale
     if act == "softmax":
         return torch.softmax(S, dim=-1)
     if act == "poly":
@@ -30,13 +35,23 @@ def phi(S, cfg, n_keys):
     if act == "relu":
         return c * torch.relu(S)
     if act == "sigmoid":
-        return torch.sigmoid(S - math.log(n_keys))
+        return torch.sigmoid(S - torch.log(torch.as_tensor(n_keys, dtype=S.dtype)))
     raise ValueError(act)
 
 
-def attention(q, k, v, cfg):  # q [B,H,Nq,hd], k, v [B,H,Nk,hd]
+def attention(q, k, v, cfg, mask=None):  # q [B,H,Nq,hd], k, v [B,H,Nk,hd], mask [B,Nk] bool
     S = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    return phi(S, cfg, k.shape[2]) @ v
+    if mask is None:
+        return phi(S, cfg, k.shape[2]) @ v
+    # Padded keys: -inf scores for softmax, phi = 0 otherwise; N of the scale and of the
+    # sigmoid bias = the keys a row attends (kernels/attention.h).
+    m = mask[:, None, None, :]
+    n = mask.sum(-1).to(S.dtype)[:, None, None, None]
+    if cfg["activation"] == "softmax":
+        P = torch.softmax(S.masked_fill(~m, float("-inf")), dim=-1)
+    else:
+        P = phi(S, cfg, n) * m
+    return P @ v
 
 
 def forward(P, x, y, cfg):
@@ -50,25 +65,39 @@ def forward(P, x, y, cfg):
         o = attention(sh(q), sh(k), sh(v), cfg).transpose(1, 2).reshape(B, C)
         return ((o[:, -1] - y) ** 2).mean()
     F = torch.nn.functional
+    mask = None
     if "wte" in P:  # token ids (stored as floats) through the embedding table
-        h = P["wte"][x[..., 0].long()]
+        ids = x[..., 0].long()
+        h = P["wte"][ids]
+        if cfg.get("pad_id", -1) >= 0:
+            mask = ids != cfg["pad_id"]
     else:
         h = x @ P["patch_w"].T + P["patch_b"]
     if cfg["cls"]:
         h = torch.cat([P["cls"].expand(B, 1, C), h], dim=1)
+        if mask is not None:
+            mask = torch.cat([torch.ones(B, 1, dtype=torch.bool), mask], dim=1)
     h = h + P["wpe"]
     T = h.shape[1]
     for l in range(cfg["layers"]):
         a = F.layer_norm(h, (C,), P["ln1_w"][l], P["ln1_b"][l], 1e-5)
         qkv = a @ P["qkv_w"][l].T + P["qkv_b"][l]
         q, k, v = (qkv[..., i * C:(i + 1) * C].reshape(B, T, H, hd).transpose(1, 2) for i in range(3))
-        o = attention(q, k, v, cfg).transpose(1, 2).reshape(B, T, C)
+        o = attention(q, k, v, cfg, mask).transpose(1, 2).reshape(B, T, C)
         h = h + o @ P["attproj_w"][l].T + P["attproj_b"][l]
         a = F.layer_norm(h, (C,), P["ln2_w"][l], P["ln2_b"][l], 1e-5)
         m = F.gelu(a @ P["fc_w"][l].T + P["fc_b"][l], approximate="tanh")
         h = h + m @ P["fcproj_w"][l].T + P["fcproj_b"][l]
     h = F.layer_norm(h, (C,), P["lnf_w"], P["lnf_b"], 1e-5)
-    pooled = h[:, 0] if cfg["cls"] else h.mean(dim=1)
+    if cfg["head"] == "token_regress":  # one value per token, MSE over all of them
+        pred = (h @ P["head_w"].T + P["head_b"])[..., 0]
+        return ((pred - y) ** 2).mean()
+    if cfg["cls"]:
+        pooled = h[:, 0]
+    elif mask is not None:  # mean over the real tokens
+        pooled = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    else:
+        pooled = h.mean(dim=1)
     logits = pooled @ P["head_w"].T + P["head_b"]
     return F.cross_entropy(logits, y)
 
@@ -176,6 +205,14 @@ check("classify softmax cls", {"activation": "softmax", "cls": True}, problems)
 check("classify relu tokens (vocab 7)", {"activation": "relu", "scale": "inv_n", "vocab": 7}, problems)
 check("classify poly3 sgd", {"activation": "poly", "degree": 3, "scale": "inv_sqrt_n", "optimizer": "sgd",
                              "lr": 0.1}, problems)
+# Padding masked (the listops task): CLS or the mean over real tokens; each row keeps
+# 2..N of its N = 9 tokens. The activations whose phi depends on the row's key count.
+for an in ["softmax", "poly3_inv_sqrt_n", "sigmoid"]:
+    check(f"classify {an} padded cls", {**ACTS[an], "vocab": 7, "pad_id": 0, "tokens": 9, "cls": True}, problems)
+check("classify relu_inv_n padded mean pool", {**ACTS["relu_inv_n"], "vocab": 7, "pad_id": 0, "tokens": 9}, problems)
+# One value per token (the pde task).
+for an in ["softmax", "poly3_inv_sqrt_n"]:
+    check(f"token_regress {an}", {**ACTS[an], "head": "token_regress", "in_dim": 3, "tokens": 8}, problems)
 if problems:
     print("FAILED:\n" + "\n".join(problems))
     sys.exit(1)

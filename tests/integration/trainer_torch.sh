@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The trainer's model (loss, every gradient, 20 optimizer steps) against PyTorch autograd
-# for every activation and both heads. Needs Debian's /usr/bin/python3 with torch and
-# h5py; SKIPPED (77) without them. BUILD = the build folder (set by ctest).
+# for every activation and every head (with and without padding). Needs Debian's
+# /usr/bin/python3 with torch and h5py; SKIPPED (77) without them. BUILD = the build folder (set by ctest).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 : "${BUILD:?set BUILD to the build folder}"

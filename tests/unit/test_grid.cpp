@@ -194,6 +194,30 @@ TEST(Grid, ResourcesDefaults) {
   EXPECT_EQ(g.resources.retries, -1);
 }
 
+TEST(Grid, GpusPerCellIsTheDefaultOfDevices) {
+  // resources.gpus_per_cell sets `devices` of every training cell that does not set its
+  // own; cells of tasks that do not train (norm_probe) drop the key as any other.
+  Grid g = parse_grid(R"({"axes": {"task": ["image", "norm_probe"], "prompt_length": [16]},
+                          "fixed": {"batch": 8},
+                          "include": [{"task": "image", "prompt_length": 49, "devices": 1}],
+                          "resources": {"gpus_per_cell": 2}})",
+                      "g.json");
+  ASSERT_EQ(g.cells.size(), 3u);
+  EXPECT_EQ(g.cells[0].config.at("devices"), 2);
+  EXPECT_FALSE(g.cells[1].config.contains("devices"));
+  EXPECT_EQ(g.cells[2].config.at("devices"), 1);
+  // A value the cell cannot take is reported where it came from.
+  try {
+    parse_grid(R"({"fixed": {"task": "image", "prompt_length": 16, "batch": 9}, "resources": {"gpus_per_cell": 2}})",
+               "g.json");
+    FAIL() << "batch 9 on 2 devices accepted";
+  } catch (const InputError& e) {
+    ASSERT_EQ(e.problems.size(), 1u);
+    EXPECT_NE(e.problems[0].find("resources.gpus_per_cell"), std::string::npos) << e.problems[0];
+    EXPECT_NE(e.problems[0].find("not divisible"), std::string::npos) << e.problems[0];
+  }
+}
+
 TEST(Grid, OnlyIncludeEntriesMakeOnlyThoseCells) {
   Grid g = parse_grid(R"({"fixed": {"task": "synthetic"}, "include": [{"seconds": 1}, {"seconds": 2}]})", "g.json");
   ASSERT_EQ(g.cells.size(), 2u);
@@ -454,7 +478,7 @@ TEST(Params, TableIsConsistent) {
     }
   }
   EXPECT_EQ(find_param("nope"), nullptr);
-  EXPECT_EQ(task_names(), (std::vector<std::string>{"norm_probe", "image", "synthetic"}));
+  EXPECT_EQ(task_names(), (std::vector<std::string>{"norm_probe", "image", "icl_regression", "listops", "pde", "synthetic"}));
 }
 
 TEST(Params, EstimatedCost) {
@@ -467,7 +491,7 @@ TEST(Params, EstimatedCost) {
 // ---- the bad-input corpus -----------------------------------------------------------
 
 TEST(BadGrids, EveryFileFailsWithItsExpectedMessage) {
-  const fs::path dir = kSource / "tests/bad_grids";
+  const fs::path dir = kSource / "tests/bad_inputs/grids";
   std::vector<fs::path> grids;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const fs::path p = entry.path();

@@ -1,5 +1,7 @@
 // results/: the HDF5 layer, per-cell files (atomic write, validity) and the aggregate.
 #include <gtest/gtest.h>
+
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -230,7 +232,48 @@ TEST_F(ResultsTest, CellFileValidity) {
     f.close();
   }
   EXPECT_FALSE(cell_file_valid(path("other.h5"), "abc", &why));
-  EXPECT_EQ(why, "/: missing attribute config");
+  EXPECT_EQ(why, "not an attnsweep result file (an HDF5 file without the checksum header of write_cell_file)");
+}
+
+// The checksum header: a result file changed after it was written is rejected before
+// libhdf5 parses it (libhdf5 1.10 crashes or spins on some damaged files: tests/fuzz/known/).
+TEST_F(ResultsTest, CellFileChecksum) {
+  const std::string p = path("abc.h5");
+  write_cell_file(p, sample_cell("abc"));
+  std::string why;
+  ASSERT_TRUE(cell_file_valid(p, "abc", &why)) << why;
+  const auto size = fs::file_size(p);
+  auto flip = [&](const std::string& copy, std::streamoff at) {
+    fs::copy_file(p, path(copy));
+    std::fstream f(path(copy), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(at);
+    const char c = static_cast<char>(f.get());
+    f.seekp(at);
+    f.put(static_cast<char>(c ^ 0x01));
+  };
+  for (std::streamoff at : {std::streamoff{600}, static_cast<std::streamoff>(size / 2), static_cast<std::streamoff>(size - 1)}) {
+    const std::string copy = "flip" + std::to_string(at) + ".h5";
+    flip(copy, at);
+    EXPECT_FALSE(cell_file_valid(path(copy), "abc", &why)) << "byte " << at;
+    EXPECT_EQ(why, "checksum mismatch: the file changed after it was written (damaged, or appended to)") << at;
+  }
+  flip("header.h5", 30);  // inside the checksum digits
+  EXPECT_FALSE(cell_file_valid(path("header.h5"), "abc", &why));
+  EXPECT_NE(why.find("checksum"), std::string::npos) << why;
+  fs::copy_file(p, path("longer.h5"));
+  std::ofstream(path("longer.h5"), std::ios::app) << "x";
+  EXPECT_FALSE(cell_file_valid(path("longer.h5"), "abc", &why));
+  EXPECT_EQ(why, "checksum mismatch: the file changed after it was written (damaged, or appended to)");
+
+  // The inputs that crash or stall libhdf5 (found by tests/fuzz) are rejected without it.
+  int known = 0;
+  for (const auto& e : fs::directory_iterator(ATTNSWEEP_SOURCE_DIR "/tests/fuzz/known")) {
+    EXPECT_FALSE(cell_file_valid(e.path().string(), "abc", &why)) << e.path();
+    EXPECT_EQ(why, "not an attnsweep result file (an HDF5 file without the checksum header of write_cell_file)")
+        << e.path();
+    ++known;
+  }
+  EXPECT_GE(known, 3);
 }
 
 // ---- aggregate ------------------------------------------------------------------------
@@ -555,6 +598,88 @@ TEST_F(AggregateTest, RerunReadsOnlyChangedFiles) {
   AggregateResult fourth = aggregate_dir(dir_.string(), full);
   EXPECT_EQ(fourth.reread, good_);
   EXPECT_EQ(fourth.reused, 0);
+}
+
+// In-context regression result files (paper B): limit_sq_error = c / L exactly and
+// test_mse = m * L^-0.5, over three weight seeds (init_seed, a replicate: pooled, not a
+// group) and two init_std (two groups): /fits has slope -1 and -0.5 per group.
+TEST_F(ResultsTest, FitsOfLimitSqErrorAndTestMseAgainstL) {
+  fs::create_directories(dir_ / "runs");
+  const std::map<double, double> c = {{0.1, 0.37}, {1.0, 2.9}};  // init_std -> c
+  int cells = 0;
+  for (const auto& [std_, cc] : c)
+    for (int64_t L : {16, 64, 256, 1024})
+      for (int64_t init_seed : {0, 1, 2}) {
+        CellResult r;
+        r.config = json{{"task", "icl_regression"}, {"activation", "softmax"}, {"prompt_length", L},
+                        {"init_std", std_}, {"init_seed", init_seed}, {"steps", 0}};
+        r.cell_id = "icl_" + std::to_string(cells++);
+        r.final_metrics = {{"limit_sq_error", cc / double(L)}, {"test_mse", 0.5 * cc / std::sqrt(double(L))}};
+        r.datasets.push_back({"/icl/limit_sq_error", {1}, std::vector<double>{cc / double(L)}, "limit_sq_error"});
+        write_cell_file(path("runs/" + r.cell_id + ".h5"), r);
+      }
+  AggregateResult a = aggregate_dir(dir_.string(), {});
+  EXPECT_EQ(a.cells, cells);
+  ASSERT_EQ(a.fits.size(), 4u);  // 2 groups x 2 metrics, sorted by group then metric
+  const char* groups[] = {"activation=softmax init_std=0.1 steps=0 task=icl_regression",
+                          "activation=softmax init_std=1 steps=0 task=icl_regression"};
+  const double cs[] = {0.37, 2.9};
+  for (int g = 0; g < 2; ++g) {
+    const Fit& lim = a.fits[2 * g];
+    const Fit& mse = a.fits[2 * g + 1];
+    SCOPED_TRACE(groups[g]);
+    EXPECT_EQ(lim.group, groups[g]);
+    EXPECT_EQ(lim.metric, "limit_sq_error");
+    EXPECT_NEAR(lim.slope, -1.0, 1e-12);
+    EXPECT_NEAR(lim.intercept, std::log(cs[g]), 1e-12);
+    EXPECT_NEAR(lim.r2, 1.0, 1e-12);
+    EXPECT_NEAR(lim.slope_ci95, 0.0, 1e-9);
+    EXPECT_EQ(lim.points, 12);  // 4 L x 3 init_seed
+    EXPECT_EQ(lim.n_min, 16);
+    EXPECT_EQ(lim.n_max, 1024);
+    EXPECT_EQ(mse.group, groups[g]);
+    EXPECT_EQ(mse.metric, "test_mse");
+    EXPECT_NEAR(mse.slope, -0.5, 1e-12);
+    EXPECT_NEAR(mse.intercept, std::log(0.5 * cs[g]), 1e-12);
+    EXPECT_EQ(mse.points, 12);
+  }
+  h5::File f = h5::File::open_read(path("aggregate.h5"));
+  EXPECT_EQ(f.open_dataset("/fits/metric").read_strings(),
+            (std::vector<std::string>{"limit_sq_error", "test_mse", "limit_sq_error", "test_mse"}));
+  auto slope = f.open_dataset("/fits/slope").read<double>();
+  ASSERT_EQ(slope.size(), 4u);
+  EXPECT_NEAR(slope[0], -1.0, 1e-12);
+  EXPECT_NEAR(slope[2], -1.0, 1e-12);
+  EXPECT_EQ(f.open_dataset("/trajectories/icl_limit_sq_error").shape(),
+            (std::vector<uint64_t>{static_cast<uint64_t>(cells), 1}));
+}
+
+// An unchanged rerun writes nothing heavy: aggregate.h5 is left as it is (same inode,
+// same bytes), only its mtime moves; a different --fit-min-n rewrites it.
+TEST_F(AggregateTest, UnchangedRerunLeavesAggregateAlone) {
+  aggregate_dir(dir_.string(), {});
+  struct stat before {};
+  ASSERT_EQ(::stat(path("aggregate.h5").c_str(), &before), 0);
+  std::ifstream in1(path("aggregate.h5"), std::ios::binary);
+  const std::string bytes1((std::istreambuf_iterator<char>(in1)), {});
+  AggregateResult second = aggregate_dir(dir_.string(), {});
+  EXPECT_EQ(second.reread, 0);
+  struct stat after {};
+  ASSERT_EQ(::stat(path("aggregate.h5").c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);  // not replaced by a new file
+  std::ifstream in2(path("aggregate.h5"), std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in2)), {}), bytes1);
+  EXPECT_EQ(second.fits.size(), 3u);
+  AggregateOptions opt;
+  opt.fit_min_n = 64;
+  AggregateResult third = aggregate_dir(dir_.string(), opt);
+  EXPECT_EQ(third.reread, 0);
+  struct stat rewritten {};
+  ASSERT_EQ(::stat(path("aggregate.h5").c_str(), &rewritten), 0);
+  EXPECT_NE(rewritten.st_ino, before.st_ino);  // the fits changed: a new file
+  h5::File f = h5::File::open_read(path("aggregate.h5"));
+  EXPECT_EQ(f.open_dataset("/fits/points").read<int64_t>(), (std::vector<int64_t>{4, 4, 4}));
+  EXPECT_EQ(f.open_dataset("/trajectories/train_loss").shape(), (std::vector<uint64_t>{static_cast<uint64_t>(good_), 17}));
 }
 
 // ---- fits -----------------------------------------------------------------------------

@@ -1,0 +1,269 @@
+#include "experiments/icl_regression.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "experiments/rng.h"
+
+namespace attnsweep {
+
+IclSetup make_icl_setup(int64_t d, int64_t prompt_length, double rho, double noise_var, uint64_t seed) {
+  if (d < 1) throw std::runtime_error("d: expected an integer >= 1, got " + std::to_string(d));
+  if (prompt_length < 1)
+    throw std::runtime_error("prompt_length: expected an integer >= 1, got " + std::to_string(prompt_length));
+  if (!(noise_var >= 0)) throw std::runtime_error("noise_var: expected a number >= 0");
+  IclSetup s;
+  s.d = d;
+  s.prompt_length = prompt_length;
+  s.rho = rho;
+  s.noise_var = noise_var;
+  s.seed = seed;
+  const auto ud = static_cast<size_t>(d);
+  s.sigma.assign(ud * ud, 0.0);
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < d; ++j)
+      s.sigma[static_cast<size_t>(i * d + j)] = std::pow(rho, static_cast<double>(std::llabs(i - j)));
+  // Cholesky-Banachiewicz: Sigma = chol chol^T.
+  s.chol.assign(ud * ud, 0.0);
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      double acc = s.sigma[static_cast<size_t>(i * d + j)];
+      for (int64_t k = 0; k < j; ++k) acc -= s.chol[static_cast<size_t>(i * d + k)] * s.chol[static_cast<size_t>(j * d + k)];
+      if (i == j) {
+        if (!(acc > 0))
+          throw std::runtime_error("rho: Sigma_ij = rho^|i-j| with rho = " + std::to_string(rho) +
+                                   " is not positive definite");
+        s.chol[static_cast<size_t>(i * d + i)] = std::sqrt(acc);
+      } else {
+        s.chol[static_cast<size_t>(i * d + j)] = acc / s.chol[static_cast<size_t>(j * d + j)];
+      }
+    }
+  return s;
+}
+
+IclSetup icl_setup_of(const json& c) {
+  return make_icl_setup(c.value("d", int64_t{5}), c.at("prompt_length").get<int64_t>(), c.value("rho", 0.5),
+                        c.value("noise_var", 0.1), c.value("seed", uint64_t{0}));
+}
+
+void icl_prompt(const IclSetup& s, int split, int64_t index, IclPrompt& out) {
+  const int64_t d = s.d, C = d + 1, L = s.prompt_length;
+  Rng rng(seed_of({s.seed, 0x1C1ull, static_cast<uint64_t>(split), static_cast<uint64_t>(index)}));
+  out.w.resize(static_cast<size_t>(d));
+  out.tokens.assign(static_cast<size_t>((L + 1) * C), 0.0);
+  const double w_sd = 1.0 / std::sqrt(static_cast<double>(d)), noise_sd = std::sqrt(s.noise_var);
+  for (double& wi : out.w) wi = w_sd * rng.normal();
+  std::vector<double> g(static_cast<size_t>(d));
+  for (int64_t t = 0; t <= L; ++t) {  // t == L: the query
+    for (double& gi : g) gi = rng.normal();
+    double* tok = out.tokens.data() + t * C;
+    double y = 0;
+    for (int64_t i = 0; i < d; ++i) {
+      double xi = 0;
+      for (int64_t k = 0; k <= i; ++k) xi += s.chol[static_cast<size_t>(i * d + k)] * g[static_cast<size_t>(k)];
+      tok[i] = xi;
+      y += out.w[static_cast<size_t>(i)] * xi;
+    }
+    y += noise_sd * rng.normal();
+    if (t < L) tok[d] = y;
+    else out.target = y;  // the query's y coordinate stays 0
+  }
+}
+
+std::vector<double> icl_token_covariance(const IclSetup& s, const double* w) {
+  const int64_t d = s.d, C = d + 1;
+  std::vector<double> g(static_cast<size_t>(C * C), 0.0);
+  std::vector<double> sw(static_cast<size_t>(d), 0.0);  // Sigma w
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < d; ++j) sw[static_cast<size_t>(i)] += s.sigma[static_cast<size_t>(i * d + j)] * w[j];
+  double wsw = 0;
+  for (int64_t i = 0; i < d; ++i) {
+    for (int64_t j = 0; j < d; ++j) g[static_cast<size_t>(i * C + j)] = s.sigma[static_cast<size_t>(i * d + j)];
+    g[static_cast<size_t>(i * C + d)] = g[static_cast<size_t>(d * C + i)] = sw[static_cast<size_t>(i)];
+    wsw += w[i] * sw[static_cast<size_t>(i)];
+  }
+  g[static_cast<size_t>(d * C + d)] = wsw + s.noise_var;
+  return g;
+}
+
+ReadoutWeights readout_weights(const ModelWeights& weights) {
+  auto it = weights.tensors.find("qkv_w");
+  if (it == weights.tensors.end()) throw std::runtime_error("icl_regression: the model has no qkv_w");
+  const auto& sh = it->second.shape;
+  if (sh.size() != 3 || sh[0] != 1 || sh[1] != 3 * sh[2])
+    throw std::runtime_error("icl_regression: qkv_w is not the read-out's (1, 3C, C)");
+  ReadoutWeights W;
+  W.C = sh[2];
+  const size_t n = static_cast<size_t>(W.C * W.C);
+  const float* p = it->second.data;
+  W.Q.assign(p, p + n);
+  W.K.assign(p + n, p + 2 * n);
+  W.V.assign(p + 2 * n, p + 3 * n);
+  return W;
+}
+
+namespace {
+
+// a = K^T Q z / sqrt(C): the score of token x is <x, a>.
+std::vector<double> score_direction(const ReadoutWeights& W, const double* z) {
+  const int64_t C = W.C;
+  std::vector<double> q(static_cast<size_t>(C), 0.0), a(static_cast<size_t>(C), 0.0);
+  for (int64_t i = 0; i < C; ++i)
+    for (int64_t j = 0; j < C; ++j) q[static_cast<size_t>(i)] += W.Q[static_cast<size_t>(i * C + j)] * z[j];
+  const double inv_sqrt_c = 1.0 / std::sqrt(static_cast<double>(C));
+  for (int64_t i = 0; i < C; ++i)
+    for (int64_t j = 0; j < C; ++j)
+      a[static_cast<size_t>(j)] += W.K[static_cast<size_t>(i * C + j)] * q[static_cast<size_t>(i)] * inv_sqrt_c;
+  return a;
+}
+
+void apply(const std::vector<double>& M, int64_t C, const double* x, double* out) {
+  for (int64_t i = 0; i < C; ++i) {
+    double acc = 0;
+    for (int64_t j = 0; j < C; ++j) acc += M[static_cast<size_t>(i * C + j)] * x[j];
+    out[i] = acc;
+  }
+}
+
+}  // namespace
+
+void readout_attention_output(const ActivationSpec& act, const ReadoutWeights& W, const double* tokens, int64_t L,
+                              double* out) {
+  const int64_t C = W.C;
+  const std::vector<double> a = score_direction(W, tokens + L * C);
+  std::vector<double> s(static_cast<size_t>(L)), phi(static_cast<size_t>(L));
+  for (int64_t i = 0; i < L; ++i) {
+    double acc = 0;
+    for (int64_t j = 0; j < C; ++j) acc += tokens[i * C + j] * a[static_cast<size_t>(j)];
+    s[static_cast<size_t>(i)] = acc;
+  }
+  if (act.activation == Activation::softmax) {
+    double m = s[0], z = 0;
+    for (double v : s) m = std::max(m, v);
+    for (int64_t i = 0; i < L; ++i) z += phi[static_cast<size_t>(i)] = std::exp(s[static_cast<size_t>(i)] - m);
+    for (double& p : phi) p /= z;
+  } else {
+    const PhiParams pp = resolve_phi(act, L);
+    for (int64_t i = 0; i < L; ++i) phi[static_cast<size_t>(i)] = phi_elementwise<double>(pp, s[static_cast<size_t>(i)]);
+  }
+  std::vector<double> mix(static_cast<size_t>(C), 0.0);  // sum_i phi_i x_i, then V applied once
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t j = 0; j < C; ++j) mix[static_cast<size_t>(j)] += phi[static_cast<size_t>(i)] * tokens[i * C + j];
+  apply(W.V, C, mix.data(), out);
+}
+
+bool icl_limit_defined(const ActivationSpec& act) {
+  switch (act.activation) {
+    case Activation::softmax: return true;
+    case Activation::poly:
+    case Activation::relu: return act.scale == ScaleKind::inv_n;
+    default: return false;
+  }
+}
+
+void readout_limit_output(const ActivationSpec& act, const ReadoutWeights& W, const double* gamma, const double* z,
+                          double* out) {
+  if (!icl_limit_defined(act)) throw std::runtime_error("icl_regression: no large-prompt limit for this activation");
+  const int64_t C = W.C;
+  const std::vector<double> a = score_direction(W, z);
+  std::vector<double> ga(static_cast<size_t>(C));
+  for (int64_t i = 0; i < C; ++i) {
+    double acc = 0;
+    for (int64_t j = 0; j < C; ++j) acc += gamma[i * C + j] * a[static_cast<size_t>(j)];
+    ga[static_cast<size_t>(i)] = acc;
+  }
+  // E[x phi(x^T a)] for x ~ N(0, Gamma) = Gamma a E[phi'(x^T a)] (Stein), x^T a ~ N(0, a^T Gamma a).
+  double factor = 1.0;
+  if (act.activation == Activation::relu) {
+    factor = 0.5;
+  } else if (act.activation == Activation::poly) {
+    const int p = act.degree;
+    if (p % 2 == 0) {
+      factor = 0.0;
+    } else {
+      double aga = 0;
+      for (int64_t i = 0; i < C; ++i) aga += a[static_cast<size_t>(i)] * ga[static_cast<size_t>(i)];
+      double dfact = 1.0;  // (p-2)!!
+      for (int k = p - 2; k > 1; k -= 2) dfact *= k;
+      factor = p * dfact * std::pow(aga, (p - 1) / 2);
+    }
+  }
+  for (double& v : ga) v *= factor;
+  apply(W.V, C, ga.data(), out);
+}
+
+double icl_limit_sq_error(const IclSetup& s, const ActivationSpec& act, const ReadoutWeights& W, int64_t n_prompts) {
+  const int64_t C = s.d + 1, L = s.prompt_length;
+  if (W.C != C) throw std::runtime_error("icl_regression: model width " + std::to_string(W.C) + " is not d + 1");
+  std::vector<double> err(static_cast<size_t>(n_prompts));
+  // Threads only when there is work enough to pay for waking them.
+#pragma omp parallel if (n_prompts * (L + 1) > 16384)
+  {
+    IclPrompt pr;
+    std::vector<double> tl(static_cast<size_t>(C)), tinf(static_cast<size_t>(C));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < n_prompts; ++n) {
+      icl_prompt(s, 1, n, pr);
+      readout_attention_output(act, W, pr.tokens.data(), L, tl.data());
+      const std::vector<double> gamma = icl_token_covariance(s, pr.w.data());
+      readout_limit_output(act, W, gamma.data(), pr.tokens.data() + L * C, tinf.data());
+      double e = 0;
+      for (int64_t j = 0; j < C; ++j) e += (tl[static_cast<size_t>(j)] - tinf[static_cast<size_t>(j)]) *
+                                           (tl[static_cast<size_t>(j)] - tinf[static_cast<size_t>(j)]);
+      err[static_cast<size_t>(n)] = e;
+    }
+  }
+  double sum = 0;  // in prompt order: the same value for any thread count
+  for (double e : err) sum += e;
+  return n_prompts > 0 ? sum / static_cast<double>(n_prompts) : std::nan("");
+}
+
+TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
+  if (!ctx.train) throw std::runtime_error("task icl_regression: no trainer supplied (run it through attnsweep train)");
+  auto setup = std::make_shared<const IclSetup>(icl_setup_of(config));
+  const ActivationSpec act = activation_spec_of(config);
+  const int64_t C = setup->d + 1, L = setup->prompt_length;
+
+  // The read-out: one layer, one head of width C on the raw tokens (worker/model.h).
+  json model_config = config;
+  model_config["dim"] = C;
+  model_config["heads"] = 1;
+  model_config["layers"] = 1;
+
+  TrainingData data;
+  data.n_train = config.value("train_prompts", int64_t{1} << 20);
+  data.n_test = config.value("test_prompts", int64_t{1024});
+  data.tokens = L + 1;
+  data.in_dim = C;
+  data.classes = 0;
+  data.fill = [setup, C, L](int split, const int64_t* idx, int64_t count, float* x, int32_t*, float* y_value) {
+#pragma omp parallel if (count * (L + 1) > 16384)
+    {
+      IclPrompt pr;
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < count; ++i) {
+        icl_prompt(*setup, split, idx[i], pr);
+        float* dst = x + i * (L + 1) * C;
+        for (int64_t j = 0; j < (L + 1) * C; ++j) dst[j] = static_cast<float>(pr.tokens[static_cast<size_t>(j)]);
+        y_value[i] = static_cast<float>(pr.target);
+      }
+    }
+  };
+  if (icl_limit_defined(act)) {
+    data.eval_metrics.push_back(
+        {"limit_sq_error", "/icl/limit_sq_error",
+         "mean over the test prompts of ||T_L(z) - T_inf(z)||^2: the read-out's attention output at the query "
+         "against its large-prompt limit for the prompt's Gaussian token law (Lemma 2.1)"});
+    const int64_t n_test = data.n_test;
+    data.measure = [setup, act, n_test](const ModelWeights& w) {
+      return std::vector<double>{icl_limit_sq_error(*setup, act, readout_weights(w), n_test)};
+    };
+  }
+  return ctx.train(model_config, ctx, data);
+}
+
+}  // namespace attnsweep

@@ -1,0 +1,67 @@
+# `attnsweep status DIR` while a sweep runs and after it ended: counts (done / failed /
+# running / pending), throughput and ETA while running, the failed cell with the last
+# lines of its log, `--json` for scripts; a directory that is not a sweep is exit 2.
+source "$(dirname "$0")/lib.bash"
+cat > grid.json <<'JSON'
+{"name": "status-demo",
+ "axes": {"task": ["synthetic"], "seed": [0, 1, 2, 3, 4, 5]},
+ "fixed": {"seconds": 1.0},
+ "include": [{"task": "synthetic", "seed": 99, "crash_attempts": 99}],
+ "resources": {"retries": 0}}
+JSON
+# status --json DIR FIELD...: prints the fields, space-separated
+field() {
+  local dir=$1; shift
+  "$ATTNSWEEP" status "$dir" --json | $PY -c 'import json, sys; d = json.load(sys.stdin); print(" ".join(json.dumps(d[k]) for k in sys.argv[1:]))' "$@"
+}
+
+run_rc "$ATTNSWEEP" status out
+check "status before any run: exit 2 ($ERR)" test "$RC" = 2
+check "and says why" grep -q "no manifest.json" <<<"$ERR"
+
+# One slot, seven cells of about a second: the sweep runs for several seconds.
+"$ATTNSWEEP" run grid.json --out out --workers 1 >run.out 2>run.err &
+pid=$!
+seen=""
+for _ in $(seq 1 150); do
+  sleep 0.2
+  [ -e out/status.json ] || continue
+  read -r state complete running pending total eta < <(field out state complete running pending total eta_s) || continue
+  if [ "$state" = '"running"' ] && [ "$complete" -ge 1 ] && [ "$pending" -ge 1 ] && [ "$eta" != null ]; then
+    seen="$state $complete $running $pending $total $eta"
+    "$ATTNSWEEP" status out > running.txt
+    break
+  fi
+done
+echo "while running: state complete running pending total eta = $seen"
+cat running.txt || true
+check "status --json saw the sweep running, with some cells done and some pending" test -n "$seen"
+read -r state complete running pending total eta <<<"$seen"
+check "running: one cell running on the one slot" test "$running" = 1
+check "running: total is the 7 cells" test "$total" = 7
+check "running: counts add up (complete + running + pending <= 7)" test $((complete + running + pending)) -le 7
+check "running: an ETA in seconds" $PY -c "assert float('$eta') > 0"
+check "running: the text names the state" grep -q "status-demo, running" running.txt
+check "running: the text gives throughput and ETA" grep -Eq "[0-9.]+ cells/s, ETA [0-9]+ s" running.txt
+
+set +e; wait $pid; rc=$?; set -e
+check "the sweep exits 1 (one cell failed; got $rc)" test "$rc" = 1
+
+run_rc "$ATTNSWEEP" status out
+echo "$OUT"
+check "finished: status exits 0" test "$RC" = 0
+check "finished: state and counts" grep -q "7 cells: 6 complete, 0 diverged, 1 failed, 0 running, 0 pending" <<<"$OUT"
+check "finished: the text names the state" grep -q "status-demo, finished" <<<"$OUT"
+check "finished: the failed cell with its reason" grep -Eq "^  failed [0-9a-f]+: " <<<"$OUT"
+check "finished: the last lines of its log" grep -q "^    | " <<<"$OUT"
+check "finished: no ETA once ended" bash -c "! grep -q ETA <<<\"\$1\"" _ "$OUT"
+check "finished: --json" $PY - <<PY
+import json, subprocess
+d = json.loads(subprocess.run(["$ATTNSWEEP", "status", "out", "--json"], capture_output=True, check=True, text=True).stdout)
+assert d["state"] == "finished" and d["total"] == 7 and d["complete"] == 6 and d["failed"] == 1, d
+assert d["running"] == 0 and d["pending"] == 0 and d["eta_s"] is None, d
+assert d["rate_cells_per_s"] > 0, d
+(f,) = d["failed_cells"]
+assert f["cell_id"] and "reason" in f, f
+print("   ", {k: d[k] for k in ("state", "complete", "failed", "rate_cells_per_s")})
+PY
