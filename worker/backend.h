@@ -65,6 +65,8 @@ class CpuBackend {
 
   ATTNSWEEP_CPU_OP(matmul_forward)
   ATTNSWEEP_CPU_OP(matmul_backward)
+  ATTNSWEEP_CPU_OP(matmul_gelu_forward)
+  ATTNSWEEP_CPU_OP(gelu_matmul_backward)
   ATTNSWEEP_CPU_OP(layernorm_forward)
   ATTNSWEEP_CPU_OP(layernorm_backward)
   ATTNSWEEP_CPU_OP(gelu_forward)

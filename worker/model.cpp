@@ -355,8 +355,14 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
     be_.residual_forward(res1, res1, inp, BTC);
     be_.layernorm_forward(ln2, a_.ln2_mean + l * BT, a_.ln2_rstd + l * BT, res1, p_.ln2_w + l * C, p_.ln2_b + l * C, BT,
                           C);
-    be_.matmul_forward(fch, ln2, p_.fc_w + l * F * C, p_.fc_b + l * F, BT, C, F);
-    be_.gelu_forward(fch_gelu, fch, BT * F);
+    // The MLP's GELU fused with its matmul on the CPU (kernels/ops.h: the same values as
+    // the two ops, tested in test_gemm.cpp); two ops on a device backend.
+    if constexpr (Backend::kDevice) {
+      be_.matmul_forward(fch, ln2, p_.fc_w + l * F * C, p_.fc_b + l * F, BT, C, F);
+      be_.gelu_forward(fch_gelu, fch, BT * F);
+    } else {
+      be_.matmul_gelu_forward(fch, fch_gelu, ln2, p_.fc_w + l * F * C, p_.fc_b + l * F, BT, C, F);
+    }
     be_.matmul_forward(res2, fch_gelu, p_.fcproj_w + l * C * F, p_.fcproj_b + l * C, BT, F, C);
     be_.residual_forward(res2, res2, res1, BTC);
   }
@@ -403,11 +409,17 @@ void BasicModel<Backend>::backward_classify() {
     const float* inp = l == 0 ? a_.encoded : a_.res2 + (l - 1) * BTC;
     // dres holds d loss / d res2[l]; res2 = res1 + fcproj, so it is also d/d fcproj and
     // (after the MLP's contribution is added) d/d res1.
-    be_.zero(s_.dbig2, BT * F);
-    be_.matmul_backward(s_.dbig2, g_.fcproj_w + l * C * F, g_.fcproj_b + l * C, s_.dres, a_.fch_gelu + l * BT * F,
-                        p_.fcproj_w + l * C * F, BT, F, C);
-    be_.zero(s_.dbig, BT * F);
-    be_.gelu_backward(s_.dbig, a_.fch + l * BT * F, s_.dbig2, BT * F);
+    // dbig = d/d fch (through fcproj and the GELU): fused on the CPU, as in the forward.
+    if constexpr (Backend::kDevice) {
+      be_.zero(s_.dbig2, BT * F);
+      be_.matmul_backward(s_.dbig2, g_.fcproj_w + l * C * F, g_.fcproj_b + l * C, s_.dres, a_.fch_gelu + l * BT * F,
+                          p_.fcproj_w + l * C * F, BT, F, C);
+      be_.zero(s_.dbig, BT * F);
+      be_.gelu_backward(s_.dbig, a_.fch + l * BT * F, s_.dbig2, BT * F);
+    } else {
+      be_.gelu_matmul_backward(s_.dbig, g_.fcproj_w + l * C * F, g_.fcproj_b + l * C, s_.dres,
+                               a_.fch_gelu + l * BT * F, a_.fch + l * BT * F, p_.fcproj_w + l * C * F, BT, F, C);
+    }
     be_.zero(s_.dln, BTC);
     be_.matmul_backward(s_.dln, g_.fc_w + l * F * C, g_.fc_b + l * F, s_.dbig, a_.ln2 + l * BTC, p_.fc_w + l * F * C,
                         BT, C, F);
