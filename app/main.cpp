@@ -19,6 +19,7 @@
 #include "coordinator/grid.h"
 #include "coordinator/status.h"
 #include "coordinator/sweep.h"
+#include "kernels/device.h"
 #include "results/aggregate.h"
 #include "slurm/submit.h"
 #include "worker/cpu_env.h"
@@ -293,16 +294,18 @@ int cmd_train(int argc, char** argv) {
   po::options_description desc("options");
   desc.add_options()("help,h", "this help")("cell", po::value(&cell_path)->required(), "the cell file")(
       "out", po::value(&out)->required(), "result file to write (atomically)")(
-      "device", po::value(&opt.device)->default_value("cpu"), "cpu | cuda")(
+      "device", po::value(&opt.device)->default_value("cpu"), "cpu | cuda | cuda:N (the first of the cell's `devices` GPUs)")(
       "threads", po::value(&opt.threads)->default_value(1), "threads")(
       "checkpoint", po::value(&opt.checkpoint), "checkpoint file: resumed from when valid, written on SIGTERM/SIGUSR1");
   po::positional_options_description pos;
   pos.add("cell", 1);
   po::variables_map vm;
   if (!parse("train", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep train CELL.json --out FILE.h5 [--device cpu|cuda] [--threads T] [--checkpoint PATH]", desc)) return kExitOk;
-  if (opt.device != "cpu" && opt.device != "cuda") {
-    std::fprintf(stderr, "attnsweep train: --device: expected cpu or cuda, got \"%s\"\n", opt.device.c_str());
+  if (help(vm, "attnsweep train CELL.json --out FILE.h5 [--device cpu|cuda[:N]] [--threads T] [--checkpoint PATH]", desc)) return kExitOk;
+  try {
+    cuda_device_index(opt.device);
+  } catch (const std::invalid_argument&) {
+    std::fprintf(stderr, "attnsweep train: --device: expected cpu, cuda or cuda:N, got \"%s\"\n", opt.device.c_str());
     return kExitUsage;
   }
   if (!in_range("train", "--threads", opt.threads, 1, kMaxSlotsOrThreads)) return kExitUsage;

@@ -1,14 +1,16 @@
-// Training throughput of the reference cell on CPU: the image task's model at patch 4
+// Training throughput of the reference cell on CPU (or on a GPU: DEVICE cuda / cuda:N,
+// the same trainer on its CUDA backend): the image task's model at patch 4
 // (N = 49 tokens of 16 pixels), dim 64, 4 layers, 4 heads, MLP x4, 10 classes, batch 128,
 // AdamW, clipping; softmax attention unless an activation is given. Random inputs
 // (the data loader is not what is timed). Prints one CSV line:
 //   attnsweep,<activation>,<threads>,<samples/s>,<seconds per step>,<samples per CPU-second>
 // (samples per CPU-second, all threads' CPU time: less sensitive than wall time to other
-// processes on a shared machine)
+// processes on a shared machine); on a GPU the first field is attnsweep-cuda.
 // CELL listops: the long-sequence cell instead, ListOps' shapes: N = 512 token ids of a
 // 16-symbol vocabulary embedded by a table, CLS token, dim 64, 4 layers, 4 heads, MLP x4,
-// 10 classes, batch 32.
-// usage: trainer_cpu [THREADS] [STEPS] [ACTIVATION] [CELL]   (defaults 2, 30, softmax, reference)
+// 10 classes, batch 32 (the activation field then reads <activation>-listops).
+// usage: trainer_cpu [THREADS] [STEPS] [ACTIVATION] [CELL] [DEVICE]
+//   (defaults 2, 30, softmax, reference, cpu)
 #include <omp.h>
 #include <unistd.h>
 
@@ -17,16 +19,53 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
 #include "experiments/rng.h"
+#include "kernels/device.h"
 #include "worker/cpu_env.h"
+#include "worker/cuda_trainer.h"
 #include "worker/trainer.h"
 
 extern "C" void openblas_set_num_threads(int);
 
 using namespace attnsweep;
+
+// Times `steps` training steps of tr on random inputs (after 3 warm-up steps) and prints
+// the CSV line.
+template <class TrainerT>
+void time_steps(TrainerT& tr, const ModelConfig& mc, const TrainConfig& tc, int steps, const std::string& act,
+                const std::string& where, const char* who) {
+  const int64_t B = tc.batch;
+  const bool ids = mc.vocab > 0;
+  Rng rng(1);
+  std::vector<float> x(static_cast<size_t>(B * mc.tokens * mc.in_dim));
+  std::vector<int32_t> y(static_cast<size_t>(B));
+  for (float& v : x)
+    v = ids ? static_cast<float>(static_cast<int>(rng.uniform() * static_cast<double>(mc.vocab)))
+            : static_cast<float>(rng.normal());
+  for (int32_t& v : y) v = static_cast<int32_t>(rng.uniform() * 10);
+
+  // Logging steps collect the norms: time them as every 50th step does (norms on one
+  // step in 50, as log_every = 50).
+  for (int t = 0; t < 3; ++t) tr.step(x.data(), y.data(), nullptr, B, t, true);  // warm-up
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  const double c0 = cpu_now();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int t = 0; t < steps; ++t) tr.step(x.data(), y.data(), nullptr, B, 3 + t, t % 50 == 0);
+  for (int64_t r = 0; r < tr.devices(); ++r) tr.replica(r).backend().synchronize();  // the last update (GPU)
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = cpu_now() - c0;
+  std::printf("%s,%s%s,%s,%.1f,%.4f,%.1f\n", who, act.c_str(), ids ? "-listops" : "", where.c_str(),
+              static_cast<double>(B) * steps / s,
+              s / steps, static_cast<double>(B) * steps / cpu);
+}
 
 int main(int argc, char** argv) {
   // The same process-start settings as `attnsweep train` (worker/cpu_env.h).
@@ -65,29 +104,24 @@ int main(int argc, char** argv) {
   TrainConfig tc;
   tc.steps = 3000;
   tc.batch = listops ? 32 : 128;
-  Trainer tr(mc, tc);
-
-  const int64_t B = tc.batch;
-  Rng rng(1);
-  std::vector<float> x(static_cast<size_t>(B * mc.tokens * mc.in_dim));
-  std::vector<int32_t> y(static_cast<size_t>(B));
-  for (float& v : x) v = listops ? static_cast<float>(static_cast<int>(rng.uniform() * 16)) : static_cast<float>(rng.normal());
-  for (int32_t& v : y) v = static_cast<int32_t>(rng.uniform() * 10);
-
-  // Logging steps collect the norms: time them as every 50th step does (norms on one
-  // step in 50, as log_every = 50).
-  for (int t = 0; t < 3; ++t) tr.step(x.data(), y.data(), nullptr, B, t, true);  // warm-up
-  auto cpu_now = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  };
-  const double c0 = cpu_now();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int t = 0; t < steps; ++t) tr.step(x.data(), y.data(), nullptr, B, 3 + t, t % 50 == 0);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double cpu = cpu_now() - c0;
-  std::printf("attnsweep,%s%s,%d,%.1f,%.4f,%.1f\n", act.c_str(), listops ? "-listops" : "", threads, static_cast<double>(B) * steps / s, s / steps,
-              static_cast<double>(B) * steps / cpu);
+  const std::string device = argc > 5 ? argv[5] : "cpu";
+  const int gpu = cuda_device_index(device);
+  if (gpu < 0) {
+    Trainer tr(mc, tc);
+    time_steps(tr, mc, tc, steps, act, std::to_string(threads), "attnsweep");
+    return 0;
+  }
+#ifdef ATTNSWEEP_HAVE_CUDA
+  try {
+    CudaTrainer tr(mc, tc, gpu);
+    time_steps(tr, mc, tc, steps, act, device, "attnsweep-cuda");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainer_cpu: %s: %s\n", device.c_str(), e.what());
+    return 1;
+  }
   return 0;
+#else
+  std::fprintf(stderr, "trainer_cpu: %s: this build has no CUDA backend\n", device.c_str());
+  return 2;
+#endif
 }

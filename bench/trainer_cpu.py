@@ -5,7 +5,10 @@
   listops:   N = 512 token ids of a 16-symbol vocabulary (embedding table), CLS token,
              same blocks, batch 32
 Prints: pytorch<version>[-compiled],<activation>[-listops],<threads>,<samples/s>,<s/step>,<samples per CPU-second>
-usage: trainer_cpu.py [THREADS] [STEPS] [--cell reference|listops] [--compile]
+usage: trainer_cpu.py [THREADS] [STEPS] [--cell reference|listops] [--compile] [--device DEVICE]
+With --device cuda (bench/gpu-check.sh): the same model in eager mode on the GPU, FP32
+matmuls (TF32 off, as attnsweep's pedantic cuBLAS), timed with a synchronize; prints
+pytorch-cuda,softmax[-listops],<device>,...
 Runs with any PyTorch: Debian's 1.13 (/usr/bin/python3) or a current one in a venv
 (--compile needs torch.compile, PyTorch >= 2)."""
 import argparse
@@ -21,8 +24,13 @@ ap.add_argument("threads", type=int, nargs="?", default=2)
 ap.add_argument("steps", type=int, nargs="?", default=30)
 ap.add_argument("--cell", choices=("reference", "listops"), default="reference")
 ap.add_argument("--compile", action="store_true")
+ap.add_argument("--device", default="cpu")
 a = ap.parse_args()
+device = a.device
 torch.set_num_threads(a.threads)
+if device != "cpu":
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 torch.manual_seed(0)
 listops = a.cell == "listops"
 B, N, P, C, L, H, K, V = (32, 512, 1, 64, 4, 4, 10, 16) if listops else (128, 49, 16, 64, 4, 4, 10, 0)
@@ -63,11 +71,16 @@ class ViT(nn.Module):
         return self.head(h[:, 0] if listops else h.mean(dim=1))
 
 
-model = ViT()
+model = ViT().to(device)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
-x = torch.randint(0, V, (B, N)) if listops else torch.randn(B, N, P)
-y = torch.randint(0, K, (B,))
+x = (torch.randint(0, V, (B, N)) if listops else torch.randn(B, N, P)).to(device)
+y = torch.randint(0, K, (B,)).to(device)
 fwd = torch.compile(model) if a.compile else model
+
+
+def sync():
+    if device != "cpu":
+        torch.cuda.synchronize()
 
 
 def step():
@@ -79,9 +92,12 @@ def step():
 
 for _ in range(3):  # warm-up (and, with --compile, the compilation)
     step()
+sync()
 c0, t0 = time.process_time(), time.perf_counter()
 for _ in range(a.steps):
     step()
+sync()
 s, cpu = time.perf_counter() - t0, time.process_time() - c0
 label = "pytorch" + torch.__version__.split("+")[0] + ("-compiled" if a.compile else "")
-print(f"{label},softmax{'-listops' if listops else ''},{a.threads},{B * a.steps / s:.1f},{s / a.steps:.4f},{B * a.steps / cpu:.1f}")
+label, where = (label, a.threads) if device == "cpu" else ("pytorch-cuda", device)
+print(f"{label},softmax{'-listops' if listops else ''},{where},{B * a.steps / s:.1f},{s / a.steps:.4f},{B * a.steps / cpu:.1f}")

@@ -1,6 +1,7 @@
 #include "kernels/device.h"
 
 #include <cstdio>
+#include <stdexcept>
 
 #ifdef ATTNSWEEP_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -52,6 +53,15 @@ std::string cuda_device_uuid(int dev) {
 #endif
   (void)dev;
   return "";
+}
+
+int cuda_device_index(const std::string& device) {
+  if (device == "cpu") return -1;
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() <= 9 &&
+      device.find_first_not_of("0123456789", 5) == std::string::npos)
+    return std::stoi(device.substr(5));
+  throw std::invalid_argument("device: expected cpu, cuda or cuda:N, got \"" + device + "\"");
 }
 
 bool cuda_backend_built() {

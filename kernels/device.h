@@ -12,4 +12,8 @@ bool cuda_backend_built();
 std::string cuda_device_name(int dev);
 std::string cuda_device_uuid(int dev);
 
+// The device name of `train --device` and of a TaskContext: "cpu" -> -1, "cuda" -> 0,
+// "cuda:N" -> N. Anything else throws std::invalid_argument naming what was expected.
+int cuda_device_index(const std::string& device);
+
 }  // namespace attnsweep

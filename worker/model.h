@@ -1,6 +1,8 @@
 // The model the trainer trains, llm.c style: parameters, gradients and activations each
-// live in one contiguous float buffer seen through a struct of pointers, the forward is
-// a list of kernels/ops.h calls and the backward is written by hand, in reverse.
+// live in one contiguous buffer seen through a struct of pointers, the forward is a list
+// of ops (kernels/ops.h, kernels/model_ops.h) and the backward is written by hand, in
+// reverse. The sequence is written once, as a template over a backend (worker/backend.h:
+// CPU, or CUDA in worker/backend_cuda.h) that owns the buffers and runs each op.
 //
 // Two shapes (design.md "Trainer"):
 // - Head::classify, a pre-LN transformer: x [B, N, in_dim] -> linear patch embedding
@@ -22,6 +24,8 @@
 // mean pool averages over the real tokens. With padding only at the end, the loss of a
 // sample does not depend on how much padding follows it; nor do attn_fro / jac_fro,
 // which count the rows of real queries only (padding rows never reach the loss).
+// The CUDA backend does not support padding yet (the norms of the real query rows are a
+// CPU-only gather): a CUDA model with pad_id >= 0 throws at construction.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "worker/backend.h"
 
 namespace attnsweep {
 
@@ -100,14 +105,20 @@ struct ForwardStats {
   std::vector<double> jac_fro;       // [L, H]
 };
 
-class Model {
+// The model on one device of a backend (worker/backend.h): Model on the CPU,
+// CudaModel (worker/backend_cuda.h) on a GPU. The forward and backward below are one
+// sequence of backend ops for both. Pointers returned by params(), grads(), p(), g() are
+// on the backend's device (host memory for the CPU); get_params / set_params copy.
+template <class Backend>
+class BasicModel {
  public:
-  explicit Model(const ModelConfig& cfg);
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
+  // device: the GPU of a CUDA model (ignored on the CPU).
+  explicit BasicModel(const ModelConfig& cfg, int device = 0);
+  BasicModel(const BasicModel&) = delete;
+  BasicModel& operator=(const BasicModel&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
-  int64_t num_params() const { return static_cast<int64_t>(params_mem_.size()); }
+  int64_t num_params() const { return static_cast<int64_t>(tensors_.back().offset + tensors_.back().size); }
   int64_t decayed_count() const { return decayed_; }  // params [0, decayed_count) are decayed
   float* params() { return params_mem_.data(); }
   float* grads() { return grads_mem_.data(); }
@@ -116,57 +127,77 @@ class Model {
   const ParameterTensors& p() const { return p_; }
   const ParameterTensors& g() const { return g_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  Backend& backend() { return be_; }
+
+  // Host copies of the parameter / gradient buffers (num_params() floats).
+  void get_params(float* host);
+  void set_params(const float* host);
+  void get_grads(float* host);
 
   // PyTorch's defaults: nn.Linear weights and biases uniform(+-1/sqrt(fan_in)), LayerNorm
   // weight 1 and bias 0, positions and CLS N(0, 0.02^2). init_std > 0: weight matrices
-  // N(0, init_std^2) and biases 0 instead. Draws depend only on init_seed and the shapes.
+  // N(0, init_std^2) and biases 0 instead. Draws depend only on init_seed and the shapes
+  // (drawn on the host, so every backend starts from the same bits).
   void init(uint64_t init_seed, double init_std);
 
-  // Forward over a batch of B <= any earlier B (buffers grow as needed):
+  // Buffers for batches of up to B rows now (forward grows them on demand otherwise).
+  void reserve(int64_t B) { ensure_batch(B); }
+
+  // Forward over a batch of B rows (buffers grow as needed). Host inputs:
   // x [B, N, in_dim] (vocab > 0: token ids as floats, [B, N]; one input type for every
   // task, and ids below 2^24 are exact); classify: y_class [B]; readout: y_value [B];
-  // token_regress: y_value [B, N]. Saves what the backward needs. collect_norms fills
-  // stats.attn_fro / jac_fro.
+  // token_regress: y_value [B, N]. Saves what the backward needs (a device backend keeps
+  // its own copy of the inputs). collect_norms fills stats.attn_fro / jac_fro.
   ForwardStats forward(const float* x, const int32_t* y_class, const float* y_value, int64_t B, bool collect_norms);
   // Gradients of the mean loss of the last forward: zeroes grads() and fills it.
   void backward();
-  // What the last forward predicted: classify logits [B, classes], readout [B],
-  // token_regress [B, N].
+  // What the last forward predicted (on the backend's device): classify logits
+  // [B, classes], readout [B], token_regress [B, N].
   const float* predictions() const { return a_.logits; }
-  // The key mask of the last forward [B, T] (1 = attend), or null when nothing is padded.
+  // The same on the host: the CPU buffer itself, or a device copy in `buf`.
+  const float* host_predictions(std::vector<float>& buf);
+  // The key mask of the last forward [B, T] (1 = attend; on the device), or null when
+  // nothing is padded.
   const float* key_mask() const { return mask_; }
 
  private:
+  template <class T>
+  using Array = typename Backend::template Array<T>;
+
   void ensure_batch(int64_t B);
   ForwardStats forward_classify(bool collect_norms);
   ForwardStats forward_readout(bool collect_norms);
   void backward_classify();
   void backward_readout();
-  // Padding mask from the token ids (pad_id >= 0): key_mask_ [B, T], mask_ points at it.
+  // Padding mask from the token ids (pad_id >= 0), built on the host (key_mask_host_) and
+  // staged to the device; mask_ points at the device copy, or is null without padding.
   void build_key_mask();
-  // With padding, norm_attn_ / norm_jac_ over the rows of real queries only.
-  void norms_of_real_queries(const AttentionSpec& spec, const float* q, const float* k, const float* v);
+  // With padding, the norms (B, H) of layer l over the rows of real queries only (CPU).
+  void norms_of_real_queries(const AttentionSpec& spec, const float* q, const float* k, const float* v,
+                             double* attn_fro, double* jac_fro);
   // token_regress: the per-token linear head and MSE after the final LN, and its backward
   // into s_.dln (the gradient at the final LN's output).
   void forward_token_head(ForwardStats& st);
   void backward_token_head();
 
+  Backend be_;  // first: built before and destroyed after the buffers it allocated
   ModelConfig cfg_;
   std::vector<TensorInfo> tensors_;
   int64_t decayed_ = 0;
-  std::vector<float> params_mem_, grads_mem_;
+  Array<float> params_mem_, grads_mem_;
   ParameterTensors p_{}, g_{};
 
   // Activations of the last forward and backward scratch, one buffer each (llm.c);
   // sized for the largest batch seen.
   int64_t B_ = 0, cap_B_ = 0;
-  const float* x_ = nullptr;
-  std::vector<int32_t> ids_;  // x_ as token ids (vocab > 0)
-  std::vector<float> key_mask_;  // (B, T) padding mask (pad_id >= 0)
-  const float* mask_ = nullptr;  // key_mask_.data() when padding is masked, else null
+  const float* x_ = nullptr;        // on the device
+  std::vector<int32_t> ids_host_;   // x as token ids (vocab > 0), checked on the host
+  const int32_t* ids_ = nullptr;    // ids_host_ on the device
+  std::vector<float> key_mask_host_;  // (B, T) padding mask (pad_id >= 0)
+  const float* mask_ = nullptr;       // key_mask_host_ on the device when padded, else null
   const int32_t* y_class_ = nullptr;
   const float* y_value_ = nullptr;
-  std::vector<float> acts_mem_, scratch_mem_;
+  Array<float> acts_mem_, scratch_mem_;
   struct Acts {
     float* emb;         // (B, N, C) patch embedding before positions
     float* encoded;     // (B, T, C) block input of layer 0
@@ -208,7 +239,9 @@ class Model {
     float* dlogits;     // (B, classes)   token_regress: (B, N)
     float* demb;        // (B, N, C)
   } s_{};
-  std::vector<double> norm_attn_, norm_jac_;  // (B, H) per layer, from the kernel
+  Array<double> norms_;  // (2, L, B, H): attn_fro then jac_fro per layer, from the kernel
 };
+
+using Model = BasicModel<CpuBackend>;
 
 }  // namespace attnsweep

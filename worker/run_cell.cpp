@@ -56,9 +56,9 @@ int run_cell(const std::string& cell_id, const json& config, const std::string& 
                                                           {"cuda_visible_devices", "CUDA_VISIBLE_DEVICES"}};
   for (const auto& [attr, var] : from_env)
     if (const char* x = std::getenv(var)) res.provenance[attr] = x;
-  if (opt.device == "cuda") {
-    res.provenance["gpu_name"] = cuda_device_name(0);
-    res.provenance["gpu_uuid"] = cuda_device_uuid(0);
+  if (const int gpu = cuda_device_index(opt.device); gpu >= 0) {  // the first GPU of the cell
+    res.provenance["gpu_name"] = cuda_device_name(gpu);
+    res.provenance["gpu_uuid"] = cuda_device_uuid(gpu);
   }
   const auto t0 = std::chrono::steady_clock::now();
   TaskOutput out;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -13,8 +14,9 @@
 #include <stdexcept>
 
 #include "experiments/rng.h"
-#include "kernels/ops.h"
+#include "kernels/device.h"
 #include "results/atomic_file.h"
+#include "worker/cuda_trainer.h"
 
 extern "C" int openblas_get_num_threads(void);
 extern "C" void openblas_set_num_threads(int);
@@ -82,68 +84,108 @@ double lr_at(const TrainConfig& tc, int64_t t) {
   return tc.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
 }
 
-ModelWeights weights_of(const Model& model) {
+ModelWeights weights_of(const std::vector<TensorInfo>& tensors, const float* host_params) {
   ModelWeights w;
-  for (const TensorInfo& t : model.tensors()) w.tensors[t.name] = {model.params() + t.offset, t.shape};
+  for (const TensorInfo& t : tensors) w.tensors[t.name] = {host_params + t.offset, t.shape};
   return w;
 }
 
-double global_norm(const float* g, int64_t n) {
-  constexpr int64_t kBlock = 1 << 14;
-  const int64_t nb = (n + kBlock - 1) / kBlock;
-  std::vector<double> part(static_cast<size_t>(nb));
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < nb; ++b) {
-    double s = 0;
-    const int64_t e = std::min(n, (b + 1) * kBlock);
-    for (int64_t i = b * kBlock; i < e; ++i) s += static_cast<double>(g[i]) * g[i];
-    part[static_cast<size_t>(b)] = s;
-  }
-  double s = 0;
-  for (double p : part) s += p;
-  return std::sqrt(s);
-}
+ModelWeights weights_of(const Model& model) { return weights_of(model.tensors(), model.params()); }
 
 // ---- the optimizer step ------------------------------------------------------------
 
-Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc) : mc_(mc), tc_(tc) {
+template <class Backend>
+BasicTrainer<Backend>::BasicTrainer(const ModelConfig& mc, const TrainConfig& tc, int first_device)
+    : mc_(mc), tc_(tc) {
   if (tc.devices < 1) throw std::runtime_error("devices: expected >= 1");
-  for (int64_t r = 0; r < tc.devices; ++r) replicas_.push_back(std::make_unique<Model>(mc));
+  for (int64_t r = 0; r < tc.devices; ++r)
+    replicas_.push_back(std::make_unique<ModelType>(mc, first_device + static_cast<int>(r)));
   replicas_[0]->init(tc.init_seed, tc.init_std);
   broadcast_params();  // identical parameters on every replica
-  if (tc.optimizer == "adamw") {
-    m_.assign(static_cast<size_t>(model().num_params()), 0.0f);
-    v_.assign(static_cast<size_t>(model().num_params()), 0.0f);
+  const int64_t updaters = Backend::kEveryReplicaUpdates ? devices() : 1;
+  opt_.resize(static_cast<size_t>(updaters));
+  if (tc.optimizer == "adamw")
+    for (int64_t r = 0; r < updaters; ++r) {
+      Backend& be = replica(r).backend();
+      be.allocate(opt_[static_cast<size_t>(r)].m, model().num_params());
+      be.allocate(opt_[static_cast<size_t>(r)].v, model().num_params());
+    }
+  std::vector<Backend*> backends;
+  for (auto& m : replicas_) backends.push_back(&m->backend());
+  collective_ = std::make_unique<typename Backend::Collective>(backends);
+}
+
+template <class Backend>
+void BasicTrainer<Backend>::broadcast_params() {
+  if (devices() == 1) return;
+  std::vector<float> host = params_host();
+  for (int64_t r = 1; r < devices(); ++r) replica(r).set_params(host.data());
+}
+
+template <class Backend>
+std::vector<float> BasicTrainer<Backend>::params_host() {
+  std::vector<float> host(static_cast<size_t>(model().num_params()));
+  model().get_params(host.data());
+  return host;
+}
+
+template <class Backend>
+std::vector<float> BasicTrainer<Backend>::m_host() {
+  std::vector<float> host(static_cast<size_t>(optimizer_state_size()));
+  if (!host.empty()) model().backend().download(host.data(), opt_[0].m.data(), optimizer_state_size());
+  return host;
+}
+
+template <class Backend>
+std::vector<float> BasicTrainer<Backend>::v_host() {
+  std::vector<float> host(static_cast<size_t>(optimizer_state_size()));
+  if (!host.empty()) model().backend().download(host.data(), opt_[0].v.data(), optimizer_state_size());
+  return host;
+}
+
+template <class Backend>
+void BasicTrainer<Backend>::load_state(const std::vector<float>& params, const std::vector<float>& m,
+                                       const std::vector<float>& v) {
+  if (static_cast<int64_t>(params.size()) != model().num_params() ||
+      static_cast<int64_t>(m.size()) != optimizer_state_size() || static_cast<int64_t>(v.size()) != optimizer_state_size())
+    throw std::runtime_error("parameter count differs from the model's");
+  for (int64_t r = 0; r < devices(); ++r) replica(r).set_params(params.data());
+  for (size_t r = 0; r < opt_.size() && !m.empty(); ++r) {
+    Backend& be = replica(static_cast<int64_t>(r)).backend();
+    be.upload(opt_[r].m.data(), m.data(), optimizer_state_size());
+    be.upload(opt_[r].v.data(), v.data(), optimizer_state_size());
   }
 }
 
-void Trainer::broadcast_params() {
-  const Model& src = *replicas_[0];
-  for (size_t r = 1; r < replicas_.size(); ++r)
-    std::memcpy(replicas_[r]->params(), src.params(), static_cast<size_t>(src.num_params()) * sizeof(float));
-}
-
-void Trainer::allreduce_grads() {
-  // Per element, in replica order 0, 1, ..., k-1, in float64, then / k: the same value
-  // for any thread count (threads split the elements, never a sum). On GPUs this is
-  // where ncclAllReduce goes.
-  const int64_t n = model().num_params(), k = devices();
-  std::vector<const float*> g(static_cast<size_t>(k));
-  for (int64_t r = 0; r < k; ++r) g[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)]->grads();
-  float* out = replicas_[0]->grads();
-  const double inv_k = 1.0 / static_cast<double>(k);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    double s = 0;
-    for (int64_t r = 0; r < k; ++r) s += static_cast<double>(g[static_cast<size_t>(r)][i]);
-    out[i] = static_cast<float>(s * inv_k);
+template <class Backend>
+void BasicTrainer<Backend>::update(int64_t r, double coef, float lr, int64_t t) {
+  ModelType& m = replica(r);
+  Backend& be = m.backend();
+  be.bind();
+  const int64_t n = m.num_params(), nd = m.decayed_count();
+  float* g = m.grads();
+  float* p = m.params();
+  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
+  if (coef < 1.0) be.scale_inplace(g, n, static_cast<float>(coef));
+  const float wd = static_cast<float>(tc_.weight_decay);
+  if (tc_.optimizer == "adamw") {
+    OptimizerState& o = opt_[static_cast<size_t>(r)];
+    const float b1 = static_cast<float>(tc_.beta1), b2 = static_cast<float>(tc_.beta2),
+                eps = static_cast<float>(tc_.eps);
+    // Weight matrices [0, nd) are decayed; biases, LayerNorm, positions and CLS are not.
+    be.adamw_update(p, g, o.m.data(), o.v.data(), nd, lr, b1, b2, eps, wd, t + 1);
+    be.adamw_update(p + nd, g + nd, o.m.data() + nd, o.v.data() + nd, n - nd, lr, b1, b2, eps, 0.0f, t + 1);
+  } else {
+    be.sgd_update(p, g, nullptr, nd, lr, 0.0f, wd);
+    be.sgd_update(p + nd, g + nd, nullptr, n - nd, lr, 0.0f, 0.0f);
   }
 }
 
-Trainer::StepResult Trainer::step(const float* x, const int32_t* y_class, const float* y_value, int64_t B, int64_t t,
-                                  bool collect_norms) {
+template <class Backend>
+TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
+                                            int64_t t, bool collect_norms) {
   StepResult r;
-  Model& m0 = model();
+  ModelType& m0 = model();
   const int64_t k = devices();
   if (k == 1) {
     r.fwd = m0.forward(x, y_class, y_value, B, collect_norms);
@@ -151,62 +193,53 @@ Trainer::StepResult Trainer::step(const float* x, const int32_t* y_class, const 
   } else {
     if (B % k != 0)
       throw std::runtime_error("batch " + std::to_string(B) + " is not divisible by devices " + std::to_string(k));
-    // The replicas ("devices") run one after another on CPU; the threads inside each op
-    // do the parallel work. Replica rr takes rows [rr B/k, (rr+1) B/k) of the global batch.
+    // Replica rr takes rows [rr B/k, (rr+1) B/k) of the global batch.
     const int64_t Bs = B / k, row = mc_.tokens * mc_.in_dim;
+    std::vector<ForwardStats> f(static_cast<size_t>(k));
+    Backend::for_each_replica(k, [&](int64_t rr) {
+      ModelType& m = replica(rr);
+      const int64_t first = rr * Bs;
+      f[static_cast<size_t>(rr)] = m.forward(x + first * row, y_class ? y_class + first : nullptr,
+                                             y_value ? y_value + first * mc_.targets_per_sample() : nullptr, Bs,
+                                             collect_norms);
+      m.backward();
+    });
     double loss = 0;
     for (int64_t rr = 0; rr < k; ++rr) {
-      Model& m = *replicas_[static_cast<size_t>(rr)];
-      const int64_t first = rr * Bs;
-      const ForwardStats f = m.forward(x + first * row, y_class ? y_class + first : nullptr,
-                                       y_value ? y_value + first * mc_.targets_per_sample() : nullptr, Bs,
-                                       collect_norms);
-      m.backward();
-      loss += f.loss * static_cast<double>(Bs);  // weight by shard size
-      r.fwd.correct += f.correct;
+      const ForwardStats& fr = f[static_cast<size_t>(rr)];
+      loss += fr.loss * static_cast<double>(Bs);  // weight by shard size
+      r.fwd.correct += fr.correct;
       if (rr == 0) {
-        r.fwd.attn_fro = f.attn_fro;
-        r.fwd.jac_fro = f.jac_fro;
+        r.fwd.attn_fro = fr.attn_fro;
+        r.fwd.jac_fro = fr.jac_fro;
       } else {
-        for (size_t i = 0; i < f.attn_fro.size(); ++i) r.fwd.attn_fro[i] += f.attn_fro[i];
-        for (size_t i = 0; i < f.jac_fro.size(); ++i) r.fwd.jac_fro[i] += f.jac_fro[i];
+        for (size_t i = 0; i < fr.attn_fro.size(); ++i) r.fwd.attn_fro[i] += fr.attn_fro[i];
+        for (size_t i = 0; i < fr.jac_fro.size(); ++i) r.fwd.jac_fro[i] += fr.jac_fro[i];
       }
     }
     r.fwd.loss = loss / static_cast<double>(B);
     for (double& a : r.fwd.attn_fro) a /= static_cast<double>(k);
     for (double& a : r.fwd.jac_fro) a /= static_cast<double>(k);
-    allreduce_grads();
+    std::vector<float*> grads;
+    for (int64_t rr = 0; rr < k; ++rr) grads.push_back(replica(rr).grads());
+    collective_->allreduce_mean(grads, m0.num_params());
   }
-  const int64_t n = m0.num_params(), nd = m0.decayed_count();
-  float* g = m0.grads();
-  r.grad_norm = global_norm(g, n);
+  m0.backend().bind();
+  r.grad_norm = m0.backend().global_norm(m0.grads(), m0.num_params());
   r.lr = lr_at(tc_, t);
   r.finite = std::isfinite(r.fwd.loss) && std::isfinite(r.grad_norm);
   if (!r.finite) return r;
-  if (tc_.clip > 0) {
-    // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
-    const double coef = tc_.clip / (r.grad_norm + 1e-6);
-    if (coef < 1.0) {
-      const float c = static_cast<float>(coef);
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i) g[i] *= c;
-    }
-  }
-  float* p = m0.params();
-  const float lr = static_cast<float>(r.lr), wd = static_cast<float>(tc_.weight_decay);
-  if (tc_.optimizer == "adamw") {
-    const float b1 = static_cast<float>(tc_.beta1), b2 = static_cast<float>(tc_.beta2),
-                eps = static_cast<float>(tc_.eps);
-    // Weight matrices [0, nd) are decayed; biases, LayerNorm, positions and CLS are not.
-    adamw_update(p, g, m_.data(), v_.data(), nd, lr, b1, b2, eps, wd, t + 1);
-    adamw_update(p + nd, g + nd, m_.data() + nd, v_.data() + nd, n - nd, lr, b1, b2, eps, 0.0f, t + 1);
-  } else {
-    sgd_update(p, g, nullptr, nd, lr, 0.0f, wd);
-    sgd_update(p + nd, g + nd, nullptr, n - nd, lr, 0.0f, 0.0f);
-  }
-  if (k > 1) broadcast_params();
+  const double coef = tc_.clip > 0 ? tc_.clip / (r.grad_norm + 1e-6) : 1.0;
+  const float lr = static_cast<float>(r.lr);
+  for (int64_t u = 0; u < static_cast<int64_t>(opt_.size()); ++u) update(u, coef, lr, t);
+  if (!Backend::kEveryReplicaUpdates) broadcast_params();
   return r;
 }
+
+template class BasicTrainer<CpuBackend>;
+#ifdef ATTNSWEEP_HAVE_CUDA
+template class BasicTrainer<CudaBackend>;
+#endif
 
 // ---- data, trajectory, checkpoints -------------------------------------------------
 
@@ -323,7 +356,8 @@ struct TrainState {
   Trajectory traj;
 };
 
-void save_checkpoint(const std::string& path, const std::string& config_text, const TrainConfig& tc, Trainer& tr,
+template <class TrainerT>
+void save_checkpoint(const std::string& path, const std::string& config_text, const TrainConfig& tc, TrainerT& tr,
                      const TrainState& st) {
   Writer w;
   w.buf.append(kMagic, sizeof kMagic);
@@ -331,10 +365,9 @@ void save_checkpoint(const std::string& path, const std::string& config_text, co
   w.put<int64_t>(st.step);
   w.put<int64_t>(st.samples_seen);
   w.put<uint64_t>(tc.seed);  // the sampler's generator: (seed, samples_seen) is all of its state
-  Model& m = tr.model();
-  w.put_vec(std::vector<float>(m.params(), m.params() + m.num_params()));
-  w.put_vec(tr.m());
-  w.put_vec(tr.v());
+  w.put_vec(tr.params_host());  // host float32 whatever the backend: one format for all
+  w.put_vec(tr.m_host());
+  w.put_vec(tr.v_host());
   const Trajectory& t = st.traj;
   w.put_vec(t.step);
   w.put_vec(t.loss);
@@ -371,7 +404,8 @@ void save_checkpoint(const std::string& path, const std::string& config_text, co
 }
 
 // Loads a checkpoint of this very cell; false (with *why) when absent or not usable.
-bool load_checkpoint(const std::string& path, const std::string& config_text, Trainer& tr, TrainState& st,
+template <class TrainerT>
+bool load_checkpoint(const std::string& path, const std::string& config_text, TrainerT& tr, TrainState& st,
                      std::string* why) {
   std::ifstream f(path, std::ios::binary);
   if (!f) {
@@ -401,9 +435,9 @@ bool load_checkpoint(const std::string& path, const std::string& config_text, Tr
     auto params = r.get_vec<float>();
     auto m = r.get_vec<float>();
     auto v = r.get_vec<float>();
-    Model& model = tr.model();
-    if (static_cast<int64_t>(params.size()) != model.num_params() || m.size() != tr.m().size() ||
-        v.size() != tr.v().size())
+    if (static_cast<int64_t>(params.size()) != tr.model().num_params() ||
+        static_cast<int64_t>(m.size()) != tr.optimizer_state_size() ||
+        static_cast<int64_t>(v.size()) != tr.optimizer_state_size())
       throw std::runtime_error("parameter count differs from the model's");
     Trajectory& t = s.traj;
     t.step = r.get_vec<int64_t>();
@@ -418,10 +452,7 @@ bool load_checkpoint(const std::string& path, const std::string& config_text, Tr
     t.eval_accuracy = r.get_vec<float>();
     t.eval_task = r.get_vec<double>();
     if (r.pos != payload.size()) throw std::runtime_error("trailing bytes");
-    std::copy(params.begin(), params.end(), model.params());
-    tr.broadcast_params();  // every replica resumes from the same parameters
-    tr.m() = std::move(m);
-    tr.v() = std::move(v);
+    tr.load_state(params, m, v);  // every replica resumes from the same state
     st = std::move(s);
   } catch (const std::exception& e) {
     *why = e.what();
@@ -452,7 +483,8 @@ double sum_rel_l2(const float* pred, const float* y, int64_t B, int64_t per) {
 
 // Mean loss and accuracy (token_regress: and relative L2) over the test split (or its
 // first eval_batches batches).
-EvalResult evaluate(Model& model, const TrainingData& data, const TrainConfig& tc, std::vector<float>& x,
+template <class ModelT>
+EvalResult evaluate(ModelT& model, const TrainingData& data, const TrainConfig& tc, std::vector<float>& x,
                     std::vector<int32_t>& yc, std::vector<float>& yv) {
   int64_t n = data.n_test;
   if (tc.eval_batches > 0) n = std::min(n, tc.eval_batches * tc.batch);
@@ -460,6 +492,7 @@ EvalResult evaluate(Model& model, const TrainingData& data, const TrainConfig& t
   int64_t correct = 0;
   const int64_t per = model.config().targets_per_sample();
   const bool per_token = model.config().head == Head::token_regress;
+  std::vector<float> pred;  // a device model's predictions on the host
   std::vector<int64_t> idx(static_cast<size_t>(tc.batch));
   for (int64_t s = 0; s < n; s += tc.batch) {
     const int64_t B = std::min(tc.batch, n - s);
@@ -468,7 +501,7 @@ EvalResult evaluate(Model& model, const TrainingData& data, const TrainConfig& t
     const ForwardStats st = model.forward(x.data(), yc.data(), yv.data(), B, false);
     loss += st.loss * static_cast<double>(B);
     correct += st.correct;
-    if (per_token) rel_l2 += sum_rel_l2(model.predictions(), yv.data(), B, per);
+    if (per_token) rel_l2 += sum_rel_l2(model.host_predictions(pred), yv.data(), B, per);
   }
   EvalResult r;
   r.loss = n > 0 ? loss / static_cast<double>(n) : std::nan("");
@@ -481,19 +514,12 @@ EvalResult evaluate(Model& model, const TrainingData& data, const TrainConfig& t
 
 // ---- the training loop -------------------------------------------------------------
 
-TaskOutput train_cell(const json& config, const TaskContext& ctx, const TrainingData& data) {
-  if (ctx.device != "cpu")
-    throw std::runtime_error("the trainer runs on CPU only for now (no CUDA trainer yet): run with --device cpu");
-  // Every GEMM of the model splits its rows over the OpenMP team itself (kernels/cpu):
-  // OpenBLAS single-threaded for the whole run instead of toggled around each call.
-  struct BlasOneThread {
-    int saved = openblas_get_num_threads();
-    BlasOneThread() { openblas_set_num_threads(1); }
-    ~BlasOneThread() { openblas_set_num_threads(saved); }
-  } blas_one_thread;
-  const TrainConfig tc = train_config_of(config);
-  const ModelConfig mc = model_config_of(config, data);
-  Trainer tr(mc, tc);
+namespace {
+
+// The training loop of train_cell on a built trainer of any backend.
+template <class TrainerT>
+TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc, const json& config,
+                      const TaskContext& ctx, const TrainingData& data) {
   const std::string config_text = config.dump();
   const int64_t L = mc.layers, H = mc.heads, B = tc.batch;
   const bool classify = data.classes > 0;
@@ -527,7 +553,9 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
     tj.eval_loss.push_back(static_cast<float>(e.loss));
     tj.eval_accuracy.push_back(static_cast<float>(e.accuracy));
     if (data.measure) {
-      const std::vector<double> v = data.measure(weights_of(tr.model()));
+      // The task reads host parameters: a device trainer's are copied back first.
+      const std::vector<float> host = tr.params_host();
+      const std::vector<double> v = data.measure(weights_of(tr.model().tensors(), host.data()));
       if (v.size() != data.eval_metrics.size())
         throw std::runtime_error("task measured " + std::to_string(v.size()) + " metrics, declared " +
                                  std::to_string(data.eval_metrics.size()));
@@ -551,7 +579,7 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
     data.fill(0, idx.data(), B, x.data(), yc.data(), yv.data());
     st.samples_seen += B;
     const bool log = t % tc.log_every == 0 || t == tc.steps - 1;
-    const Trainer::StepResult r = tr.step(x.data(), yc.data(), yv.data(), B, t, log);
+    const TrainStepResult r = tr.step(x.data(), yc.data(), yv.data(), B, t, log);
     if (log || !r.finite) {
       tj.step.push_back(t);
       tj.loss.push_back(static_cast<float>(r.fwd.loss));
@@ -612,6 +640,42 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
     out.series.push_back({data.eval_metrics[j].path, {E}, std::move(col), data.eval_metrics[j].description});
   }
   return out;
+}
+
+}  // namespace
+
+TaskOutput train_cell(const json& config, const TaskContext& ctx, const TrainingData& data) {
+  const int gpu = cuda_device_index(ctx.device);  // throws for an unknown device name
+  const TrainConfig tc = train_config_of(config);
+  const ModelConfig mc = model_config_of(config, data);
+  if (gpu < 0) {
+    // Every GEMM of the model splits its rows over the OpenMP team itself (kernels/cpu):
+    // OpenBLAS single-threaded for the whole run instead of toggled around each call.
+    struct BlasOneThread {
+      int saved = openblas_get_num_threads();
+      BlasOneThread() { openblas_set_num_threads(1); }
+      ~BlasOneThread() { openblas_set_num_threads(saved); }
+    } blas_one_thread;
+    Trainer tr(mc, tc);
+    return train_loop(tr, tc, mc, config, ctx, data);
+  }
+#ifdef ATTNSWEEP_HAVE_CUDA
+  const int visible = cuda_device_count();
+  if (gpu + tc.devices > visible)
+    throw std::runtime_error("device " + ctx.device + " with devices = " + std::to_string(tc.devices) + " needs GPU" +
+                             (tc.devices == 1 ? " " + std::to_string(gpu)
+                                              : "s " + std::to_string(gpu) + ".." + std::to_string(gpu + tc.devices - 1)) +
+                             ", but " +
+                             std::to_string(visible) + " CUDA device" + (visible == 1 ? " is" : "s are") +
+                             " visible (CUDA_VISIBLE_DEVICES=" +
+                             (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset") + ")");
+  CudaTrainer tr(mc, tc, gpu);
+  return train_loop(tr, tc, mc, config, ctx, data);
+#else
+  throw std::runtime_error("device " + ctx.device +
+                           ": this build has no CUDA backend (rebuild with nvcc available, -DATTNSWEEP_CUDA=ON), "
+                           "or run the cell with --device cpu");
+#endif
 }
 
 }  // namespace attnsweep

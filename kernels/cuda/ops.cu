@@ -7,6 +7,8 @@
 // or sum_doubles (one block, fixed tree); per-row reductions are warp butterflies, whose
 // result is the same on every lane and every run.
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/model_ops_cuda.h"
 #include "kernels/ops_cuda.h"
 
 #include <algorithm>
@@ -20,28 +22,7 @@ namespace {
 
 // ---- launch helpers -------------------------------------------------------------------
 
-constexpr int kThreads = 256;
-
-// Grid of a grid-stride loop over n elements (at least one block).
-unsigned map_blocks(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 65536));
-}
-
-// out-of-line functor map: f(i) for i in [0, n), grid-stride.
-template <class F>
-__global__ void __launch_bounds__(kThreads) map_kernel(F f, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    f(i);
-}
-
-template <class F>
-void launch_map(const F& f, int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  map_kernel<<<map_blocks(n), kThreads, 0, stream>>>(f, n);
-  ATTN_CUDA_CHECK_LAUNCH();
-}
+constexpr int kThreads = kMapThreads;
 
 // Butterfly sum over a warp: every lane ends with the same value (a + b == b + a), and
 // the tree is fixed, so the result is deterministic.
@@ -382,17 +363,18 @@ struct SoftmaxXentBackward {
 
 // ---- MSE --------------------------------------------------------------------------------
 
-// Stage 1 of the MSE: block b sums its grid-stride share of (pred - target)^2 in float64
-// and writes partial[b]; the grid size is a function of n only.
+// Stage 1 of the MSE and of the global norm: block b sums its grid-stride share of
+// (pred - target)^2 (pred^2 when target is null) in float64 and writes partial[b]; the
+// grid size is a function of n only.
 __global__ void __launch_bounds__(kThreads)
-    mse_partial_kernel(const float* __restrict__ pred, const float* __restrict__ target, int64_t n,
-                       double* __restrict__ partial) {
+    sum_squares_partial_kernel(const float* __restrict__ pred, const float* __restrict__ target, int64_t n,
+                               double* __restrict__ partial) {
   __shared__ double ss[kThreads];
   const int tid = threadIdx.x;
   double s = 0.0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + tid; i < n;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const double e = static_cast<double>(pred[i]) - target[i];
+    const double e = target != nullptr ? static_cast<double>(pred[i]) - target[i] : static_cast<double>(pred[i]);
     s += e * e;
   }
   ss[tid] = s;
@@ -637,9 +619,11 @@ void softmax_crossentropy_backward_cuda(float* dlogits, const float* probs, cons
   launch_map(SoftmaxXentBackward{dlogits, probs, targets, dloss / static_cast<float>(N), V}, N * V, stream);
 }
 
-double mse_forward_cuda(const float* pred, const float* target, int64_t n, AttentionCudaWorkspace* ws,
-                        cudaStream_t stream) {
-  if (n <= 0) return 0.0;
+namespace {
+
+// sum (pred - target)^2 (target may be null) over n > 0, in float64, partition fixed by n.
+double sum_squares(const float* pred, const float* target, int64_t n, AttentionCudaWorkspace* ws,
+                   cudaStream_t stream) {
   const int64_t blocks = std::clamp<int64_t>((n + 8 * kThreads - 1) / (8 * kThreads), 1, 1024);  // from n only
   Carver sizing(nullptr);
   sizing.take<double>(static_cast<size_t>(blocks));
@@ -647,11 +631,24 @@ double mse_forward_cuda(const float* pred, const float* target, int64_t n, Atten
   Carver carve(ws->reserve(sizing.used()));
   double* partial = carve.take<double>(static_cast<size_t>(blocks));
   ScalarResult* result = carve.take<ScalarResult>(1);
-  mse_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(pred, target, n, partial);
+  sum_squares_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(pred, target, n, partial);
   ATTN_CUDA_CHECK_LAUNCH();
   sum_doubles_kernel<<<1, kThreads, 0, stream>>>(partial, nullptr, blocks, result);
   ATTN_CUDA_CHECK_LAUNCH();
-  return fetch_result(result, stream).sum / static_cast<double>(n);  // synchronises the stream
+  return fetch_result(result, stream).sum;  // synchronises the stream
+}
+
+}  // namespace
+
+double mse_forward_cuda(const float* pred, const float* target, int64_t n, AttentionCudaWorkspace* ws,
+                        cudaStream_t stream) {
+  if (n <= 0) return 0.0;
+  return sum_squares(pred, target, n, ws, stream) / static_cast<double>(n);
+}
+
+double global_norm_cuda(const float* g, int64_t n, AttentionCudaWorkspace* ws, cudaStream_t stream) {
+  if (n <= 0) return 0.0;
+  return std::sqrt(sum_squares(g, nullptr, n, ws, stream));
 }
 
 void mse_backward_cuda(float* dpred, const float* pred, const float* target, float dloss, int64_t n,

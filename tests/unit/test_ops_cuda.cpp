@@ -11,6 +11,8 @@
 #ifdef ATTNSWEEP_HAVE_CUDA
 
 #include "kernels/attention_cuda.h"
+#include "kernels/model_ops.h"
+#include "kernels/model_ops_cuda.h"
 #include "kernels/ops.h"
 #include "kernels/ops_cuda.h"
 
@@ -555,6 +557,108 @@ TEST(OpsCudaDeterminism, ReductionsBitIdentical) {
   EXPECT_EQ(std::memcmp(&a.xent, &b.xent, sizeof(double)), 0) << a.xent << " vs " << b.xent;
   EXPECT_EQ(std::memcmp(&a.mse, &b.mse, sizeof(double)), 0) << a.mse << " vs " << b.mse;
   EXPECT_EQ(a.correct, b.correct);
+}
+
+
+// ---- the model's data movement (model_ops.h) ----------------------------------------------
+// Copies, single additions and batch sums in the CPU's order: bit-identical. Every output
+// starts from the same random contents on both sides, so "overwrites" and "leaves the
+// rest alone" are checked as well.
+
+TEST(OpsCuda, ModelOpsMatchCpuExactly) {
+  SKIP_WITHOUT_DEVICE();
+  struct S {
+    int64_t B, T, H, hd, off;
+  };
+  uint32_t seed = 900;
+  for (const S& c : {S{1, 1, 1, 1, 0}, S{2, 7, 2, 16, 1}, S{3, 33, 4, 16, 0}, S{5, 50, 4, 32, 1}, S{2, 129, 3, 7, 1}}) {
+    const int64_t B = c.B, T = c.T, H = c.H, hd = c.hd, C = H * hd, off = c.off, N = T - off;
+    const std::string what = shape_str("model_ops", {{"B", B}, {"T", T}, {"H", H}, {"hd", hd}, {"off", off}});
+    SCOPED_TRACE(what);
+    const int64_t BTC = B * T * C;
+    const FVec qkv = randn(3 * BTC, ++seed), a = randn(BTC, ++seed), b = randn(BTC, ++seed), d = randn(BTC, ++seed);
+    const FVec q0 = randn(BTC, ++seed), k0 = randn(BTC, ++seed), v0 = randn(BTC, ++seed), big0 = randn(3 * BTC, ++seed);
+    {  // split / merge / heads <-> rows
+      FVec q = q0, k = k0, v = v0, m = big0, r = q0, h = k0;
+      split_heads(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
+      merge_heads(m.data(), a.data(), b.data(), d.data(), B, T, H, hd);
+      heads_to_rows(r.data(), a.data(), B, T, H, hd);
+      rows_to_heads(h.data(), b.data(), B, T, H, hd);
+      Dev<float> g_qkv(qkv), g_a(a), g_b(b), g_d(d), g_q(q0), g_k(k0), g_v(v0), g_m(big0), g_r(q0), g_h(k0);
+      split_heads_cuda(g_q.get(), g_k.get(), g_v.get(), g_qkv.get(), B, T, H, hd, nullptr);
+      merge_heads_cuda(g_m.get(), g_a.get(), g_b.get(), g_d.get(), B, T, H, hd, nullptr);
+      heads_to_rows_cuda(g_r.get(), g_a.get(), B, T, H, hd, nullptr);
+      rows_to_heads_cuda(g_h.get(), g_b.get(), B, T, H, hd, nullptr);
+      expect_equal(what + " split q", g_q.download("q"), q);
+      expect_equal(what + " split k", g_k.download("k"), k);
+      expect_equal(what + " split v", g_v.download("v"), v);
+      expect_equal(what + " merge", g_m.download("merge"), m);
+      expect_equal(what + " heads_to_rows", g_r.download("rows"), r);
+      expect_equal(what + " rows_to_heads", g_h.download("heads"), h);
+    }
+    {  // tokens, CLS pooling
+      const FVec emb = randn(B * N * C, ++seed), cls = randn(C, ++seed), wpe = randn(T * C, ++seed);
+      const FVec dwpe0 = randn(T * C, ++seed), dcls0 = randn(C, ++seed), demb0 = randn(B * N * C, ++seed);
+      const FVec pooled0 = randn(B * C, ++seed), dpooled = randn(B * C, ++seed);
+      FVec enc = a, dwpe = dwpe0, dcls = dcls0, demb = demb0, pooled = pooled0, dinp = b;
+      tokens_forward(enc.data(), emb.data(), cls.data(), wpe.data(), B, T, N, C, off);
+      tokens_backward(dwpe.data(), dcls.data(), demb.data(), d.data(), B, T, N, C, off);
+      cls_pool_forward(pooled.data(), a.data(), B, T, C);
+      cls_pool_backward(dinp.data(), dpooled.data(), B, T, C);
+      Dev<float> g_emb(emb), g_cls(cls), g_wpe(wpe), g_enc(a), g_dwpe(dwpe0), g_dcls(dcls0), g_demb(demb0), g_d(d),
+          g_a(a), g_pooled(pooled0), g_dpooled(dpooled), g_dinp(b);
+      tokens_forward_cuda(g_enc.get(), g_emb.get(), g_cls.get(), g_wpe.get(), B, T, N, C, off, nullptr);
+      tokens_backward_cuda(g_dwpe.get(), g_dcls.get(), g_demb.get(), g_d.get(), B, T, N, C, off, nullptr);
+      cls_pool_forward_cuda(g_pooled.get(), g_a.get(), B, T, C, nullptr);
+      cls_pool_backward_cuda(g_dinp.get(), g_dpooled.get(), B, T, C, nullptr);
+      expect_equal(what + " tokens_forward", g_enc.download("encoded"), enc);
+      expect_equal(what + " dwpe", g_dwpe.download("dwpe"), dwpe);
+      expect_equal(what + " dcls", g_dcls.download("dcls"), dcls);
+      expect_equal(what + " demb", g_demb.download("demb"), demb);
+      expect_equal(what + " cls_pool", g_pooled.download("pooled"), pooled);
+      expect_equal(what + " cls_pool_backward", g_dinp.download("dinp"), dinp);
+    }
+    if (T >= 2) {  // the read-out: T tokens, the last one the query
+      const int64_t Lp = T - 1;
+      const FVec rq0 = randn(B * C, ++seed), rk0 = randn(B * Lp * C, ++seed), rv0 = randn(B * Lp * C, ++seed);
+      const FVec pred0 = randn(B, ++seed), dpred = randn(B, ++seed), o = randn(B * C, ++seed), do0 = randn(B * C, ++seed);
+      FVec q = rq0, k = rk0, v = rv0, m = big0, pred = pred0, dout = do0;
+      readout_split(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
+      readout_merge(m.data(), rq0.data(), rk0.data(), rv0.data(), B, T, H, hd);
+      readout_pick(pred.data(), o.data(), B, H, hd);
+      readout_pick_backward(dout.data(), dpred.data(), B, H, hd);
+      Dev<float> g_qkv(qkv), g_q(rq0), g_k(rk0), g_v(rv0), g_m(big0), g_pred(pred0), g_dpred(dpred), g_o(o), g_do(do0);
+      readout_split_cuda(g_q.get(), g_k.get(), g_v.get(), g_qkv.get(), B, T, H, hd, nullptr);
+      Dev<float> g_rq(rq0), g_rk(rk0), g_rv(rv0);
+      readout_merge_cuda(g_m.get(), g_rq.get(), g_rk.get(), g_rv.get(), B, T, H, hd, nullptr);
+      readout_pick_cuda(g_pred.get(), g_o.get(), B, H, hd, nullptr);
+      readout_pick_backward_cuda(g_do.get(), g_dpred.get(), B, H, hd, nullptr);
+      expect_equal(what + " readout q", g_q.download("q"), q);
+      expect_equal(what + " readout k", g_k.download("k"), k);
+      expect_equal(what + " readout v", g_v.download("v"), v);
+      expect_equal(what + " readout merge", g_m.download("merge"), m);
+      expect_equal(what + " readout pick", g_pred.download("pred"), pred);
+      expect_equal(what + " readout pick backward", g_do.download("dout"), dout);
+    }
+  }
+}
+
+TEST(OpsCuda, ScaleExactAndGlobalNormMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  auto ws = make_workspace();
+  for (int64_t n : kElementwiseSizes) {
+    const std::string what = shape_str("scale/global_norm", {{"n", n}});
+    SCOPED_TRACE(what);
+    FVec g = randn(n, 950, 0.01f);
+    Dev<float> g_g(g);
+    scale_inplace(g.data(), n, 0.37f);
+    scale_inplace_cuda(g_g.get(), n, 0.37f, nullptr);
+    expect_equal(what + " scale", g_g.download("g"), g);
+    // float64 sums of float32 squares in two fixed orders: ~1e-16 relative per term.
+    const double want = global_norm(g.data(), n), got = global_norm_cuda(g_g.get(), n, ws.get(), nullptr);
+    EXPECT_NEAR(got, want, 1e-12 * want) << what;
+    EXPECT_EQ(global_norm_cuda(g_g.get(), n, ws.get(), nullptr), got) << what << ": not deterministic";
+  }
 }
 
 }  // namespace

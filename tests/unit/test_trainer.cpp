@@ -17,7 +17,9 @@
 #include "coordinator/grid.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
+#include "kernels/device.h"
 #include "results/h5.h"
+#include "tests/unit/trainer_test_util.h"
 #include "worker/run_cell.h"
 #include "worker/trainer.h"
 
@@ -39,73 +41,6 @@ class TrainerTest : public ::testing::Test {
   std::string path(const std::string& rel) const { return (dir_ / rel).string(); }
   fs::path dir_;
 };
-
-// 3 classes, 8 tokens of 4 features; the label is the argmax of three fixed linear
-// read-outs, so a model can learn it. Samples are a function of (split, index) only.
-// `on_fill` (may be null) sees the number of training fills so far.
-TrainingData synthetic_data(std::function<void(int64_t)> on_fill = nullptr) {
-  TrainingData d;
-  d.n_train = 512;
-  d.n_test = 96;
-  d.tokens = 8;
-  d.in_dim = 4;
-  d.classes = 3;
-  auto fills = std::make_shared<int64_t>(0);
-  d.fill = [d, fills, on_fill](int split, const int64_t* idx, int64_t count, float* x, int32_t* yc, float*) {
-    const int64_t per = d.tokens * d.in_dim;
-    for (int64_t i = 0; i < count; ++i) {
-      Rng rng(seed_of({static_cast<uint64_t>(split), static_cast<uint64_t>(idx[i])}));
-      double score[3] = {0, 0, 0};
-      for (int64_t j = 0; j < per; ++j) {
-        const double v = rng.normal();
-        x[i * per + j] = static_cast<float>(v);
-        score[j % 3] += v * (j % 2 ? 1.0 : -0.5);
-      }
-      yc[i] = static_cast<int32_t>(std::max_element(score, score + 3) - score);
-    }
-    if (split == 0 && on_fill) on_fill((*fills)++);
-  };
-  return d;
-}
-
-json tiny_config() {
-  return json{{"task", "image"}, {"activation", "softmax"}, {"dim", 16},     {"layers", 2},
-              {"heads", 2},      {"mlp_ratio", 2},          {"steps", 24},   {"batch", 8},
-              {"lr", 3e-3},      {"warmup_steps", 4},       {"clip", 1.0},   {"log_every", 3},
-              {"eval_every", 10}, {"eval_batches", 0},      {"seed", 5},     {"init_seed", 1},
-              {"optimizer", "adamw"}, {"weight_decay", 0.05}, {"checkpoint_every", 0}};
-}
-
-// Bit-for-bit equality of two task outputs (NaN == NaN when the bits agree).
-void expect_identical(const TaskOutput& a, const TaskOutput& b) {
-  EXPECT_EQ(a.status, b.status);
-  EXPECT_EQ(a.diverged_at_step, b.diverged_at_step);
-  ASSERT_EQ(a.final_metrics.size(), b.final_metrics.size());
-  for (const auto& [k, v] : a.final_metrics) {
-    ASSERT_TRUE(b.final_metrics.count(k)) << k;
-    EXPECT_EQ(std::memcmp(&v, &b.final_metrics.at(k), sizeof v), 0) << k << ": " << v << " vs " << b.final_metrics.at(k);
-  }
-  ASSERT_EQ(a.series.size(), b.series.size());
-  for (size_t i = 0; i < a.series.size(); ++i) {
-    EXPECT_EQ(a.series[i].path, b.series[i].path);
-    EXPECT_EQ(a.series[i].shape, b.series[i].shape) << a.series[i].path;
-    std::visit(
-        [&](const auto& va) {
-          using V = std::decay_t<decltype(va)>;
-          ASSERT_TRUE(std::holds_alternative<V>(b.series[i].data)) << a.series[i].path;
-          const V& vb = std::get<V>(b.series[i].data);
-          ASSERT_EQ(va.size(), vb.size()) << a.series[i].path;
-          EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(va[0])), 0) << a.series[i].path;
-        },
-        a.series[i].data);
-  }
-}
-
-const TaskSeries& series(const TaskOutput& o, const std::string& p) {
-  for (const auto& s : o.series)
-    if (s.path == p) return s;
-  throw std::runtime_error("no series " + p);
-}
 
 TEST(TrainerSchedule, WarmupThenCosine) {
   TrainConfig tc;
@@ -328,6 +263,27 @@ TEST(TrainerDataParallel, BatchNotDivisibleByDevicesIsAValidationError) {
   json c = tiny_config();
   c["devices"] = 3;
   EXPECT_THROW(train_config_of(c), std::runtime_error);
+}
+
+// A GPU asked of a build without CUDA, or of a machine without a visible GPU, is an
+// error that says which; an unknown device name is refused. (With a GPU, the CUDA tests
+// in test_trainer_cuda.cpp train there instead.)
+TEST(TrainerDevice, GpuRequestWithoutGpuIsAClearError) {
+  EXPECT_THROW(cuda_device_index("gpu"), std::invalid_argument);
+  EXPECT_THROW(cuda_device_index("cuda:"), std::invalid_argument);
+  EXPECT_EQ(cuda_device_index("cpu"), -1);
+  EXPECT_EQ(cuda_device_index("cuda"), 0);
+  EXPECT_EQ(cuda_device_index("cuda:3"), 3);
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: the error cases cannot happen here";
+  TaskContext ctx;
+  ctx.device = "cuda";
+  try {
+    train_cell(tiny_config(), ctx, synthetic_data());
+    ADD_FAILURE() << "trained on a GPU that is not there";
+  } catch (const std::runtime_error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find(cuda_backend_built() ? "0 CUDA devices are visible" : "no CUDA backend"), std::string::npos) << w;
+  }
 }
 
 TEST_F(TrainerTest, UnscaledPoly9WithLr1Diverges) {

@@ -1,0 +1,190 @@
+// CudaBackend (worker/backend_cuda.h): buffers, staging and the NCCL collective. The
+// ops themselves are the inline forwards in the header.
+#ifdef ATTNSWEEP_HAVE_CUDA
+
+#include "worker/backend_cuda.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace attnsweep {
+
+void cuda_check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorName(err) + " (" +
+                             cudaGetErrorString(err) + ")");
+}
+
+namespace {
+
+// Makes `device` current for the scope and restores the caller's device after.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&saved_) != cudaSuccess) saved_ = -1;
+    if (saved_ != device) cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() {
+    if (saved_ >= 0) cudaSetDevice(saved_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int saved_ = -1;
+};
+
+}  // namespace
+
+// ---- device memory ------------------------------------------------------------------
+
+DeviceBytes& DeviceBytes::operator=(DeviceBytes&& o) noexcept {
+  if (this != &o) {
+    release();
+    p_ = o.p_;
+    bytes_ = o.bytes_;
+    device_ = o.device_;
+    o.p_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBytes::assign(int device, size_t bytes) {
+  release();
+  if (bytes == 0) return;
+  DeviceScope on(device);
+  cuda_check(cudaMalloc(&p_, bytes), "cudaMalloc");
+  bytes_ = bytes;
+  device_ = device;
+  // The legacy stream does not order against the backends' non-blocking streams: wait
+  // for the fill here (allocations happen at set-up, not per step).
+  cuda_check(cudaMemset(p_, 0, bytes), "cudaMemset");
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+void DeviceBytes::release() noexcept {
+  if (!p_) return;
+  int saved = -1;
+  if (cudaGetDevice(&saved) == cudaSuccess && saved != device_) cudaSetDevice(device_);
+  cudaFree(p_);  // no throw from a destructor path
+  if (saved >= 0 && saved != device_) cudaSetDevice(saved);
+  p_ = nullptr;
+  bytes_ = 0;
+}
+
+// ---- the backend ----------------------------------------------------------------------
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  cuda_check(cudaSetDevice(device), ("cudaSetDevice(" + std::to_string(device) + ")").c_str());
+  cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  ws_ = attention_cuda_workspace_create();
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (Staging& s : inputs_) {
+    if (s.pinned) cudaFreeHost(s.pinned);
+    if (s.copied) cudaEventDestroy(s.copied);
+  }
+  if (host_doubles_) cudaFreeHost(host_doubles_);
+  attention_cuda_workspace_destroy(ws_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::bind() { cuda_check(cudaSetDevice(device_), "cudaSetDevice"); }
+
+void CudaBackend::synchronize() { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+void CudaBackend::zero(float* p, int64_t n) {
+  if (n > 0) cuda_check(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), stream_), "cudaMemsetAsync");
+}
+
+void CudaBackend::upload(float* dst, const float* host, int64_t n) {
+  if (n <= 0) return;
+  bind();
+  cuda_check(cudaMemcpyAsync(dst, host, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice, stream_),
+             "cudaMemcpyAsync (to device)");
+  synchronize();
+}
+
+void CudaBackend::download(float* host, const float* src, int64_t n) {
+  if (n <= 0) return;
+  bind();
+  cuda_check(cudaMemcpyAsync(host, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+             "cudaMemcpyAsync (to host)");
+  synchronize();
+}
+
+const void* CudaBackend::input_bytes(InputSlot slot, const void* host, size_t bytes) {
+  if (host == nullptr) return nullptr;
+  Staging& s = inputs_[slot];
+  if (bytes > s.bytes) {  // the first batch (or a larger one): grow, outside the steady state
+    synchronize();
+    if (s.pinned) cuda_check(cudaFreeHost(s.pinned), "cudaFreeHost");
+    s.pinned = nullptr;
+    s.bytes = 0;
+    cuda_check(cudaMallocHost(&s.pinned, bytes), "cudaMallocHost");
+    s.device.assign(device_, bytes);
+    s.bytes = bytes;
+    if (!s.copied) cuda_check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "cudaEventCreate");
+  } else if (s.copied) {
+    // The previous copy out of the pinned buffer must be done before it is overwritten
+    // (it was queued at the start of the previous forward: long finished in practice).
+    cuda_check(cudaEventSynchronize(s.copied), "cudaEventSynchronize");
+  }
+  if (bytes == 0) return s.device.get();
+  std::memcpy(s.pinned, host, bytes);
+  cuda_check(cudaMemcpyAsync(s.device.get(), s.pinned, bytes, cudaMemcpyHostToDevice, stream_),
+             "cudaMemcpyAsync (batch to device)");
+  cuda_check(cudaEventRecord(s.copied, stream_), "cudaEventRecord");
+  return s.device.get();
+}
+
+const double* CudaBackend::to_host(const double* p, int64_t n) {
+  const size_t bytes = static_cast<size_t>(n) * sizeof(double);
+  if (bytes > host_doubles_bytes_) {
+    synchronize();
+    if (host_doubles_) cuda_check(cudaFreeHost(host_doubles_), "cudaFreeHost");
+    host_doubles_ = nullptr;
+    host_doubles_bytes_ = 0;
+    cuda_check(cudaMallocHost(&host_doubles_, bytes), "cudaMallocHost");
+    host_doubles_bytes_ = bytes;
+  }
+  if (bytes > 0)
+    cuda_check(cudaMemcpyAsync(host_doubles_, p, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (norms)");
+  synchronize();
+  return static_cast<const double*>(host_doubles_);
+}
+
+// ---- NCCL ---------------------------------------------------------------------------------
+
+CudaBackend::Collective::Collective(const std::vector<CudaBackend*>& replicas) : replicas_(replicas) {
+  if (replicas.size() < 2) return;  // one replica: nothing to reduce, NCCL not needed
+  if (const std::string why = nccl_unavailable_reason(); !why.empty())
+    throw std::runtime_error("data-parallel training on " + std::to_string(replicas.size()) + " GPUs needs NCCL: " + why);
+  std::vector<int> devices;
+  for (const CudaBackend* b : replicas) devices.push_back(b->device());
+  comms_ = nccl_comms_create(devices.data(), static_cast<int>(devices.size()));
+}
+
+CudaBackend::Collective::~Collective() { nccl_comms_destroy(comms_); }
+
+void CudaBackend::Collective::allreduce_mean(const std::vector<float*>& grads, int64_t n) {
+  const size_t k = replicas_.size();
+  if (k < 2) return;
+  std::vector<cudaStream_t> streams;
+  for (const CudaBackend* b : replicas_) streams.push_back(b->stream());
+  nccl_allreduce_sum(comms_, grads.data(), n, streams.data());
+  const float inv_k = 1.0f / static_cast<float>(k);
+  for (size_t r = 0; r < k; ++r) {
+    replicas_[r]->bind();
+    replicas_[r]->scale_inplace(grads[r], n, inv_k);
+  }
+}
+
+}  // namespace attnsweep
+
+#endif  // ATTNSWEEP_HAVE_CUDA

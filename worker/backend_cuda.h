@@ -1,0 +1,222 @@
+// The CUDA backend of the model and trainer (the interface is described in
+// worker/backend.h): the *_cuda ops of kernels/ops_cuda.h and kernels/model_ops_cuda.h
+// on one device, with one stream and one workspace (cuBLAS handle + scratch) per backend,
+// i.e. per model replica. Buffers are cudaMalloc'ed when a model is built or first sees
+// a larger batch, never per step; batch inputs go host -> pinned staging -> device on the
+// stream; norms come back only when asked (to_host). Only with ATTNSWEEP_HAVE_CUDA.
+#pragma once
+
+#ifdef ATTNSWEEP_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention_cuda.h"
+#include "kernels/collective_cuda.h"
+#include "kernels/model_ops_cuda.h"
+#include "kernels/ops_cuda.h"
+#include "worker/backend.h"
+
+namespace attnsweep {
+
+// Throws std::runtime_error naming `what` when err is not cudaSuccess.
+void cuda_check(cudaError_t err, const char* what);
+
+// Owns n elements of T on one device (cudaMalloc; freed with that device current).
+class DeviceBytes {
+ public:
+  DeviceBytes() = default;
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  DeviceBytes(DeviceBytes&& o) noexcept { *this = std::move(o); }
+  DeviceBytes& operator=(DeviceBytes&& o) noexcept;
+  ~DeviceBytes() { release(); }
+  // Zero-filled, on `device`; the old contents are dropped.
+  void assign(int device, size_t bytes);
+  void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void release() noexcept;
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+  int device_ = 0;
+};
+
+template <class T>
+class DeviceArray {
+ public:
+  T* data() { return static_cast<T*>(mem_.get()); }
+  const T* data() const { return static_cast<const T*>(mem_.get()); }
+  size_t size() const { return mem_.bytes() / sizeof(T); }
+  void assign(int device, int64_t n) { mem_.assign(device, static_cast<size_t>(n) * sizeof(T)); }
+
+ private:
+  DeviceBytes mem_;
+};
+
+#define ATTNSWEEP_CUDA_OP(name)                   \
+  template <class... A>                           \
+  auto name(A... a) {                             \
+    return ::attnsweep::name##_cuda(a..., stream_); \
+  }
+#define ATTNSWEEP_CUDA_OP_WS(name)                     \
+  template <class... A>                                \
+  auto name(A... a) {                                  \
+    return ::attnsweep::name##_cuda(a..., ws_, stream_); \
+  }
+
+class CudaBackend {
+ public:
+  static constexpr bool kDevice = true;
+  static constexpr bool kEveryReplicaUpdates = true;
+  template <class T>
+  using Array = DeviceArray<T>;
+
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend();
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  void bind();
+  void synchronize();
+  template <class T>
+  void allocate(DeviceArray<T>& a, int64_t n) {
+    a.assign(device_, n);
+  }
+  void zero(float* p, int64_t n);
+  void upload(float* dst, const float* host, int64_t n);      // synchronous
+  void download(float* host, const float* src, int64_t n);    // synchronous
+  // Device copy of n elements at host (null: null), through pinned staging, queued on the
+  // stream; valid until the next input() of the same slot.
+  template <class T>
+  const T* input(InputSlot slot, const T* host, int64_t n) {
+    return static_cast<const T*>(input_bytes(slot, host, static_cast<size_t>(n) * sizeof(T)));
+  }
+  // Waits for the stream, then copies n doubles back; valid until the next to_host().
+  const double* to_host(const double* p, int64_t n);
+
+  ATTNSWEEP_CUDA_OP_WS(matmul_forward)
+  ATTNSWEEP_CUDA_OP_WS(matmul_backward)
+  ATTNSWEEP_CUDA_OP(layernorm_forward)
+  ATTNSWEEP_CUDA_OP_WS(layernorm_backward)
+  ATTNSWEEP_CUDA_OP(gelu_forward)
+  ATTNSWEEP_CUDA_OP(gelu_backward)
+  ATTNSWEEP_CUDA_OP(residual_forward)
+  ATTNSWEEP_CUDA_OP(meanpool_forward)
+  ATTNSWEEP_CUDA_OP(meanpool_backward)
+  ATTNSWEEP_CUDA_OP_WS(softmax_crossentropy_forward)
+  ATTNSWEEP_CUDA_OP(softmax_crossentropy_backward)
+  ATTNSWEEP_CUDA_OP_WS(mse_forward)
+  ATTNSWEEP_CUDA_OP(mse_backward)
+  ATTNSWEEP_CUDA_OP(embedding_forward)
+  ATTNSWEEP_CUDA_OP(embedding_backward)
+  ATTNSWEEP_CUDA_OP(adamw_update)
+  ATTNSWEEP_CUDA_OP(sgd_update)
+  ATTNSWEEP_CUDA_OP(split_heads)
+  ATTNSWEEP_CUDA_OP(merge_heads)
+  ATTNSWEEP_CUDA_OP(heads_to_rows)
+  ATTNSWEEP_CUDA_OP(rows_to_heads)
+  ATTNSWEEP_CUDA_OP(tokens_forward)
+  ATTNSWEEP_CUDA_OP(tokens_backward)
+  ATTNSWEEP_CUDA_OP(cls_pool_forward)
+  ATTNSWEEP_CUDA_OP(cls_pool_backward)
+  ATTNSWEEP_CUDA_OP(readout_split)
+  ATTNSWEEP_CUDA_OP(readout_merge)
+  ATTNSWEEP_CUDA_OP(readout_pick)
+  ATTNSWEEP_CUDA_OP(readout_pick_backward)
+  ATTNSWEEP_CUDA_OP(scale_inplace)
+  ATTNSWEEP_CUDA_OP_WS(global_norm)
+
+  // The fused float32 kernels (attention_cuda.h; they fall back to the materialising
+  // path where they have no specialisation). key_mask (B, Nk) or null.
+  void attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
+                         const float* v, const float* key_mask, float* o, float* lse, double* attn_fro,
+                         double* jac_fro) {
+    attention_forward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, lse, attn_fro, jac_fro, ws_, stream_);
+  }
+  void attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
+                          const float* v, const float* key_mask, const float* o, const float* dout, const float* lse,
+                          float* dq, float* dk, float* dv) {
+    attention_backward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, dout, lse, dq, dk, dv, ws_, stream_);
+  }
+  // Padding (pad_id >= 0) is not supported on CUDA yet: BasicModel<CudaBackend> refuses
+  // such a config at construction, so these are never reached.
+  [[noreturn]] void masked_meanpool_forward(float*, const float*, const float*, int64_t, int64_t, int64_t) {
+    throw std::runtime_error("masked mean pooling (pad_id) is not supported on CUDA yet");
+  }
+  [[noreturn]] void masked_meanpool_backward(float*, const float*, const float*, int64_t, int64_t, int64_t) {
+    throw std::runtime_error("masked mean pooling (pad_id) is not supported on CUDA yet");
+  }
+
+  // f(0) .. f(k-1) on k host threads at once (f(0) on the calling one); the first
+  // exception, in replica order, is rethrown after all have finished.
+  template <class F>
+  static void for_each_replica(int64_t k, F&& f);
+
+  // NCCL: every grads[r] (on replica r's device) becomes the sum over the replicas, then
+  // is scaled by 1/k on its own stream; one communicator per replica, created once.
+  class Collective {
+   public:
+    explicit Collective(const std::vector<CudaBackend*>& replicas);
+    ~Collective();
+    Collective(const Collective&) = delete;
+    Collective& operator=(const Collective&) = delete;
+    void allreduce_mean(const std::vector<float*>& grads, int64_t n);
+
+   private:
+    std::vector<CudaBackend*> replicas_;
+    NcclComms* comms_ = nullptr;
+  };
+
+ private:
+  const void* input_bytes(InputSlot slot, const void* host, size_t bytes);
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  AttentionCudaWorkspace* ws_ = nullptr;
+  struct Staging {
+    DeviceBytes device;
+    void* pinned = nullptr;         // cudaMallocHost
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;   // the last copy out of `pinned`
+  };
+  Staging inputs_[kNumInputSlots];
+  void* host_doubles_ = nullptr;  // pinned, for to_host
+  size_t host_doubles_bytes_ = 0;
+};
+
+#undef ATTNSWEEP_CUDA_OP
+#undef ATTNSWEEP_CUDA_OP_WS
+
+template <class F>
+void CudaBackend::for_each_replica(int64_t k, F&& f) {
+  std::vector<std::exception_ptr> err(static_cast<size_t>(k));
+  auto run = [&](int64_t r) {
+    try {
+      f(r);
+    } catch (...) {
+      err[static_cast<size_t>(r)] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(k > 0 ? k - 1 : 0));
+  for (int64_t r = 1; r < k; ++r) threads.emplace_back(run, r);
+  if (k > 0) run(0);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : err)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace attnsweep
+
+#endif  // ATTNSWEEP_HAVE_CUDA
