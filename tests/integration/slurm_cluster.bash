@@ -77,7 +77,7 @@ stop_cluster() {
 # wait_job ID TIMEOUT_S: until the job is in a final state (a requeued job is not: it
 # passes through REQUEUED and PENDING, and squeue may briefly not list it).
 wait_job() {
-  local id=$1 t=${2:-120} st reason stable=0
+  local id=$1 t=${2:-120} st reason stable=0 held=0
   for _ in $(seq $((t * 5))); do
     st=$(scontrol show job "$id" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2) || true
     reason=$(scontrol show job "$id" 2>/dev/null | grep -oE 'Reason=[A-Za-z_]+' | cut -d= -f2) || true
@@ -90,9 +90,14 @@ wait_job() {
       *) stable=0 ;;
     esac
     # Slurm holds a requeued job back (BeginTime, about 2 minutes); as the cluster's
-    # admin the test lets it start at once instead of waiting.
+    # admin the test lets it start sooner, but not within the second of the requeue:
+    # slurmd revoked the old run's credential then, and a start in that same second
+    # fails ("Job credential revoked") and ends the job FAILED.
     if [ "$st" = PENDING ] && [ "$reason" = BeginTime ]; then
-      scontrol update JobId="$id" StartTime=now >/dev/null 2>&1 || true
+      held=$((held + 1))
+      [ "$held" -ge 15 ] && scontrol update JobId="$id" StartTime=now >/dev/null 2>&1 || true
+    else
+      held=0
     fi
     sleep 0.2
   done

@@ -60,6 +60,8 @@ for _ in $(seq 600); do
 done
 check "Slurm counted the requeue" bash -c "scontrol show job $job | grep -qE 'Restarts=[1-9]'"
 # Then the job's second start (the state can read FAILED in between on a loaded machine).
+# Its BeginTime hold is released 3 s after the requeue, not at once (see wait_job).
+sleep 3
 for _ in $(seq 900); do
   grep -q "(restart 1)" long/slurm-"$job".out 2>/dev/null && break
   if scontrol show job "$job" 2>/dev/null | grep -q 'Reason=BeginTime'; then
