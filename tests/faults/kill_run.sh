@@ -6,7 +6,7 @@ cat > grid.json <<'JSON'
 {"name": "kill-run",
  "axes": {"task": ["synthetic"], "seed": [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19]},
  "fixed": {"seconds": 0.7},
- "include": [{"task": "image", "prompt_length": 16, "layers": 1, "heads": 2, "dim": 16, "steps": 12000, "batch": 16,
+ "include": [{"task": "image", "prompt_length": 16, "layers": 1, "heads": 2, "dim": 16, "steps": 48000, "batch": 16,
               "log_every": 100, "eval_every": 3000, "checkpoint_every": 500, "seed": 0}]}
 JSON
 validate() {  # every file under runs/ is a valid, complete result

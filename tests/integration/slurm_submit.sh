@@ -39,7 +39,7 @@ cat > long.json <<'JSON'
 {"name": "slurm-preempt", "axes": {"task": ["synthetic"], "seed": [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},
  "fixed": {"seconds": 1.5},
  "include": [{"task": "image", "activation": "poly", "degree": 3, "scale": "inv_sqrt_n", "prompt_length": 16,
-              "layers": 1, "heads": 2, "dim": 16, "steps": 15000, "batch": 32, "log_every": 50, "eval_every": 5000,
+              "layers": 1, "heads": 2, "dim": 16, "steps": 30000, "batch": 32, "log_every": 50, "eval_every": 5000,
               "seed": 0}]}
 JSON
 run_rc "$ATTNSWEEP" submit long.json --out long --nodes 1 --gpus-per-node 0 --cpus-per-node 2 --time 00:10:00 --grace-s 10
