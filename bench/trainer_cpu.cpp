@@ -9,6 +9,10 @@
 // CELL listops: the long-sequence cell instead, ListOps' shapes: N = 512 token ids of a
 // 16-symbol vocabulary embedded by a table, CLS token, dim 64, 4 layers, 4 heads, MLP x4,
 // 10 classes, batch 32 (the activation field then reads <activation>-listops).
+// CELL image16 / image196: the reference model at patch 7 (N = 16 tokens of 49 pixels) or
+// patch 2 (N = 196 of 4), the other prompt lengths of paperA_fmnist (field
+// <activation>-image16 ...). CELL large: patch 2 (N = 196), dim 256, 6 layers, 4 heads,
+// MLP x4, batch 128 (field <activation>-large).
 // usage: trainer_cpu [THREADS] [STEPS] [ACTIVATION] [CELL] [DEVICE]
 //   (defaults 2, 30, softmax, reference, cpu)
 #include <omp.h>
@@ -37,7 +41,7 @@ using namespace attnsweep;
 // the CSV line.
 template <class TrainerT>
 void time_steps(TrainerT& tr, const ModelConfig& mc, const TrainConfig& tc, int steps, const std::string& act,
-                const std::string& where, const char* who) {
+                const std::string& where, const char* who, const std::string& suffix) {
   const int64_t B = tc.batch;
   const bool ids = mc.vocab > 0;
   Rng rng(1);
@@ -62,7 +66,7 @@ void time_steps(TrainerT& tr, const ModelConfig& mc, const TrainConfig& tc, int 
   for (int64_t r = 0; r < tr.devices(); ++r) tr.replica(r).backend().synchronize();  // the last update (GPU)
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double cpu = cpu_now() - c0;
-  std::printf("%s,%s%s,%s,%.1f,%.4f,%.1f\n", who, act.c_str(), ids ? "-listops" : "", where.c_str(),
+  std::printf("%s,%s%s,%s,%.1f,%.4f,%.1f\n", who, act.c_str(), suffix.c_str(), where.c_str(),
               static_cast<double>(B) * steps / s,
               s / steps, static_cast<double>(B) * steps / cpu);
 }
@@ -81,8 +85,9 @@ int main(int argc, char** argv) {
   const int steps = argc > 2 ? std::atoi(argv[2]) : 30;
   const std::string act = argc > 3 ? argv[3] : "softmax";
   const std::string cell = argc > 4 ? argv[4] : "reference";
-  if (cell != "reference" && cell != "listops") {
-    std::fprintf(stderr, "trainer_cpu: CELL: expected reference or listops, got %s\n", cell.c_str());
+  if (cell != "reference" && cell != "listops" && cell != "image16" && cell != "image196" && cell != "large") {
+    std::fprintf(stderr, "trainer_cpu: CELL: expected reference, listops, image16, image196 or large, got %s\n",
+                 cell.c_str());
     return 2;
   }
   const bool listops = cell == "listops";
@@ -98,6 +103,10 @@ int main(int argc, char** argv) {
   mc.mlp_ratio = 4;
   mc.classes = 10;
   if (listops) mc.tokens = 512, mc.in_dim = 1, mc.vocab = 16, mc.cls = true;
+  if (cell == "image16") mc.tokens = 16, mc.in_dim = 49;
+  if (cell == "image196" || cell == "large") mc.tokens = 196, mc.in_dim = 4;
+  if (cell == "large") mc.dim = 256, mc.layers = 6;
+  const std::string suffix = cell == "reference" ? "" : "-" + cell;
   json cfg = {{"activation", act}};
   if (act == "poly") cfg["degree"] = 3, cfg["scale"] = "inv_sqrt_n";
   mc.act = activation_spec_of(cfg);
@@ -108,13 +117,13 @@ int main(int argc, char** argv) {
   const int gpu = cuda_device_index(device);
   if (gpu < 0) {
     Trainer tr(mc, tc);
-    time_steps(tr, mc, tc, steps, act, std::to_string(threads), "attnsweep");
+    time_steps(tr, mc, tc, steps, act, std::to_string(threads), "attnsweep", suffix);
     return 0;
   }
 #ifdef ATTNSWEEP_HAVE_CUDA
   try {
     CudaTrainer tr(mc, tc, gpu);
-    time_steps(tr, mc, tc, steps, act, device, "attnsweep-cuda");
+    time_steps(tr, mc, tc, steps, act, device, "attnsweep-cuda", suffix);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainer_cpu: %s: %s\n", device.c_str(), e.what());
     return 1;

@@ -4,11 +4,14 @@
              MLP x4, batch 128
   listops:   N = 512 token ids of a 16-symbol vocabulary (embedding table), CLS token,
              same blocks, batch 32
+  image16, image196: the reference model at patch 7 (N = 16 of 49 pixels) or patch 2
+             (N = 196 of 4)
+  large:     patch 2 (N = 196), dim 256, 6 layers, 4 heads, MLP x4, batch 128
 Prints: pytorch<version>[-compiled],<activation>[-listops],<threads>,<samples/s>,<s/step>,<samples per CPU-second>
-usage: trainer_cpu.py [THREADS] [STEPS] [--cell reference|listops] [--compile] [--device DEVICE]
+usage: trainer_cpu.py [THREADS] [STEPS] [--cell reference|listops|image16|image196|large] [--compile] [--device DEVICE]
 With --device cuda (bench/gpu-check.sh): the same model in eager mode on the GPU, FP32
 matmuls (TF32 off, as attnsweep's pedantic cuBLAS), timed with a synchronize; prints
-pytorch-cuda,softmax[-listops],<device>,...
+pytorch<version>[-compiled]-cuda,softmax[-<cell>],<device>,...
 Runs with any PyTorch: Debian's 1.13 (/usr/bin/python3) or a current one in a venv
 (--compile needs torch.compile, PyTorch >= 2)."""
 import argparse
@@ -22,7 +25,7 @@ import torch.nn.functional as F
 ap = argparse.ArgumentParser()
 ap.add_argument("threads", type=int, nargs="?", default=2)
 ap.add_argument("steps", type=int, nargs="?", default=30)
-ap.add_argument("--cell", choices=("reference", "listops"), default="reference")
+ap.add_argument("--cell", choices=("reference", "listops", "image16", "image196", "large"), default="reference")
 ap.add_argument("--compile", action="store_true")
 ap.add_argument("--device", default="cpu")
 a = ap.parse_args()
@@ -33,7 +36,9 @@ if device != "cpu":
     torch.backends.cudnn.allow_tf32 = False
 torch.manual_seed(0)
 listops = a.cell == "listops"
-B, N, P, C, L, H, K, V = (32, 512, 1, 64, 4, 4, 10, 16) if listops else (128, 49, 16, 64, 4, 4, 10, 0)
+B, N, P, C, L, H, K, V = {"reference": (128, 49, 16, 64, 4, 4, 10, 0), "listops": (32, 512, 1, 64, 4, 4, 10, 16),
+                          "image16": (128, 16, 49, 64, 4, 4, 10, 0), "image196": (128, 196, 4, 64, 4, 4, 10, 0),
+                          "large": (128, 196, 4, 256, 6, 4, 10, 0)}[a.cell]
 
 
 class Block(nn.Module):
@@ -99,5 +104,6 @@ for _ in range(a.steps):
 sync()
 s, cpu = time.perf_counter() - t0, time.process_time() - c0
 label = "pytorch" + torch.__version__.split("+")[0] + ("-compiled" if a.compile else "")
-label, where = (label, a.threads) if device == "cpu" else ("pytorch-cuda", device)
-print(f"{label},softmax{'-listops' if listops else ''},{where},{B * a.steps / s:.1f},{s / a.steps:.4f},{B * a.steps / cpu:.1f}")
+label, where = (label, a.threads) if device == "cpu" else (label + "-cuda", device)
+suffix = "" if a.cell == "reference" else "-" + a.cell
+print(f"{label},softmax{suffix},{where},{B * a.steps / s:.1f},{s / a.steps:.4f},{B * a.steps / cpu:.1f}")
