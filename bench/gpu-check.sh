@@ -175,13 +175,16 @@ if stage 5 && in_budget "attention PyTorch baselines"; then
   tail -40 "$out/attention_gpu_torch.log" >> "$summary"
 fi
 # 6. Whole sweeps on the GPU slot (attnsweep run, no mpirun: one slot per visible GPU),
-# timed, aggregated: SWEEP_GRIDS (default paperB_icl_cpu) under experiments/grids/.
+# timed, aggregated: SWEEP_GRIDS (default paperB_icl_cpu): names under experiments/grids/
+# or paths to grid files.
 # Fashion-MNIST grids need the data: carry its .gz files and set ATTNSWEEP_FASHION_MNIST_DIR.
 if stage 6; then
-  for g in ${SWEEP_GRIDS:-paperB_icl_cpu}; do
+  for gpath in ${SWEEP_GRIDS:-paperB_icl_cpu}; do
+    g=$(basename "$gpath" .json)
+    [[ "$gpath" == *.json ]] || gpath="experiments/grids/$gpath.json"
     say "6. attnsweep run $g on the GPU"
     t0=$SECONDS
-    ab timeout "${SWEEP_TIMEOUT_S:-200}" "$bin/attnsweep" run "experiments/grids/$g.json" --out "/tmp/sweep-$g" \
+    ab timeout "${SWEEP_TIMEOUT_S:-200}" "$bin/attnsweep" run "$gpath" --out "/tmp/sweep-$g" \
       --progress-every-s 20 > "$out/sweep-$g.log" 2>&1
     say "run $g exit $? in $((SECONDS - t0)) s"
     tail -4 "$out/sweep-$g.log" | tee -a "$summary"

@@ -107,6 +107,7 @@ TaskOutput run_pde(const json& config, const TaskContext& ctx) {
     std::string error;
 #pragma omp parallel for schedule(dynamic, 4)
     for (int64_t i = 0; i < count[s]; ++i) {
+      if (ctx.stop_requested()) continue;  // a signal: stop solving (below)
       PdeSample smp;
       try {
         smp = pde_sample(spec, s, i);
@@ -127,6 +128,13 @@ TaskOutput run_pde(const json& config, const TaskContext& ctx) {
       solver_grid[static_cast<size_t>(s * data.n_train + i)] = smp.solver_grid;
     }
     if (!error.empty()) throw std::runtime_error("pde: " + error);
+    // Solving takes up to a minute: a stop (preemption, Ctrl-C) that comes meanwhile ends
+    // the cell at once as interrupted (exit 75; there is nothing to checkpoint yet).
+    if (ctx.stop_requested()) {
+      TaskOutput stopped;
+      stopped.status = "interrupted";
+      return stopped;
+    }
   }
   data.fill = [splits, N](int split, const int64_t* idx, int64_t cnt, float* x, int32_t*, float* y_value) {
     const Split& sp = (*splits)[static_cast<size_t>(split)];
