@@ -111,6 +111,20 @@ class CpuBackend {
     attention_backward_cpu(spec, shape, q, k, v, key_mask, o, dout, lse, dq, dk, dv);
   }
 
+  // The packed fast path (kernels/attention.h; CPU only: model.cpp calls these under
+  // `if constexpr (!Backend::kDevice)`, so a device backend need not have them).
+  static bool attention_packed_usable(const AttentionSpec& spec, const AttentionShape& shape) {
+    return attention_packed_cpu_usable(spec, shape);
+  }
+  void attention_forward_packed(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv, float* o,
+                                float* lse, double* attn_fro, double* jac_fro) {
+    attention_forward_packed_cpu(spec, shape, qkv, o, lse, attn_fro, jac_fro);
+  }
+  void attention_backward_packed(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
+                                 const float* o, const float* dout, const float* lse, float* dqkv) {
+    attention_backward_packed_cpu(spec, shape, qkv, o, dout, lse, dqkv);
+  }
+
   template <class F>
   static void for_each_replica(int64_t k, F&& f) {
     for (int64_t r = 0; r < k; ++r) f(r);
