@@ -653,7 +653,7 @@ void forward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, co
   const float scale = attention_score_scale(spec, sh);
   const bool norms = spec.collect_norms;
   const PhiParams pp = resolve_phi(spec.act, T);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 4)
   for (int64_t bh = 0; bh < BH; ++bh) {
     const int64_t b = bh / H, h = bh % H;
     Work& w = work();
@@ -689,7 +689,7 @@ void backward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, c
   const int64_t H = sh.H, T = sh.Nq, C = H * kD, BH = sh.B * H, ld = padded(T);
   const float scale = attention_score_scale(spec, sh);
   const PhiParams pp = resolve_phi(spec.act, T);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 4)
   for (int64_t bh = 0; bh < BH; ++bh) {
     const int64_t b = bh / H, h = bh % H;
     Work& w = work();

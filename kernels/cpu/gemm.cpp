@@ -137,7 +137,10 @@ GEMM_AVX512 void rows_ab(float* c, int64_t ldc, const float* a, int64_t lda, con
 void gemm_rows(float* c, const float* a, const float* bp, const float* bias, bool add_c, int64_t M, int64_t K,
                int64_t N, RowEpilogue epi) {
   const int64_t ng = (M + kRowGroup - 1) / kRowGroup;
-#pragma omp parallel for schedule(static)
+  // Dynamic: a group's result does not depend on the thread that computes it, and on
+  // shared cores a thread that loses its CPU for a while no longer holds up the others
+  // at the end of a static share.
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t g = 0; g < ng; ++g) {
     const int64_t r0 = g * kRowGroup;
     const int64_t rows = std::min(kRowGroup, M - r0);

@@ -175,11 +175,12 @@ OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, const float* dout, cons
 
 // sw[c] += sum_i dout * xhat, sb[c] += sum_i dout, rows in order (each column's sum in
 // row order, whatever the thread count).
+// Columns [0, C) of rows ld apart (a slice of the columns: the sums are per column).
 OPS_ROW_CLONES void layernorm_param_grads(double* sw, double* sb, const float* dout, const float* inp,
-                                          const float* mean, const float* rstd, int64_t N, int64_t C) {
+                                          const float* mean, const float* rstd, int64_t N, int64_t C, int64_t ld) {
   for (int64_t i = 0; i < N; ++i) {
-    const float* x = inp + i * C;
-    const float* dy = dout + i * C;
+    const float* x = inp + i * ld;
+    const float* dy = dout + i * ld;
     const float m = mean[i];
     const double r = rstd[i];
 #pragma omp simd
@@ -198,7 +199,7 @@ constexpr int64_t kRowBlock = 64;  // rows per parallel work item
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C) {
   const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t r0 = b * kRowBlock;
     layernorm_forward_rows(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, weight, bias,
@@ -209,14 +210,23 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t r0 = b * kRowBlock;
     layernorm_backward_rows(dinp + r0 * C, dout + r0 * C, inp + r0 * C, weight, mean + r0, rstd + r0,
                             std::min(kRowBlock, N - r0), C);
   }
+  // The parameter sums by slices of 16 columns, one thread each (every column summed in
+  // row order, whatever the thread count).
   std::vector<double> acc(static_cast<size_t>(2 * C), 0.0);
-  layernorm_param_grads(acc.data(), acc.data() + C, dout, inp, mean, rstd, N, C);
+  constexpr int64_t kCols = 16;
+  const int64_t ncb = (C + kCols - 1) / kCols;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t cb = 0; cb < ncb; ++cb) {
+    const int64_t c0 = cb * kCols;
+    layernorm_param_grads(acc.data() + c0, acc.data() + C + c0, dout + c0, inp + c0, mean, rstd, N,
+                          std::min(kCols, C - c0), C);
+  }
   for (int64_t c = 0; c < C; ++c) {
     dweight[c] += static_cast<float>(acc[static_cast<size_t>(c)]);
     dbias[c] += static_cast<float>(acc[static_cast<size_t>(C + c)]);
