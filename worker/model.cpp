@@ -275,6 +275,18 @@ void BasicModel<Backend>::norms_of_real_queries(const AttentionSpec& spec, const
 }
 
 template <class Backend>
+void BasicModel<Backend>::matmul_backward_set(float* dinp, float* dweight, float* dbias, const float* dout,
+                                              const float* inp, const float* weight, int64_t N, int64_t C,
+                                              int64_t OC) {
+  if constexpr (Backend::kDevice) {
+    be_.zero(dinp, N * C);
+    be_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  } else {
+    be_.matmul_backward_overwrite(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+}
+
+template <class Backend>
 bool BasicModel<Backend>::packed_attention(const AttentionSpec& spec, const AttentionShape& shape) const {
   if constexpr (Backend::kDevice) return false;
   else return mask_ == nullptr && Backend::attention_packed_usable(spec, shape);
@@ -433,14 +445,12 @@ void BasicModel<Backend>::backward_classify() {
       be_.gelu_matmul_backward(s_.dbig, g_.fcproj_w + l * C * F, g_.fcproj_b + l * C, s_.dres,
                                a_.fch_gelu + l * BT * F, a_.fch + l * BT * F, p_.fcproj_w + l * C * F, BT, F, C);
     }
-    be_.zero(s_.dln, BTC);
-    be_.matmul_backward(s_.dln, g_.fc_w + l * F * C, g_.fc_b + l * F, s_.dbig, a_.ln2 + l * BTC, p_.fc_w + l * F * C,
+    matmul_backward_set(s_.dln, g_.fc_w + l * F * C, g_.fc_b + l * F, s_.dbig, a_.ln2 + l * BTC, p_.fc_w + l * F * C,
                         BT, C, F);
     be_.layernorm_backward(s_.dres, g_.ln2_w + l * C, g_.ln2_b + l * C, s_.dln, a_.res1 + l * BTC, p_.ln2_w + l * C,
                            a_.ln2_mean + l * BT, a_.ln2_rstd + l * BT, BT, C);
     // dres = d/d res1 = d/d attproj (and the residual path to inp).
-    be_.zero(s_.dln, BTC);
-    be_.matmul_backward(s_.dln, g_.attproj_w + l * C * C, g_.attproj_b + l * C, s_.dres, a_.atty_un + l * BTC,
+    matmul_backward_set(s_.dln, g_.attproj_w + l * C * C, g_.attproj_b + l * C, s_.dres, a_.atty_un + l * BTC,
                         p_.attproj_w + l * C * C, BT, C, C);
     if (packed_attention(spec, shape)) {
       // dO is s_.dln as it is (rows); dQ, dK, dV land in dqkv directly.
@@ -453,8 +463,7 @@ void BasicModel<Backend>::backward_classify() {
                              s_.datty, a_.lse + l * B * H * T, s_.dq, s_.dk, s_.dv);
       be_.merge_heads(s_.dqkv, s_.dq, s_.dk, s_.dv, B, T, H, hd);
     }
-    be_.zero(s_.dln, BTC);
-    be_.matmul_backward(s_.dln, g_.qkv_w + l * 3 * C * C, g_.qkv_b + l * 3 * C, s_.dqkv, a_.ln1 + l * BTC,
+    matmul_backward_set(s_.dln, g_.qkv_w + l * 3 * C * C, g_.qkv_b + l * 3 * C, s_.dqkv, a_.ln1 + l * BTC,
                         p_.qkv_w + l * 3 * C * C, BT, C, 3 * C);
     be_.layernorm_backward(s_.dres, g_.ln1_w + l * C, g_.ln1_b + l * C, s_.dln, inp, p_.ln1_w + l * C,
                            a_.ln1_mean + l * BT, a_.ln1_rstd + l * BT, BT, C);

@@ -115,6 +115,16 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   }
 }
 
+void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int64_t N, int64_t C, int64_t OC) {
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    cpu::matmul_backward_avx512(dinp, dweight, dbias, dout, inp, weight, N, C, OC, {}, true);
+    return;
+  }
+  std::fill(dinp, dinp + N * C, 0.0f);
+  matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
 // ---- layernorm ------------------------------------------------------------------------
 // Row kernels are target_clones (AVX-512 / AVX2 / baseline, see GELU) with `omp simd`
 // reductions: float64 accumulation as before, 8 lanes at a time. The lane order is fixed
