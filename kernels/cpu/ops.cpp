@@ -154,10 +154,14 @@ OPS_ROW_CLONES void layernorm_forward_rows(float* out, float* mean, float* rstd,
   }
 }
 
-OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, const float* dout, const float* inp, const float* weight,
-                                            const float* mean, const float* rstd, int64_t rows, int64_t C) {
+// Also the block's parameter sums: sw[c] = sum_i dout * xhat, sb[c] = sum_i dout over
+// these rows in order (float64; overwritten), in the same pass.
+OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, double* sw, double* sb, const float* dout, const float* inp,
+                                            const float* weight, const float* mean, const float* rstd, int64_t rows,
+                                            int64_t C) {
   // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), xhat = (x - mean) rstd,
   // dxhat = dout * weight
+  for (int64_t c = 0; c < C; ++c) sw[c] = sb[c] = 0.0;
   for (int64_t i = 0; i < rows; ++i) {
     const float* x = inp + i * C;
     const float* dy = dout + i * C;
@@ -179,23 +183,6 @@ OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, const float* dout, cons
       const double xhat = (x[c] - m) * r;
       const double dxhat = static_cast<double>(dy[c]) * weight[c];
       dx[c] += static_cast<float>(r * (dxhat - s1 - xhat * s2));
-    }
-  }
-}
-
-// sw[c] += sum_i dout * xhat, sb[c] += sum_i dout, rows in order (each column's sum in
-// row order, whatever the thread count).
-// Columns [0, C) of rows ld apart (a slice of the columns: the sums are per column).
-OPS_ROW_CLONES void layernorm_param_grads(double* sw, double* sb, const float* dout, const float* inp,
-                                          const float* mean, const float* rstd, int64_t N, int64_t C, int64_t ld) {
-  for (int64_t i = 0; i < N; ++i) {
-    const float* x = inp + i * ld;
-    const float* dy = dout + i * ld;
-    const float m = mean[i];
-    const double r = rstd[i];
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x[c] - m) * r;
       sw[c] += dy[c] * xhat;
       sb[c] += dy[c];
     }
@@ -220,22 +207,21 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
+  thread_local std::vector<double> part_buf;
+  part_buf.resize(static_cast<size_t>(nb * 2 * C));
+  double* part = part_buf.data();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t r0 = b * kRowBlock;
-    layernorm_backward_rows(dinp + r0 * C, dout + r0 * C, inp + r0 * C, weight, mean + r0, rstd + r0,
-                            std::min(kRowBlock, N - r0), C);
+    layernorm_backward_rows(dinp + r0 * C, part + b * 2 * C, part + b * 2 * C + C, dout + r0 * C, inp + r0 * C,
+                            weight, mean + r0, rstd + r0, std::min(kRowBlock, N - r0), C);
   }
-  // The parameter sums by slices of 16 columns, one thread each (every column summed in
-  // row order, whatever the thread count).
+  // dweight / dbias: the blocks' float64 partial sums (fixed blocks of kRowBlock rows,
+  // whatever the thread count), added in block order.
   std::vector<double> acc(static_cast<size_t>(2 * C), 0.0);
-  constexpr int64_t kCols = 16;
-  const int64_t ncb = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t cb = 0; cb < ncb; ++cb) {
-    const int64_t c0 = cb * kCols;
-    layernorm_param_grads(acc.data() + c0, acc.data() + C + c0, dout + c0, inp + c0, mean, rstd, N,
-                          std::min(kCols, C - c0), C);
+  for (int64_t b = 0; b < nb; ++b) {
+    const double* pb = part + b * 2 * C;
+    for (int64_t c = 0; c < 2 * C; ++c) acc[static_cast<size_t>(c)] += pb[c];
   }
   for (int64_t c = 0; c < C; ++c) {
     dweight[c] += static_cast<float>(acc[static_cast<size_t>(c)]);
