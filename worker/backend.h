@@ -66,6 +66,7 @@ class CpuBackend {
   ATTNSWEEP_CPU_OP(matmul_forward)
   ATTNSWEEP_CPU_OP(matmul_backward)
   ATTNSWEEP_CPU_OP(matmul_backward_overwrite)  // CPU only (model.cpp: if constexpr)
+  ATTNSWEEP_CPU_OP(matmul_residual_forward)    // CPU only (model.cpp: if constexpr)
   ATTNSWEEP_CPU_OP(matmul_gelu_forward)
   ATTNSWEEP_CPU_OP(gelu_matmul_backward)
   ATTNSWEEP_CPU_OP(layernorm_forward)

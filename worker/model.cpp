@@ -375,9 +375,14 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
           norms_of_real_queries(spec, q, k, v, norms + l * BH, norms + (L + l) * BH);
       be_.heads_to_rows(atty_un, atty, B, T, H, hd);
     }
-    // attproj goes straight into res1, then the residual is added in place.
-    be_.matmul_forward(res1, atty_un, p_.attproj_w + l * C * C, p_.attproj_b + l * C, BT, C, C);
-    be_.residual_forward(res1, res1, inp, BTC);
+    // attproj goes straight into res1 and the residual is added (CPU: row block by row
+    // block as the GEMM finishes them; a device backend adds it in place after).
+    if constexpr (Backend::kDevice) {
+      be_.matmul_forward(res1, atty_un, p_.attproj_w + l * C * C, p_.attproj_b + l * C, BT, C, C);
+      be_.residual_forward(res1, res1, inp, BTC);
+    } else {
+      be_.matmul_residual_forward(res1, atty_un, p_.attproj_w + l * C * C, p_.attproj_b + l * C, inp, BT, C, C);
+    }
     be_.layernorm_forward(ln2, a_.ln2_mean + l * BT, a_.ln2_rstd + l * BT, res1, p_.ln2_w + l * C, p_.ln2_b + l * C, BT,
                           C);
     // The MLP's GELU fused with its matmul on the CPU (kernels/ops.h: the same values as
@@ -388,8 +393,12 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
     } else {
       be_.matmul_gelu_forward(fch, fch_gelu, ln2, p_.fc_w + l * F * C, p_.fc_b + l * F, BT, C, F);
     }
-    be_.matmul_forward(res2, fch_gelu, p_.fcproj_w + l * C * F, p_.fcproj_b + l * C, BT, F, C);
-    be_.residual_forward(res2, res2, res1, BTC);
+    if constexpr (Backend::kDevice) {
+      be_.matmul_forward(res2, fch_gelu, p_.fcproj_w + l * C * F, p_.fcproj_b + l * C, BT, F, C);
+      be_.residual_forward(res2, res2, res1, BTC);
+    } else {
+      be_.matmul_residual_forward(res2, fch_gelu, p_.fcproj_w + l * C * F, p_.fcproj_b + l * C, res1, BT, F, C);
+    }
   }
   be_.layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, a_.res2 + (L - 1) * BTC, p_.lnf_w, p_.lnf_b, BT, C);
   if (cfg_.head == Head::token_regress) {

@@ -467,6 +467,34 @@ void gelu_backward_rows(const void* ctx, float* dpre, int64_t r0, int64_t rows) 
 }
 }  // namespace
 
+// ---- residual fused with the projection that precedes it -------------------------------
+
+namespace {
+struct ResidualRows {
+  const float* resid;
+  int64_t OC;
+};
+OPS_ROW_CLONES void add_span(float* o, const float* r, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = o[i] + r[i];
+}
+void residual_rows(const void* ctx, float* out, int64_t r0, int64_t rows) {
+  const auto& g = *static_cast<const ResidualRows*>(ctx);
+  add_span(out + r0 * g.OC, g.resid + r0 * g.OC, rows * g.OC);
+}
+}  // namespace
+
+void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
+                             const float* resid, int64_t N, int64_t C, int64_t OC) {
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    const ResidualRows ctx{resid, OC};
+    cpu::matmul_forward_avx512(out, inp, weight, bias, N, C, OC, {residual_rows, &ctx});
+    return;
+  }
+  matmul_forward(out, inp, weight, bias, N, C, OC);
+  residual_forward(out, out, resid, N * OC);
+}
+
 void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                          int64_t C, int64_t OC) {
   if (cpu::gemm_avx512_usable(C, OC)) {
