@@ -29,8 +29,8 @@ void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const 
 // out (N, OC) = inp @ weight^T + bias + resid (N, OC): a projection back onto the residual
 // stream; each block of rows gets its residual while it is in cache. The same values as
 // matmul_forward then residual_forward(out, out, resid). CPU only. resid may not alias out.
-void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
-                             const float* resid, int64_t N, int64_t C, int64_t OC);
+void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias, const float* resid,
+                             int64_t N, int64_t C, int64_t OC);
 
 // The MLP's GELU fused with its matmuls: each block of rows is finished (GELU applied)
 // while it is in cache, instead of a second pass over the whole (N, OC) buffer.

@@ -276,8 +276,7 @@ void BasicModel<Backend>::norms_of_real_queries(const AttentionSpec& spec, const
 
 template <class Backend>
 void BasicModel<Backend>::matmul_backward_set(float* dinp, float* dweight, float* dbias, const float* dout,
-                                              const float* inp, const float* weight, int64_t N, int64_t C,
-                                              int64_t OC) {
+                                              const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {
   if constexpr (Backend::kDevice) {
     be_.zero(dinp, N * C);
     be_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
@@ -288,8 +287,10 @@ void BasicModel<Backend>::matmul_backward_set(float* dinp, float* dweight, float
 
 template <class Backend>
 bool BasicModel<Backend>::packed_attention(const AttentionSpec& spec, const AttentionShape& shape) const {
-  if constexpr (Backend::kDevice) return false;
-  else return mask_ == nullptr && Backend::attention_packed_usable(spec, shape);
+  if constexpr (Backend::kDevice)
+    return false;
+  else
+    return mask_ == nullptr && Backend::attention_packed_usable(spec, shape);
 }
 
 // pred (B, N) = lnf (B, N, C) @ head_w^T + head_b; loss = mean over B N of (pred - y)^2.

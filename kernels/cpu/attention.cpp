@@ -387,7 +387,6 @@ void dispatch_activation(const ActivationSpec& act, F&& f) {
   }
 }
 
-
 // ---- packed small-head self-attention (AVX-512) ---------------------------------------
 // The trainer's layout (kernels/attention.h, attention_*_packed_cpu): per (b, h), Q, K, V
 // are read in place from the fused projection output, O / dO are rows of the merged
@@ -406,8 +405,8 @@ void dispatch_activation(const ActivationSpec& act, F&& f) {
 
 namespace packed {
 
-constexpr int64_t kD = 16;       // head width this path serves
-constexpr int64_t kMaxT = 256;   // longest sequence (S and dP of one head stay in L2)
+constexpr int64_t kD = 16;      // head width this path serves
+constexpr int64_t kMaxT = 256;  // longest sequence (S and dP of one head stay in L2)
 
 // A 64-byte aligned float buffer that only grows, one per thread and role.
 struct Buf {
@@ -435,7 +434,9 @@ Work& work() {
   return w;
 }
 
-inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
+inline __mmask16 tail_mask(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
+}
 
 // exp of 16 lanes: cpu::fast_expf's reduction and polynomial, lane by lane.
 PACKED_AVX512 inline __m512 exp16(__m512 x) {
@@ -612,8 +613,10 @@ PACKED_AVX512 float softmax_row_regs(float* s, int64_t n, bool norms, RowNormSq*
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
     x[v] = _mm512_maskz_mov_ps(v + 1 < NV ? __mmask16(0xFFFF) : last, exp16(_mm512_sub_ps(x[v], mv)));
-    if (norms) add_sums(x[v], z, a2, a3, true);
-    else zs = _mm512_add_ps(zs, x[v]);
+    if (norms)
+      add_sums(x[v], z, a2, a3, true);
+    else
+      zs = _mm512_add_ps(zs, x[v]);
   }
   if (!norms) add_sums(zs, z, a2, a3, false);
   const double zd = _mm512_reduce_add_pd(z);
@@ -687,7 +690,9 @@ PACKED_AVX512 inline double dot16(const float* a, const float* b) {
   return _mm512_reduce_add_pd(_mm512_fmadd_pd(xh, yh, _mm512_mul_pd(xl, yl)));
 }
 
-inline int64_t padded(int64_t T) { return (T + 15) / 16 * 16; }
+inline int64_t padded(int64_t T) {
+  return (T + 15) / 16 * 16;
+}
 
 template <Activation A, int32_t Deg>
 void forward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, float* O, float* lse,
@@ -714,8 +719,10 @@ void forward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, co
         const float l = softmax_row(s, T, norms, &nrm);
         if (lse != nullptr) lse[bh * T + i] = l;
       } else {
-        if (norms) elementwise_row_forward<A, Deg, false, true>(pp, s, T, nullptr, &nrm);
-        else elementwise_row_forward<A, Deg, false, false>(pp, s, T, nullptr, &nrm);
+        if (norms)
+          elementwise_row_forward<A, Deg, false, true>(pp, s, T, nullptr, &nrm);
+        else
+          elementwise_row_forward<A, Deg, false, false>(pp, s, T, nullptr, &nrm);
       }
     }
     comb_all(O + b * T * C + h * kD, C, S, ld, 1, v, 3 * C, T, T, 1.0f);

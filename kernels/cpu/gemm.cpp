@@ -174,8 +174,7 @@ void pack_b(float* bp, const float* src, int64_t sk, int64_t sj, int64_t K, int6
 // holds neither a mask reload nor a branch.
 template <int MR, bool Full, bool DB>
 GEMM_AVX512 void tile_dw(float* dw, float* part, int64_t ld, const float* dout, int64_t ldo, const float* inp,
-                         int64_t ldi, int64_t rows, bool first, bool last, __mmask16 m0, __mmask16 m1,
-                         double* dbacc) {
+                         int64_t ldi, int64_t rows, bool first, bool last, __mmask16 m0, __mmask16 m1, double* dbacc) {
   if constexpr (Full) m0 = m1 = __mmask16(0xFFFF);
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 8
@@ -223,11 +222,15 @@ GEMM_AVX512 void tile_dw_mr(float* dw, float* part, int64_t ld, const float* dou
                             double* dbacc) {
   const bool full = m0 == __mmask16(0xFFFF) && m1 == __mmask16(0xFFFF);
   if (full) {
-    if (dbacc != nullptr) tile_dw<MR, true, true>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
-    else tile_dw<MR, true, false>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
+    if (dbacc != nullptr)
+      tile_dw<MR, true, true>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
+    else
+      tile_dw<MR, true, false>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
   } else {
-    if (dbacc != nullptr) tile_dw<MR, false, true>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
-    else tile_dw<MR, false, false>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
+    if (dbacc != nullptr)
+      tile_dw<MR, false, true>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
+    else
+      tile_dw<MR, false, false>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
   }
 }
 

@@ -213,8 +213,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t r0 = b * kRowBlock;
-    layernorm_backward_rows(dinp + r0 * C, part + b * 2 * C, part + b * 2 * C + C, dout + r0 * C, inp + r0 * C,
-                            weight, mean + r0, rstd + r0, std::min(kRowBlock, N - r0), C);
+    layernorm_backward_rows(dinp + r0 * C, part + b * 2 * C, part + b * 2 * C + C, dout + r0 * C, inp + r0 * C, weight,
+                            mean + r0, rstd + r0, std::min(kRowBlock, N - r0), C);
   }
   // dweight / dbias: the blocks' float64 partial sums (fixed blocks of kRowBlock rows,
   // whatever the thread count), added in block order.
@@ -484,8 +484,8 @@ void residual_rows(const void* ctx, float* out, int64_t r0, int64_t rows) {
 }
 }  // namespace
 
-void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
-                             const float* resid, int64_t N, int64_t C, int64_t OC) {
+void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias, const float* resid,
+                             int64_t N, int64_t C, int64_t OC) {
   if (cpu::gemm_avx512_usable(C, OC)) {
     const ResidualRows ctx{resid, OC};
     cpu::matmul_forward_avx512(out, inp, weight, bias, N, C, OC, {residual_rows, &ctx});

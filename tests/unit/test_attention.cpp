@@ -576,7 +576,6 @@ TEST(Theorem41, SoftmaxNormBounds) {
   }
 }
 
-
 // ---- the packed path (the trainer's layout, kernels/attention.h) ------------------------
 
 // qkv (B, T, 3C) -> q, k, v [B,H,T,16] for the reference; o / dO rows (B, T, C) <-> [B,H,T,16].
@@ -614,7 +613,7 @@ void run_packed(const AttentionSpec& spec, const AttentionShape& sh, const std::
 // bit the same at 1, 2 and 3 threads.
 TEST(AttentionPacked, MatchesReferenceAndIsThreadCountIndependent) {
   if (!cpu::gemm_avx512_supported()) GTEST_SKIP() << "no AVX-512: the packed path is never taken on this CPU";
-  const std::vector<PackedCase> cases = {{1, 1, 1}, {2, 1, 5}, {1, 2, 16}, {2, 4, 17}, {3, 4, 49},
+  const std::vector<PackedCase> cases = {{1, 1, 1},  {2, 1, 5},  {1, 2, 16},  {2, 4, 17}, {3, 4, 49},
                                          {1, 3, 64}, {1, 2, 65}, {1, 1, 130}, {1, 1, 256}};
   for (const auto& a : all_activations())
     for (const PackedCase& pc : cases) {
@@ -644,16 +643,18 @@ TEST(AttentionPacked, MatchesReferenceAndIsThreadCountIndependent) {
       EXPECT_TRUE(close("dQ", heads_of(dqkv, B, T, H, 3 * C, 0).data(), ref.dQ, tol));
       EXPECT_TRUE(close("dK", heads_of(dqkv, B, T, H, 3 * C, C).data(), ref.dK, tol));
       EXPECT_TRUE(close("dV", heads_of(dqkv, B, T, H, 3 * C, 2 * C).data(), ref.dV, tol));
-      for (auto [name, ok] : {std::pair{"O", out.O.guard_ok()}, {"lse", out.lse.guard_ok()},
-                              {"dqkv", out.dqkv.guard_ok()}, {"attn_fro", out.attn.guard_ok()},
+      for (auto [name, ok] : {std::pair{"O", out.O.guard_ok()},
+                              {"lse", out.lse.guard_ok()},
+                              {"dqkv", out.dqkv.guard_ok()},
+                              {"attn_fro", out.attn.guard_ok()},
                               {"jac_fro", out.jac.guard_ok()}})
         EXPECT_TRUE(ok) << "write past the end of " << name;
       if (a.activation == Activation::softmax) {  // lse as the split-heads kernel computes it
         KernelOut split(sh);
         attention_forward_cpu(spec, sh, q.data(), k.data(), v.data(), nullptr, split.O.data(), split.lse.data(),
                               split.attn.data(), split.jac.data());
-        EXPECT_TRUE(close("lse", out.lse.data(), to_double(std::vector<float>(split.lse.buf.begin(),
-                                                                              split.lse.buf.begin() + split.lse.n)),
+        EXPECT_TRUE(close("lse", out.lse.data(),
+                          to_double(std::vector<float>(split.lse.buf.begin(), split.lse.buf.begin() + split.lse.n)),
                           tol));
       }
       const int saved = omp_get_max_threads();
@@ -679,8 +680,8 @@ TEST(AttentionPacked, Usable) {
   AttentionSpec spec;
   const bool avx512 = cpu::gemm_avx512_supported();
   EXPECT_EQ(attention_packed_cpu_usable(spec, {2, 4, 49, 49, 16, 16}), avx512);
-  EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 49, 49, 32, 32}));   // head width
-  EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 1, 49, 16, 16}));    // not self-attention
+  EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 49, 49, 32, 32}));    // head width
+  EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 1, 49, 16, 16}));     // not self-attention
   EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 257, 257, 16, 16}));  // too long
   spec.causal = true;
   EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 49, 49, 16, 16}));

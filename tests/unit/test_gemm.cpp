@@ -345,9 +345,13 @@ TEST(Gemm, ResidualForwardIsTheUnfusedOpsAvx512) {
   check_residual_forward(cpu::GemmPath::Auto);
 }
 
-TEST(Gemm, ResidualForwardIsTheUnfusedOpsOpenBlas) { check_residual_forward(cpu::GemmPath::OpenBlas); }
+TEST(Gemm, ResidualForwardIsTheUnfusedOpsOpenBlas) {
+  check_residual_forward(cpu::GemmPath::OpenBlas);
+}
 
-TEST(Gemm, BackwardOverwriteIsZeroThenBackwardOpenBlas) { check_backward_overwrite(cpu::GemmPath::OpenBlas); }
+TEST(Gemm, BackwardOverwriteIsZeroThenBackwardOpenBlas) {
+  check_backward_overwrite(cpu::GemmPath::OpenBlas);
+}
 
 }  // namespace
 }  // namespace attnsweep
