@@ -66,4 +66,20 @@ void attention_backward_cpu(const AttentionSpec& spec, const AttentionShape& sha
                             const float* K, const float* V, const float* key_mask, const float* O,
                             const float* dO, const float* lse, float* dQ, float* dK, float* dV);
 
+// Packed self-attention: the trainer's CPU fast path for small heads, on the layouts of
+// its projections (worker/model.cpp) instead of [B,H,N,d]. Q, K, V are read in place from
+// the fused projection output qkv (B, T, 3C), C = H d: q of (b, h, t) at
+// qkv[(b T + t) 3C + h d], k at + C, v at + 2C; O and dO are (B, T, C), heads side by side
+// (o of (b, h, t) at (b T + t) C + h d); the backward OVERWRITES dqkv (B, T, 3C), the same
+// layout as qkv. lse [B,H,T] and the norms as above. Self-attention only (Nq = Nk = T),
+// no key mask, not causal, d = dv = 16, T <= 256, AVX-512 (and the AVX-512 GEMM path not
+// switched off: ATTNSWEEP_CPU_GEMM=openblas selects the split-heads path everywhere):
+// attention_packed_cpu_usable says whether a call may take it. Deterministic and
+// independent of the thread count (one thread per (b, h), sums in a fixed order).
+bool attention_packed_cpu_usable(const AttentionSpec& spec, const AttentionShape& shape);
+void attention_forward_packed_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv, float* O,
+                                  float* lse, double* attn_fro, double* jac_fro);
+void attention_backward_packed_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
+                                   const float* O, const float* dO, const float* lse, float* dqkv);
+
 }  // namespace attnsweep

@@ -20,6 +20,17 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // dinp and dbias may be null (not wanted).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t C, int64_t OC);
+// The same with dinp OVERWRITTEN (dinp = dout @ weight; dinp not null, its old contents
+// not read): no zero-fill pass before it. The same values as zeroing dinp then
+// matmul_backward (up to the sign of zeros). CPU only.
+void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int64_t N, int64_t C, int64_t OC);
+
+// out (N, OC) = inp @ weight^T + bias + resid (N, OC): a projection back onto the residual
+// stream; each block of rows gets its residual while it is in cache. The same values as
+// matmul_forward then residual_forward(out, out, resid). CPU only. resid may not alias out.
+void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias, const float* resid,
+                             int64_t N, int64_t C, int64_t OC);
 
 // The MLP's GELU fused with its matmuls: each block of rows is finished (GELU applied)
 // while it is in cache, instead of a second pass over the whole (N, OC) buffer.

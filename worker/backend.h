@@ -65,6 +65,8 @@ class CpuBackend {
 
   ATTNSWEEP_CPU_OP(matmul_forward)
   ATTNSWEEP_CPU_OP(matmul_backward)
+  ATTNSWEEP_CPU_OP(matmul_backward_overwrite)  // CPU only (model.cpp: if constexpr)
+  ATTNSWEEP_CPU_OP(matmul_residual_forward)    // CPU only (model.cpp: if constexpr)
   ATTNSWEEP_CPU_OP(matmul_gelu_forward)
   ATTNSWEEP_CPU_OP(gelu_matmul_backward)
   ATTNSWEEP_CPU_OP(layernorm_forward)
@@ -109,6 +111,20 @@ class CpuBackend {
                           const float* v, const float* key_mask, const float* o, const float* dout, const float* lse,
                           float* dq, float* dk, float* dv) {
     attention_backward_cpu(spec, shape, q, k, v, key_mask, o, dout, lse, dq, dk, dv);
+  }
+
+  // The packed fast path (kernels/attention.h; CPU only: model.cpp calls these under
+  // `if constexpr (!Backend::kDevice)`, so a device backend need not have them).
+  static bool attention_packed_usable(const AttentionSpec& spec, const AttentionShape& shape) {
+    return attention_packed_cpu_usable(spec, shape);
+  }
+  void attention_forward_packed(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv, float* o,
+                                float* lse, double* attn_fro, double* jac_fro) {
+    attention_forward_packed_cpu(spec, shape, qkv, o, lse, attn_fro, jac_fro);
+  }
+  void attention_backward_packed(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
+                                 const float* o, const float* dout, const float* lse, float* dqkv) {
+    attention_backward_packed_cpu(spec, shape, qkv, o, dout, lse, dqkv);
   }
 
   template <class F>

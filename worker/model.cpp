@@ -274,6 +274,25 @@ void BasicModel<Backend>::norms_of_real_queries(const AttentionSpec& spec, const
   }
 }
 
+template <class Backend>
+void BasicModel<Backend>::matmul_backward_set(float* dinp, float* dweight, float* dbias, const float* dout,
+                                              const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {
+  if constexpr (Backend::kDevice) {
+    be_.zero(dinp, N * C);
+    be_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  } else {
+    be_.matmul_backward_overwrite(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+}
+
+template <class Backend>
+bool BasicModel<Backend>::packed_attention(const AttentionSpec& spec, const AttentionShape& shape) const {
+  if constexpr (Backend::kDevice)
+    return false;
+  else
+    return mask_ == nullptr && Backend::attention_packed_usable(spec, shape);
+}
+
 // pred (B, N) = lnf (B, N, C) @ head_w^T + head_b; loss = mean over B N of (pred - y)^2.
 template <class Backend>
 void BasicModel<Backend>::forward_token_head(ForwardStats& st) {
@@ -345,14 +364,26 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
     be_.layernorm_forward(ln1, a_.ln1_mean + l * BT, a_.ln1_rstd + l * BT, inp, p_.ln1_w + l * C, p_.ln1_b + l * C, BT,
                           C);
     be_.matmul_forward(qkv, ln1, p_.qkv_w + l * 3 * C * C, p_.qkv_b + l * 3 * C, BT, C, 3 * C);
-    be_.split_heads(q, k, v, qkv, B, T, H, hd);
-    be_.attention_forward(spec, shape, q, k, v, mask_, atty, lse, norms + l * BH, norms + (L + l) * BH);
-    if constexpr (!Backend::kDevice)
-      if (collect_norms && mask_ != nullptr) norms_of_real_queries(spec, q, k, v, norms + l * BH, norms + (L + l) * BH);
-    be_.heads_to_rows(atty_un, atty, B, T, H, hd);
-    // attproj goes straight into res1, then the residual is added in place.
-    be_.matmul_forward(res1, atty_un, p_.attproj_w + l * C * C, p_.attproj_b + l * C, BT, C, C);
-    be_.residual_forward(res1, res1, inp, BTC);
+    if (packed_attention(spec, shape)) {
+      // CPU fast path: Q, K, V read in place from qkv, the output written as rows of atty_un.
+      if constexpr (!Backend::kDevice)
+        be_.attention_forward_packed(spec, shape, qkv, atty_un, lse, norms + l * BH, norms + (L + l) * BH);
+    } else {
+      be_.split_heads(q, k, v, qkv, B, T, H, hd);
+      be_.attention_forward(spec, shape, q, k, v, mask_, atty, lse, norms + l * BH, norms + (L + l) * BH);
+      if constexpr (!Backend::kDevice)
+        if (collect_norms && mask_ != nullptr)
+          norms_of_real_queries(spec, q, k, v, norms + l * BH, norms + (L + l) * BH);
+      be_.heads_to_rows(atty_un, atty, B, T, H, hd);
+    }
+    // attproj goes straight into res1 and the residual is added (CPU: row block by row
+    // block as the GEMM finishes them; a device backend adds it in place after).
+    if constexpr (Backend::kDevice) {
+      be_.matmul_forward(res1, atty_un, p_.attproj_w + l * C * C, p_.attproj_b + l * C, BT, C, C);
+      be_.residual_forward(res1, res1, inp, BTC);
+    } else {
+      be_.matmul_residual_forward(res1, atty_un, p_.attproj_w + l * C * C, p_.attproj_b + l * C, inp, BT, C, C);
+    }
     be_.layernorm_forward(ln2, a_.ln2_mean + l * BT, a_.ln2_rstd + l * BT, res1, p_.ln2_w + l * C, p_.ln2_b + l * C, BT,
                           C);
     // The MLP's GELU fused with its matmul on the CPU (kernels/ops.h: the same values as
@@ -363,8 +394,12 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
     } else {
       be_.matmul_gelu_forward(fch, fch_gelu, ln2, p_.fc_w + l * F * C, p_.fc_b + l * F, BT, C, F);
     }
-    be_.matmul_forward(res2, fch_gelu, p_.fcproj_w + l * C * F, p_.fcproj_b + l * C, BT, F, C);
-    be_.residual_forward(res2, res2, res1, BTC);
+    if constexpr (Backend::kDevice) {
+      be_.matmul_forward(res2, fch_gelu, p_.fcproj_w + l * C * F, p_.fcproj_b + l * C, BT, F, C);
+      be_.residual_forward(res2, res2, res1, BTC);
+    } else {
+      be_.matmul_residual_forward(res2, fch_gelu, p_.fcproj_w + l * C * F, p_.fcproj_b + l * C, res1, BT, F, C);
+    }
   }
   be_.layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, a_.res2 + (L - 1) * BTC, p_.lnf_w, p_.lnf_b, BT, C);
   if (cfg_.head == Head::token_regress) {
@@ -420,21 +455,25 @@ void BasicModel<Backend>::backward_classify() {
       be_.gelu_matmul_backward(s_.dbig, g_.fcproj_w + l * C * F, g_.fcproj_b + l * C, s_.dres,
                                a_.fch_gelu + l * BT * F, a_.fch + l * BT * F, p_.fcproj_w + l * C * F, BT, F, C);
     }
-    be_.zero(s_.dln, BTC);
-    be_.matmul_backward(s_.dln, g_.fc_w + l * F * C, g_.fc_b + l * F, s_.dbig, a_.ln2 + l * BTC, p_.fc_w + l * F * C,
+    matmul_backward_set(s_.dln, g_.fc_w + l * F * C, g_.fc_b + l * F, s_.dbig, a_.ln2 + l * BTC, p_.fc_w + l * F * C,
                         BT, C, F);
     be_.layernorm_backward(s_.dres, g_.ln2_w + l * C, g_.ln2_b + l * C, s_.dln, a_.res1 + l * BTC, p_.ln2_w + l * C,
                            a_.ln2_mean + l * BT, a_.ln2_rstd + l * BT, BT, C);
     // dres = d/d res1 = d/d attproj (and the residual path to inp).
-    be_.zero(s_.dln, BTC);
-    be_.matmul_backward(s_.dln, g_.attproj_w + l * C * C, g_.attproj_b + l * C, s_.dres, a_.atty_un + l * BTC,
+    matmul_backward_set(s_.dln, g_.attproj_w + l * C * C, g_.attproj_b + l * C, s_.dres, a_.atty_un + l * BTC,
                         p_.attproj_w + l * C * C, BT, C, C);
-    be_.rows_to_heads(s_.datty, s_.dln, B, T, H, hd);
-    be_.attention_backward(spec, shape, a_.q + l * BTC, a_.k + l * BTC, a_.v + l * BTC, mask_, a_.atty + l * BTC,
-                           s_.datty, a_.lse + l * B * H * T, s_.dq, s_.dk, s_.dv);
-    be_.merge_heads(s_.dqkv, s_.dq, s_.dk, s_.dv, B, T, H, hd);
-    be_.zero(s_.dln, BTC);
-    be_.matmul_backward(s_.dln, g_.qkv_w + l * 3 * C * C, g_.qkv_b + l * 3 * C, s_.dqkv, a_.ln1 + l * BTC,
+    if (packed_attention(spec, shape)) {
+      // dO is s_.dln as it is (rows); dQ, dK, dV land in dqkv directly.
+      if constexpr (!Backend::kDevice)
+        be_.attention_backward_packed(spec, shape, a_.qkv + l * 3 * BTC, a_.atty_un + l * BTC, s_.dln,
+                                      a_.lse + l * B * H * T, s_.dqkv);
+    } else {
+      be_.rows_to_heads(s_.datty, s_.dln, B, T, H, hd);
+      be_.attention_backward(spec, shape, a_.q + l * BTC, a_.k + l * BTC, a_.v + l * BTC, mask_, a_.atty + l * BTC,
+                             s_.datty, a_.lse + l * B * H * T, s_.dq, s_.dk, s_.dv);
+      be_.merge_heads(s_.dqkv, s_.dq, s_.dk, s_.dv, B, T, H, hd);
+    }
+    matmul_backward_set(s_.dln, g_.qkv_w + l * 3 * C * C, g_.qkv_b + l * 3 * C, s_.dqkv, a_.ln1 + l * BTC,
                         p_.qkv_w + l * 3 * C * C, BT, C, 3 * C);
     be_.layernorm_backward(s_.dres, g_.ln1_w + l * C, g_.ln1_b + l * C, s_.dln, inp, p_.ln1_w + l * C,
                            a_.ln1_mean + l * BT, a_.ln1_rstd + l * BT, BT, C);

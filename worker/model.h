@@ -175,6 +175,14 @@ class BasicModel {
   // With padding, the norms (B, H) of layer l over the rows of real queries only (CPU).
   void norms_of_real_queries(const AttentionSpec& spec, const float* q, const float* k, const float* v,
                              double* attn_fro, double* jac_fro);
+  // matmul_backward with dinp OVERWRITTEN (= dout @ weight): on the CPU without zeroing
+  // dinp first (kernels/ops.h matmul_backward_overwrite), on a device zero + matmul_backward.
+  void matmul_backward_set(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                           const float* weight, int64_t N, int64_t C, int64_t OC);
+  // Whether the classify blocks' attention takes the CPU's packed path (kernels/attention.h:
+  // no head split / merge; no padding mask, small heads): the same answer in the forward
+  // and the backward of a step. Always false on a device backend.
+  bool packed_attention(const AttentionSpec& spec, const AttentionShape& shape) const;
   // token_regress: the per-token linear head and MSE after the final LN, and its backward
   // into s_.dln (the gradient at the final LN's output).
   void forward_token_head(ForwardStats& st);

@@ -22,14 +22,23 @@
 // - the row passes are target_clones (AVX-512, AVX2, baseline), picked at load time.
 #pragma GCC optimize("no-trapping-math")
 #include "kernels/attention.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vec.h"
 
 #include <cblas.h>
+// GCC 12 warns inside the AVX-512 headers (their _mm512_undefined_* self-initialisation)
+// when these intrinsics are inlined into target("avx512f") functions: a false positive.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <vector>
 
 namespace attnsweep {
@@ -378,6 +387,399 @@ void dispatch_activation(const ActivationSpec& act, F&& f) {
   }
 }
 
+// ---- packed small-head self-attention (AVX-512) ---------------------------------------
+// The trainer's layout (kernels/attention.h, attention_*_packed_cpu): per (b, h), Q, K, V
+// are read in place from the fused projection output, O / dO are rows of the merged
+// (B, T, C) buffer and dQ, dK, dV are written straight into dqkv: no head split / merge
+// copies, and no SGEMM calls (OpenBLAS costs more per call than these 16-deep products).
+// One thread does one (b, h) from start to end, every sum in a fixed order: the results
+// do not depend on the thread count.
+//   S  = scale Q K^T: K transposed once into Kt [16][ld] (ld = T rounded up to 16, zero
+//        padded), then 4 query rows x 4 key vectors of 16 per register tile;
+//   P  = phi(S) row by row (softmax: the AVX-512 pass below; element-wise: the row
+//        passes above), O = P V with 8 query rows per tile, V rows broadcast-multiplied;
+//   backward: dP = dO V^T as S; dS; dV = P^T dO and dK = scale dS^T Q with 8 keys per
+//        tile, dQ = scale dS K with 8 query rows per tile.
+
+#define PACKED_AVX512 __attribute__((target("avx512f")))
+
+namespace packed {
+
+constexpr int64_t kD = 16;      // head width this path serves
+constexpr int64_t kMaxT = 256;  // longest sequence (S and dP of one head stay in L2)
+
+// A 64-byte aligned float buffer that only grows, one per thread and role.
+struct Buf {
+  float* p = nullptr;
+  size_t n = 0;
+  float* get(size_t want) {
+    if (want > n) {
+      ::operator delete[](p, std::align_val_t(64));
+      p = static_cast<float*>(::operator new[](want * sizeof(float), std::align_val_t(64)));
+      n = want;
+    }
+    return p;
+  }
+  Buf() = default;
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  ~Buf() { ::operator delete[](p, std::align_val_t(64)); }
+};
+
+struct Work {
+  Buf kt, vt, s, dp;
+};
+Work& work() {
+  thread_local Work w;
+  return w;
+}
+
+inline __mmask16 tail_mask(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
+}
+
+// exp of 16 lanes: cpu::fast_expf's reduction and polynomial, lane by lane.
+PACKED_AVX512 inline __m512 exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.33f), hi = _mm512_set1_ps(88.37f);
+  // min / max return their second operand for a NaN: NaN lanes stay NaN throughout.
+  const __m512 xc = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
+  const __m512 shifter = _mm512_set1_ps(12582912.0f);
+  const __m512 kf = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), shifter), shifter);
+  __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693145751953125f), xc);
+  r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(kf), _mm512_set1_epi32(127)), 23);
+  const __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), y);  // 0 below lo, as fast_expf
+}
+
+// dst [16][ld] = the transpose of rows src[j * lds + c] (j < T, c < 16), zero for j >= T.
+PACKED_AVX512 void transpose16(float* dst, int64_t ld, const float* src, int64_t lds, int64_t T) {
+  for (int64_t j0 = 0; j0 < ld; j0 += 16) {
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = j0 + i < T ? _mm512_loadu_ps(src + (j0 + i) * lds) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+      const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+      r[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+      r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+      r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+      r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    // r[4 g + k], 128-bit lane L: rows 4g .. 4g+3 of column 4 L + k.
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512 v0 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xDD);
+      const __m512 w0 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
+      const __m512 w1 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xDD);
+      _mm512_storeu_ps(dst + (0 + k) * ld + j0, _mm512_shuffle_f32x4(v0, w0, 0x88));
+      _mm512_storeu_ps(dst + (4 + k) * ld + j0, _mm512_shuffle_f32x4(v1, w1, 0x88));
+      _mm512_storeu_ps(dst + (8 + k) * ld + j0, _mm512_shuffle_f32x4(v0, w0, 0xDD));
+      _mm512_storeu_ps(dst + (12 + k) * ld + j0, _mm512_shuffle_f32x4(v1, w1, 0xDD));
+    }
+  }
+}
+
+// out[r][j0 .. j0 + 16 NV) = scale * sum_c a[r * lda + c] * bt[c][j0 ..], r < MR: the
+// scores of MR rows against NV vectors of keys (bt: a transpose from transpose16).
+template <int MR, int NV>
+PACKED_AVX512 void dot_tile(float* out, int64_t ldo, const float* a, int64_t lda, const float* bt, int64_t ldb,
+                            float scale) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int c = 0; c < kD; ++c) {
+    __m512 b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) b[v] = _mm512_load_ps(bt + c * ldb + 16 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * lda + c]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_store_ps(out + r * ldo + 16 * v, _mm512_mul_ps(acc[r][v], sc));
+}
+
+template <int MR>
+PACKED_AVX512 void dot_rows(float* out, int64_t ldo, const float* a, int64_t lda, const float* bt, int64_t ldb,
+                            float scale) {
+  int64_t j0 = 0;
+  for (; j0 + 64 <= ldb; j0 += 64) dot_tile<MR, 4>(out + j0, ldo, a, lda, bt + j0, ldb, scale);
+  switch ((ldb - j0) / 16) {
+    case 3: dot_tile<MR, 3>(out + j0, ldo, a, lda, bt + j0, ldb, scale); break;
+    case 2: dot_tile<MR, 2>(out + j0, ldo, a, lda, bt + j0, ldb, scale); break;
+    case 1: dot_tile<MR, 1>(out + j0, ldo, a, lda, bt + j0, ldb, scale); break;
+    default: break;
+  }
+}
+
+// out (T rows, ld apart) = scale * A (T rows of 16, lda apart) Bt, Bt [16][ld].
+PACKED_AVX512 void dot_all(float* out, int64_t ld, const float* a, int64_t lda, const float* bt, int64_t T,
+                           float scale) {
+  int64_t i = 0;
+  for (; i + 4 <= T; i += 4) dot_rows<4>(out + i * ld, ld, a + i * lda, lda, bt, ld, scale);
+  for (; i < T; ++i) dot_rows<1>(out + i * ld, ld, a + i * lda, lda, bt, ld, scale);
+}
+
+// out[r] (16 floats, ldo apart) = scale * sum_{t < n} w[r * wr + t * wt] * x[t * ldx], r < MR:
+// MR weighted sums of the 16-float rows of x (one FMA chain per output row, t in order).
+template <int MR>
+PACKED_AVX512 void comb_tile(float* out, int64_t ldo, const float* w, int64_t wr, int64_t wt, const float* x,
+                             int64_t ldx, int64_t n, float scale) {
+  __m512 acc[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < n; ++t) {
+    const __m512 xv = _mm512_loadu_ps(x + t * ldx);
+    const float* wv = w + t * wt;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(wv[r * wr]), xv, acc[r]);
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) _mm512_storeu_ps(out + r * ldo, scale == 1.0f ? acc[r] : _mm512_mul_ps(acc[r], sc));
+}
+
+// All `rows` outputs of comb_tile, 8 at a time.
+PACKED_AVX512 void comb_all(float* out, int64_t ldo, const float* w, int64_t wr, int64_t wt, const float* x,
+                            int64_t ldx, int64_t rows, int64_t n, float scale) {
+  int64_t r0 = 0;
+  for (; r0 + 8 <= rows; r0 += 8) comb_tile<8>(out + r0 * ldo, ldo, w + r0 * wr, wr, wt, x, ldx, n, scale);
+  float* o = out + r0 * ldo;
+  const float* ww = w + r0 * wr;
+  switch (rows - r0) {
+    case 7: comb_tile<7>(o, ldo, ww, wr, wt, x, ldx, n, scale); break;
+    case 6: comb_tile<6>(o, ldo, ww, wr, wt, x, ldx, n, scale); break;
+    case 5: comb_tile<5>(o, ldo, ww, wr, wt, x, ldx, n, scale); break;
+    case 4: comb_tile<4>(o, ldo, ww, wr, wt, x, ldx, n, scale); break;
+    case 3: comb_tile<3>(o, ldo, ww, wr, wt, x, ldx, n, scale); break;
+    case 2: comb_tile<2>(o, ldo, ww, wr, wt, x, ldx, n, scale); break;
+    case 1: comb_tile<1>(o, ldo, ww, wr, wt, x, ldx, n, scale); break;
+    default: break;
+  }
+}
+
+// Float64 sums of the 16 lanes' e, e^2, e^3 into z, a2, a3 (8 lanes each).
+PACKED_AVX512 inline void add_sums(__m512 e, __m512d& z, __m512d& a2, __m512d& a3, bool norms) {
+  const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
+  const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+  z = _mm512_add_pd(z, _mm512_add_pd(lo, hi));
+  if (norms) {
+    const __m512d l2 = _mm512_mul_pd(lo, lo), h2 = _mm512_mul_pd(hi, hi);
+    a2 = _mm512_add_pd(a2, _mm512_add_pd(l2, h2));
+    a3 = _mm512_add_pd(a3, _mm512_add_pd(_mm512_mul_pd(l2, lo), _mm512_mul_pd(h2, hi)));
+  }
+}
+
+// softmax_row for rows of up to 64 keys (NV vectors), the row held in registers: one
+// load and one store per vector instead of three passes. Without norms, each lane's
+// (at most 4) exponentials are added in float32, then the 16 lane sums in float64.
+template <int NV>
+PACKED_AVX512 float softmax_row_regs(float* s, int64_t n, bool norms, RowNormSq* nrm) {
+  const __mmask16 last = tail_mask(n - 16 * (NV - 1));
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 x[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) x[v] = _mm512_mask_loadu_ps(ninf, v + 1 < NV ? __mmask16(0xFFFF) : last, s + 16 * v);
+  __m512 mx = x[0];
+#pragma GCC unroll 4
+  for (int v = 1; v < NV; ++v) mx = _mm512_max_ps(mx, x[v]);
+  const float m = _mm512_reduce_max_ps(mx);
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 zs = _mm512_setzero_ps();
+  __m512d z = _mm512_setzero_pd(), a2 = z, a3 = z;
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    x[v] = _mm512_maskz_mov_ps(v + 1 < NV ? __mmask16(0xFFFF) : last, exp16(_mm512_sub_ps(x[v], mv)));
+    if (norms)
+      add_sums(x[v], z, a2, a3, true);
+    else
+      zs = _mm512_add_ps(zs, x[v]);
+  }
+  if (!norms) add_sums(zs, z, a2, a3, false);
+  const double zd = _mm512_reduce_add_pd(z);
+  const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / zd));
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) _mm512_store_ps(s + 16 * v, _mm512_mul_ps(x[v], inv));
+  if (norms) {
+    const RowNormSq r = softmax_row_norms_from_sums(zd, _mm512_reduce_add_pd(a2), _mm512_reduce_add_pd(a3));
+    nrm->attn += r.attn;
+    nrm->jac += r.jac;
+  }
+  return m + std::log(static_cast<float>(zd));  // logf: libm's double log showed at ~1%
+}
+
+// Softmax of s[0, n) in place (lanes n .. 16 ceil(n/16) set to 0); returns the lse and
+// adds the row's norms.
+PACKED_AVX512 float softmax_row(float* s, int64_t n, bool norms, RowNormSq* nrm) {
+  const int64_t nv = (n + 15) / 16;
+  switch (nv) {
+    case 1: return softmax_row_regs<1>(s, n, norms, nrm);
+    case 2: return softmax_row_regs<2>(s, n, norms, nrm);
+    case 3: return softmax_row_regs<3>(s, n, norms, nrm);
+    case 4: return softmax_row_regs<4>(s, n, norms, nrm);
+    default: break;
+  }
+  const __mmask16 last = tail_mask(n - 16 * (nv - 1));
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 mx = ninf;
+  for (int64_t v = 0; v < nv; ++v)
+    mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, v + 1 < nv ? __mmask16(0xFFFF) : last, s + 16 * v));
+  const float m = _mm512_reduce_max_ps(mx);
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512d z = _mm512_setzero_pd(), a2 = z, a3 = z;
+  for (int64_t v = 0; v < nv; ++v) {
+    const __mmask16 k = v + 1 < nv ? __mmask16(0xFFFF) : last;
+    const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_load_ps(s + 16 * v), mv)));
+    _mm512_store_ps(s + 16 * v, e);
+    add_sums(e, z, a2, a3, norms);
+  }
+  const double zs = _mm512_reduce_add_pd(z);
+  const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / zs));
+  for (int64_t v = 0; v < nv; ++v) _mm512_store_ps(s + 16 * v, _mm512_mul_ps(_mm512_load_ps(s + 16 * v), inv));
+  if (norms) {
+    const RowNormSq r = softmax_row_norms_from_sums(zs, _mm512_reduce_add_pd(a2), _mm512_reduce_add_pd(a3));
+    nrm->attn += r.attn;
+    nrm->jac += r.jac;
+  }
+  return m + static_cast<float>(std::log(zs));
+}
+
+// Softmax backward of one row: s (scores) -> P = exp(s - lse), dp (dP) -> P (dP - D).
+PACKED_AVX512 void softmax_row_bwd(float* s, float* dp, int64_t n, float lse, float D) {
+  const int64_t nv = (n + 15) / 16;
+  const __mmask16 last = tail_mask(n - 16 * (nv - 1));
+  const __m512 l = _mm512_set1_ps(lse), dd = _mm512_set1_ps(D);
+  for (int64_t v = 0; v < nv; ++v) {
+    const __mmask16 k = v + 1 < nv ? __mmask16(0xFFFF) : last;
+    const __m512 p = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_load_ps(s + 16 * v), l)));
+    _mm512_store_ps(s + 16 * v, p);
+    _mm512_store_ps(dp + 16 * v, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_load_ps(dp + 16 * v), dd)));
+  }
+}
+
+// sum_c a[c] b[c] over 16 floats, in float64.
+PACKED_AVX512 inline double dot16(const float* a, const float* b) {
+  const __m512 x = _mm512_loadu_ps(a), y = _mm512_loadu_ps(b);
+  const __m512d xl = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  const __m512d xh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  const __m512d yl = _mm512_cvtps_pd(_mm512_castps512_ps256(y));
+  const __m512d yh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(y), 1)));
+  return _mm512_reduce_add_pd(_mm512_fmadd_pd(xh, yh, _mm512_mul_pd(xl, yl)));
+}
+
+inline int64_t padded(int64_t T) {
+  return (T + 15) / 16 * 16;
+}
+
+template <Activation A, int32_t Deg>
+void forward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, float* O, float* lse,
+                         double* attn_fro, double* jac_fro) {
+  const int64_t H = sh.H, T = sh.Nq, C = H * kD, BH = sh.B * H, ld = padded(T);
+  const float scale = attention_score_scale(spec, sh);
+  const bool norms = spec.collect_norms;
+  const PhiParams pp = resolve_phi(spec.act, T);
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    Work& w = work();
+    float* kt = w.kt.get(static_cast<size_t>(kD * ld));
+    float* S = w.s.get(static_cast<size_t>(T * ld));
+    const float* q = qkv + b * T * 3 * C + h * kD;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    transpose16(kt, ld, k, 3 * C, T);
+    dot_all(S, ld, q, 3 * C, kt, T, scale);
+    RowNormSq nrm;
+    for (int64_t i = 0; i < T; ++i) {
+      float* s = S + i * ld;
+      if constexpr (A == Activation::softmax) {
+        const float l = softmax_row(s, T, norms, &nrm);
+        if (lse != nullptr) lse[bh * T + i] = l;
+      } else {
+        if (norms)
+          elementwise_row_forward<A, Deg, false, true>(pp, s, T, nullptr, &nrm);
+        else
+          elementwise_row_forward<A, Deg, false, false>(pp, s, T, nullptr, &nrm);
+      }
+    }
+    comb_all(O + b * T * C + h * kD, C, S, ld, 1, v, 3 * C, T, T, 1.0f);
+    if (norms) {
+      attn_fro[bh] = std::sqrt(nrm.attn);
+      jac_fro[bh] = std::sqrt(nrm.jac);
+    }
+  }
+}
+
+template <Activation A, int32_t Deg>
+void backward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, const float* O,
+                          const float* dO, const float* lse, float* dqkv) {
+  const int64_t H = sh.H, T = sh.Nq, C = H * kD, BH = sh.B * H, ld = padded(T);
+  const float scale = attention_score_scale(spec, sh);
+  const PhiParams pp = resolve_phi(spec.act, T);
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    Work& w = work();
+    float* kt = w.kt.get(static_cast<size_t>(kD * ld));
+    float* vt = w.vt.get(static_cast<size_t>(kD * ld));
+    float* S = w.s.get(static_cast<size_t>(T * ld));
+    float* dP = w.dp.get(static_cast<size_t>(T * ld));
+    const int64_t row0 = b * T;
+    const float* q = qkv + row0 * 3 * C + h * kD;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    const float* o = O + row0 * C + h * kD;
+    const float* dob = dO + row0 * C + h * kD;
+    float* dq = dqkv + row0 * 3 * C + h * kD;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    transpose16(kt, ld, k, 3 * C, T);
+    transpose16(vt, ld, v, 3 * C, T);
+    dot_all(S, ld, q, 3 * C, kt, T, scale);
+    dot_all(dP, ld, dob, C, vt, T, 1.0f);
+    for (int64_t i = 0; i < T; ++i) {
+      float* s = S + i * ld;
+      float* dp = dP + i * ld;
+      if constexpr (A == Activation::softmax) {
+        // D_i = sum_j P_ij dP_ij = dO_i . O_i
+        const double D = dot16(o + i * C, dob + i * C);
+        softmax_row_bwd(s, dp, T, lse[bh * T + i], static_cast<float>(D));
+      } else {
+        elementwise_row_backward<A, Deg, false>(pp, s, dp, T, nullptr);
+      }
+    }
+    // dV = P^T dO, dQ = scale dS K, dK = scale dS^T Q
+    comb_all(dv, 3 * C, S, 1, ld, dob, C, T, T, 1.0f);
+    comb_all(dq, 3 * C, dP, ld, 1, k, 3 * C, T, T, scale);
+    comb_all(dk, 3 * C, dP, 1, ld, q, 3 * C, T, T, scale);
+  }
+}
+
+}  // namespace packed
+
 }  // namespace
 
 void attention_forward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q,
@@ -412,6 +814,29 @@ void attention_backward_cpu(const AttentionSpec& spec, const AttentionShape& sha
   }
   dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
     backward_impl<A, Deg>(spec, shape, Q, K, V, key_mask, O, dO, lse, dQ, dK, dV);
+  });
+}
+
+}  // namespace attnsweep
+
+namespace attnsweep {
+
+bool attention_packed_cpu_usable(const AttentionSpec& spec, const AttentionShape& shape) {
+  return !spec.causal && shape.d == packed::kD && shape.dv == packed::kD && shape.Nq == shape.Nk && shape.Nq >= 1 &&
+         shape.Nq <= packed::kMaxT && cpu::gemm_path() == cpu::GemmPath::Auto && cpu::gemm_avx512_supported();
+}
+
+void attention_forward_packed_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv, float* O,
+                                  float* lse, double* attn_fro, double* jac_fro) {
+  dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
+    packed::forward_packed_impl<A, Deg>(spec, shape, qkv, O, lse, attn_fro, jac_fro);
+  });
+}
+
+void attention_backward_packed_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
+                                   const float* O, const float* dO, const float* lse, float* dqkv) {
+  dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
+    packed::backward_packed_impl<A, Deg>(spec, shape, qkv, O, dO, lse, dqkv);
   });
 }
 

@@ -137,7 +137,10 @@ GEMM_AVX512 void rows_ab(float* c, int64_t ldc, const float* a, int64_t lda, con
 void gemm_rows(float* c, const float* a, const float* bp, const float* bias, bool add_c, int64_t M, int64_t K,
                int64_t N, RowEpilogue epi) {
   const int64_t ng = (M + kRowGroup - 1) / kRowGroup;
-#pragma omp parallel for schedule(static)
+  // Dynamic: a group's result does not depend on the thread that computes it, and on
+  // shared cores a thread that loses its CPU for a while no longer holds up the others
+  // at the end of a static share.
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t g = 0; g < ng; ++g) {
     const int64_t r0 = g * kRowGroup;
     const int64_t rows = std::min(kRowGroup, M - r0);
@@ -166,10 +169,13 @@ void pack_b(float* bp, const float* src, int64_t sk, int64_t sj, int64_t K, int6
 // One chunk of rows; acc starts at 0 (first chunk) or the parked partial sum, and after
 // the last chunk is added to dweight. dbacc (may be null): float64 column sums of dout,
 // 8 lanes (parked in the same way).
-template <int MR>
+// Full: the panel is 32 columns wide (plain loads of inp, no mask registers in the loop);
+// DB: dbacc is given (the dbias sums ride along). Both compile-time so that the row loop
+// holds neither a mask reload nor a branch.
+template <int MR, bool Full, bool DB>
 GEMM_AVX512 void tile_dw(float* dw, float* part, int64_t ld, const float* dout, int64_t ldo, const float* inp,
-                         int64_t ldi, int64_t rows, bool first, bool last, __mmask16 m0, __mmask16 m1,
-                         double* dbacc) {
+                         int64_t ldi, int64_t rows, bool first, bool last, __mmask16 m0, __mmask16 m1, double* dbacc) {
+  if constexpr (Full) m0 = m1 = __mmask16(0xFFFF);
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -177,10 +183,10 @@ GEMM_AVX512 void tile_dw(float* dw, float* part, int64_t ld, const float* dout, 
     acc1[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, part + r * ld + 16);
   }
   const __m256i mo = _mm256_cmpgt_epi32(_mm256_set1_epi32(MR), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  __m512d db = first || dbacc == nullptr ? _mm512_setzero_pd() : _mm512_loadu_pd(dbacc);
+  __m512d db = first || !DB ? _mm512_setzero_pd() : _mm512_loadu_pd(dbacc);
   for (int64_t i = 0; i < rows; ++i) {
-    const __m512 b0 = _mm512_maskz_loadu_ps(m0, inp + i * ldi);
-    const __m512 b1 = _mm512_maskz_loadu_ps(m1, inp + i * ldi + 16);
+    const __m512 b0 = Full ? _mm512_loadu_ps(inp + i * ldi) : _mm512_maskz_loadu_ps(m0, inp + i * ldi);
+    const __m512 b1 = Full ? _mm512_loadu_ps(inp + i * ldi + 16) : _mm512_maskz_loadu_ps(m1, inp + i * ldi + 16);
     const float* d = dout + i * ldo;
     _mm_prefetch(reinterpret_cast<const char*>(inp + (i + kPrefetchRows) * ldi), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(inp + (i + kPrefetchRows) * ldi + 16), _MM_HINT_T0);
@@ -191,10 +197,12 @@ GEMM_AVX512 void tile_dw(float* dw, float* part, int64_t ld, const float* dout, 
       acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
       acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
     }
-    if (dbacc != nullptr)
-      db = _mm512_add_pd(db, _mm512_maskz_cvtps_pd(__mmask8(0xFF), _mm256_maskload_ps(d, mo)));
+    if constexpr (DB) {  // a plain load when the tile spans 8 outputs (vmaskmovps is slow)
+      const __m256 dv = MR == 8 ? _mm256_loadu_ps(d) : _mm256_maskload_ps(d, mo);
+      db = _mm512_add_pd(db, _mm512_maskz_cvtps_pd(__mmask8(0xFF), dv));
+    }
   }
-  if (dbacc != nullptr) _mm512_storeu_pd(dbacc, db);
+  if constexpr (DB) _mm512_storeu_pd(dbacc, db);
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     if (last) {
@@ -208,18 +216,36 @@ GEMM_AVX512 void tile_dw(float* dw, float* part, int64_t ld, const float* dout, 
   }
 }
 
+template <int MR>
+GEMM_AVX512 void tile_dw_mr(float* dw, float* part, int64_t ld, const float* dout, int64_t ldo, const float* inp,
+                            int64_t ldi, int64_t rows, bool first, bool last, __mmask16 m0, __mmask16 m1,
+                            double* dbacc) {
+  const bool full = m0 == __mmask16(0xFFFF) && m1 == __mmask16(0xFFFF);
+  if (full) {
+    if (dbacc != nullptr)
+      tile_dw<MR, true, true>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
+    else
+      tile_dw<MR, true, false>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
+  } else {
+    if (dbacc != nullptr)
+      tile_dw<MR, false, true>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
+    else
+      tile_dw<MR, false, false>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc);
+  }
+}
+
 GEMM_AVX512 void tile_dw_any(int64_t mr, float* dw, float* part, int64_t ld, const float* dout, int64_t ldo,
                              const float* inp, int64_t ldi, int64_t rows, bool first, bool last, __mmask16 m0,
                              __mmask16 m1, double* dbacc) {
   switch (mr) {
-    case 8: tile_dw<8>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
-    case 7: tile_dw<7>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
-    case 6: tile_dw<6>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
-    case 5: tile_dw<5>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
-    case 4: tile_dw<4>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
-    case 3: tile_dw<3>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
-    case 2: tile_dw<2>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
-    case 1: tile_dw<1>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
+    case 8: tile_dw_mr<8>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
+    case 7: tile_dw_mr<7>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
+    case 6: tile_dw_mr<6>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
+    case 5: tile_dw_mr<5>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
+    case 4: tile_dw_mr<4>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
+    case 3: tile_dw_mr<3>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
+    case 2: tile_dw_mr<2>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
+    case 1: tile_dw_mr<1>(dw, part, ld, dout, ldo, inp, ldi, rows, first, last, m0, m1, dbacc); break;
     default: break;
   }
 }

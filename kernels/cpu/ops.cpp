@@ -115,6 +115,16 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   }
 }
 
+void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int64_t N, int64_t C, int64_t OC) {
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    cpu::matmul_backward_avx512(dinp, dweight, dbias, dout, inp, weight, N, C, OC, {}, true);
+    return;
+  }
+  std::fill(dinp, dinp + N * C, 0.0f);
+  matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
 // ---- layernorm ------------------------------------------------------------------------
 // Row kernels are target_clones (AVX-512 / AVX2 / baseline, see GELU) with `omp simd`
 // reductions: float64 accumulation as before, 8 lanes at a time. The lane order is fixed
@@ -144,10 +154,14 @@ OPS_ROW_CLONES void layernorm_forward_rows(float* out, float* mean, float* rstd,
   }
 }
 
-OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, const float* dout, const float* inp, const float* weight,
-                                            const float* mean, const float* rstd, int64_t rows, int64_t C) {
+// Also the block's parameter sums: sw[c] = sum_i dout * xhat, sb[c] = sum_i dout over
+// these rows in order (float64; overwritten), in the same pass.
+OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, double* sw, double* sb, const float* dout, const float* inp,
+                                            const float* weight, const float* mean, const float* rstd, int64_t rows,
+                                            int64_t C) {
   // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), xhat = (x - mean) rstd,
   // dxhat = dout * weight
+  for (int64_t c = 0; c < C; ++c) sw[c] = sb[c] = 0.0;
   for (int64_t i = 0; i < rows; ++i) {
     const float* x = inp + i * C;
     const float* dy = dout + i * C;
@@ -169,22 +183,6 @@ OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, const float* dout, cons
       const double xhat = (x[c] - m) * r;
       const double dxhat = static_cast<double>(dy[c]) * weight[c];
       dx[c] += static_cast<float>(r * (dxhat - s1 - xhat * s2));
-    }
-  }
-}
-
-// sw[c] += sum_i dout * xhat, sb[c] += sum_i dout, rows in order (each column's sum in
-// row order, whatever the thread count).
-OPS_ROW_CLONES void layernorm_param_grads(double* sw, double* sb, const float* dout, const float* inp,
-                                          const float* mean, const float* rstd, int64_t N, int64_t C) {
-  for (int64_t i = 0; i < N; ++i) {
-    const float* x = inp + i * C;
-    const float* dy = dout + i * C;
-    const float m = mean[i];
-    const double r = rstd[i];
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x[c] - m) * r;
       sw[c] += dy[c] * xhat;
       sb[c] += dy[c];
     }
@@ -198,7 +196,7 @@ constexpr int64_t kRowBlock = 64;  // rows per parallel work item
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C) {
   const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t r0 = b * kRowBlock;
     layernorm_forward_rows(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, weight, bias,
@@ -209,14 +207,22 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static)
+  thread_local std::vector<double> part_buf;
+  part_buf.resize(static_cast<size_t>(nb * 2 * C));
+  double* part = part_buf.data();
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t r0 = b * kRowBlock;
-    layernorm_backward_rows(dinp + r0 * C, dout + r0 * C, inp + r0 * C, weight, mean + r0, rstd + r0,
-                            std::min(kRowBlock, N - r0), C);
+    layernorm_backward_rows(dinp + r0 * C, part + b * 2 * C, part + b * 2 * C + C, dout + r0 * C, inp + r0 * C, weight,
+                            mean + r0, rstd + r0, std::min(kRowBlock, N - r0), C);
   }
+  // dweight / dbias: the blocks' float64 partial sums (fixed blocks of kRowBlock rows,
+  // whatever the thread count), added in block order.
   std::vector<double> acc(static_cast<size_t>(2 * C), 0.0);
-  layernorm_param_grads(acc.data(), acc.data() + C, dout, inp, mean, rstd, N, C);
+  for (int64_t b = 0; b < nb; ++b) {
+    const double* pb = part + b * 2 * C;
+    for (int64_t c = 0; c < 2 * C; ++c) acc[static_cast<size_t>(c)] += pb[c];
+  }
   for (int64_t c = 0; c < C; ++c) {
     dweight[c] += static_cast<float>(acc[static_cast<size_t>(c)]);
     dbias[c] += static_cast<float>(acc[static_cast<size_t>(C + c)]);
@@ -460,6 +466,34 @@ void gelu_backward_rows(const void* ctx, float* dpre, int64_t r0, int64_t rows) 
   gelu_backward_inplace_span(dpre + r0 * g.C, g.pre + r0 * g.C, rows * g.C);
 }
 }  // namespace
+
+// ---- residual fused with the projection that precedes it -------------------------------
+
+namespace {
+struct ResidualRows {
+  const float* resid;
+  int64_t OC;
+};
+OPS_ROW_CLONES void add_span(float* o, const float* r, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = o[i] + r[i];
+}
+void residual_rows(const void* ctx, float* out, int64_t r0, int64_t rows) {
+  const auto& g = *static_cast<const ResidualRows*>(ctx);
+  add_span(out + r0 * g.OC, g.resid + r0 * g.OC, rows * g.OC);
+}
+}  // namespace
+
+void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias, const float* resid,
+                             int64_t N, int64_t C, int64_t OC) {
+  if (cpu::gemm_avx512_usable(C, OC)) {
+    const ResidualRows ctx{resid, OC};
+    cpu::matmul_forward_avx512(out, inp, weight, bias, N, C, OC, {residual_rows, &ctx});
+    return;
+  }
+  matmul_forward(out, inp, weight, bias, N, C, OC);
+  residual_forward(out, out, resid, N * OC);
+}
 
 void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                          int64_t C, int64_t OC) {

@@ -205,6 +205,12 @@ check("classify softmax cls", {"activation": "softmax", "cls": True}, problems)
 check("classify relu tokens (vocab 7)", {"activation": "relu", "scale": "inv_n", "vocab": 7}, problems)
 check("classify poly3 sgd", {"activation": "poly", "degree": 3, "scale": "inv_sqrt_n", "optimizer": "sgd",
                              "lr": 0.1}, problems)
+# Head width 16 without padding: the CPU's packed attention path (kernels/attention.h;
+# the default shapes above have head width 8 and take the split-heads path).
+for an in ["softmax", "poly3_inv_sqrt_n", "sigmoid"]:
+    check(f"classify {an} head width 16", {**ACTS[an], "dim": 32, "heads": 2}, problems)
+check("token_regress softmax head width 16", {**ACTS["softmax"], "head": "token_regress", "in_dim": 3, "tokens": 8,
+                                              "dim": 32, "heads": 2}, problems)
 # Padding masked (the listops task): CLS or the mean over real tokens; each row keeps
 # 2..N of its N = 9 tokens. The activations whose phi depends on the row's key count.
 for an in ["softmax", "poly3_inv_sqrt_n", "sigmoid"]:

@@ -3,6 +3,7 @@
 // Jacobian), the reference against central finite differences, and the norm bounds of
 // Theorem 4.1. Every case prints its full parameter string when it fails.
 #include "kernels/attention.h"
+#include "kernels/cpu/gemm.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -573,6 +574,122 @@ TEST(Theorem41, SoftmaxNormBounds) {
       }
     }
   }
+}
+
+// ---- the packed path (the trainer's layout, kernels/attention.h) ------------------------
+
+// qkv (B, T, 3C) -> q, k, v [B,H,T,16] for the reference; o / dO rows (B, T, C) <-> [B,H,T,16].
+struct PackedCase {
+  int64_t B, H, T;
+};
+
+std::vector<float> heads_of(const std::vector<float>& rows, int64_t B, int64_t T, int64_t H, int64_t ld, int64_t off) {
+  const int64_t d = 16;
+  std::vector<float> out(static_cast<size_t>(B * H * T * d));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < d; ++c)
+          out[static_cast<size_t>(((b * H + h) * T + t) * d + c)] =
+              rows[static_cast<size_t>((b * T + t) * ld + off + h * d + c)];
+  return out;
+}
+
+struct PackedOut {
+  Guarded<float> O, lse, dqkv;
+  Guarded<double> attn, jac;
+  PackedOut(int64_t B, int64_t H, int64_t T)
+      : O(B * T * H * 16), lse(B * H * T), dqkv(B * T * 3 * H * 16), attn(B * H), jac(B * H) {}
+};
+
+void run_packed(const AttentionSpec& spec, const AttentionShape& sh, const std::vector<float>& qkv,
+                const std::vector<float>& dO, PackedOut& out) {
+  attention_forward_packed_cpu(spec, sh, qkv.data(), out.O.data(), out.lse.data(), out.attn.data(), out.jac.data());
+  attention_backward_packed_cpu(spec, sh, qkv.data(), out.O.data(), dO.data(), out.lse.data(), out.dqkv.data());
+}
+
+// Against the float64 reference for every activation, at lengths around the 16-key
+// vectors, the 4-row and 8-row tiles and the 64-key column blocks (1 .. 256), and bit for
+// bit the same at 1, 2 and 3 threads.
+TEST(AttentionPacked, MatchesReferenceAndIsThreadCountIndependent) {
+  if (!cpu::gemm_avx512_supported()) GTEST_SKIP() << "no AVX-512: the packed path is never taken on this CPU";
+  const std::vector<PackedCase> cases = {{1, 1, 1},  {2, 1, 5},  {1, 2, 16},  {2, 4, 17}, {3, 4, 49},
+                                         {1, 3, 64}, {1, 2, 65}, {1, 1, 130}, {1, 1, 256}};
+  for (const auto& a : all_activations())
+    for (const PackedCase& pc : cases) {
+      const int64_t B = pc.B, H = pc.H, T = pc.T, C = H * 16;
+      SCOPED_TRACE("case: " + act_name(a) + " B" + std::to_string(B) + " H" + std::to_string(H) + " T" +
+                   std::to_string(T));
+      AttentionSpec spec;
+      spec.act = a;
+      const AttentionShape sh{B, H, T, T, 16, 16};
+      ASSERT_TRUE(attention_packed_cpu_usable(spec, sh));
+      std::mt19937 rng(static_cast<uint32_t>(7 * T + H));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> qkv(static_cast<size_t>(B * T * 3 * C)), dO(static_cast<size_t>(B * T * C));
+      for (auto& e : qkv) e = nd(rng);
+      for (auto& e : dO) e = nd(rng);
+      const std::vector<float> q = heads_of(qkv, B, T, H, 3 * C, 0), k = heads_of(qkv, B, T, H, 3 * C, C),
+                               v = heads_of(qkv, B, T, H, 3 * C, 2 * C), dOh = heads_of(dO, B, T, H, C, 0);
+      const Ref ref = reference(spec, sh, to_double(q), to_double(k), to_double(v), {}, to_double(dOh));
+      PackedOut out(B, H, T);
+      run_packed(spec, sh, qkv, dO, out);
+      const double tol = tolerance(sh);
+      const std::vector<float> O(out.O.buf.begin(), out.O.buf.begin() + out.O.n),
+          dqkv(out.dqkv.buf.begin(), out.dqkv.buf.begin() + out.dqkv.n);
+      EXPECT_TRUE(close("O", heads_of(O, B, T, H, C, 0).data(), ref.O, tol));
+      EXPECT_TRUE(close("attn_fro", out.attn.data(), ref.attn, tol));
+      EXPECT_TRUE(close("jac_fro", out.jac.data(), ref.jac, tol));
+      EXPECT_TRUE(close("dQ", heads_of(dqkv, B, T, H, 3 * C, 0).data(), ref.dQ, tol));
+      EXPECT_TRUE(close("dK", heads_of(dqkv, B, T, H, 3 * C, C).data(), ref.dK, tol));
+      EXPECT_TRUE(close("dV", heads_of(dqkv, B, T, H, 3 * C, 2 * C).data(), ref.dV, tol));
+      for (auto [name, ok] : {std::pair{"O", out.O.guard_ok()},
+                              {"lse", out.lse.guard_ok()},
+                              {"dqkv", out.dqkv.guard_ok()},
+                              {"attn_fro", out.attn.guard_ok()},
+                              {"jac_fro", out.jac.guard_ok()}})
+        EXPECT_TRUE(ok) << "write past the end of " << name;
+      if (a.activation == Activation::softmax) {  // lse as the split-heads kernel computes it
+        KernelOut split(sh);
+        attention_forward_cpu(spec, sh, q.data(), k.data(), v.data(), nullptr, split.O.data(), split.lse.data(),
+                              split.attn.data(), split.jac.data());
+        EXPECT_TRUE(close("lse", out.lse.data(),
+                          to_double(std::vector<float>(split.lse.buf.begin(), split.lse.buf.begin() + split.lse.n)),
+                          tol));
+      }
+      const int saved = omp_get_max_threads();
+      for (int threads : {1, 3}) {
+        omp_set_num_threads(threads);
+        PackedOut again(B, H, T);
+        run_packed(spec, sh, qkv, dO, again);
+        // Bitwise (lse is left NaN, unwritten, for element-wise phi).
+        auto same = [](const auto& x, const auto& y) {
+          return x.buf.size() == y.buf.size() &&
+                 std::memcmp(x.buf.data(), y.buf.data(), x.buf.size() * sizeof(x.buf[0])) == 0;
+        };
+        EXPECT_TRUE(same(again.O, out.O) && same(again.lse, out.lse) && same(again.dqkv, out.dqkv) &&
+                    same(again.attn, out.attn) && same(again.jac, out.jac))
+            << "not bit-identical at " << threads << " threads";
+      }
+      omp_set_num_threads(saved);
+    }
+}
+
+// Where the packed path is not taken.
+TEST(AttentionPacked, Usable) {
+  AttentionSpec spec;
+  const bool avx512 = cpu::gemm_avx512_supported();
+  EXPECT_EQ(attention_packed_cpu_usable(spec, {2, 4, 49, 49, 16, 16}), avx512);
+  EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 49, 49, 32, 32}));    // head width
+  EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 1, 49, 16, 16}));     // not self-attention
+  EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 257, 257, 16, 16}));  // too long
+  spec.causal = true;
+  EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 49, 49, 16, 16}));
+  spec.causal = false;
+  const cpu::GemmPath saved = cpu::gemm_path();
+  cpu::set_gemm_path(cpu::GemmPath::OpenBlas);
+  EXPECT_FALSE(attention_packed_cpu_usable(spec, {2, 4, 49, 49, 16, 16}));
+  cpu::set_gemm_path(saved);
 }
 
 }  // namespace

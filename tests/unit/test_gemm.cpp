@@ -299,5 +299,59 @@ TEST(Gemm, FusedGeluIsTheUnfusedOpsAvx512) {
 
 TEST(Gemm, FusedGeluIsTheUnfusedOpsOpenBlas) { check_fused_gelu(cpu::GemmPath::OpenBlas); }
 
+// matmul_backward_overwrite gives exactly zero-fill + matmul_backward (compared with ==,
+// zeros' signs aside), whatever dinp held before, on both paths.
+void check_backward_overwrite(cpu::GemmPath path) {
+  GemmPathGuard guard(path);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(name(s));
+    const size_t no = static_cast<size_t>(s.N * s.OC), ni = static_cast<size_t>(s.N * s.C);
+    const FVec x = randn(ni, 51), w = randn(static_cast<size_t>(s.OC * s.C), 52), dout = randn(no, 53);
+    FVec dx_u(ni, 0.0f), dw_u = randn(static_cast<size_t>(s.OC * s.C), 54), db_u = randn(static_cast<size_t>(s.OC), 55);
+    FVec dx_o = out_buf(ni, 56), dw_o = dw_u, db_o = db_u;
+    matmul_backward(dx_u.data(), dw_u.data(), db_u.data(), dout.data(), x.data(), w.data(), s.N, s.C, s.OC);
+    matmul_backward_overwrite(dx_o.data(), dw_o.data(), db_o.data(), dout.data(), x.data(), w.data(), s.N, s.C, s.OC);
+    for (size_t i = 0; i < ni; ++i) ASSERT_EQ(dx_u[i], dx_o[i]) << "dinp at " << i;
+    EXPECT_TRUE(guard_ok("dinp", dx_o));
+    EXPECT_EQ(0, std::memcmp(dw_u.data(), dw_o.data(), dw_u.size() * sizeof(float))) << "dweight";
+    EXPECT_EQ(0, std::memcmp(db_u.data(), db_o.data(), db_u.size() * sizeof(float))) << "dbias";
+  }
+}
+
+TEST(Gemm, BackwardOverwriteIsZeroThenBackwardAvx512) {
+  if (!cpu::gemm_avx512_supported()) GTEST_SKIP() << "CPU without avx512f: the fallback is tested below";
+  check_backward_overwrite(cpu::GemmPath::Auto);
+}
+
+// matmul_residual_forward gives exactly matmul_forward then residual_forward, on both paths.
+void check_residual_forward(cpu::GemmPath path) {
+  GemmPathGuard guard(path);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(name(s));
+    const size_t no = static_cast<size_t>(s.N * s.OC);
+    const FVec x = randn(static_cast<size_t>(s.N * s.C), 61), w = randn(static_cast<size_t>(s.OC * s.C), 62),
+               b = randn(static_cast<size_t>(s.OC), 63), r = randn(no, 64);
+    FVec out_u(no), out_f = out_buf(no, 65);
+    matmul_forward(out_u.data(), x.data(), w.data(), b.data(), s.N, s.C, s.OC);
+    residual_forward(out_u.data(), out_u.data(), r.data(), static_cast<int64_t>(no));
+    matmul_residual_forward(out_f.data(), x.data(), w.data(), b.data(), r.data(), s.N, s.C, s.OC);
+    for (size_t i = 0; i < no; ++i) ASSERT_EQ(out_u[i], out_f[i]) << "out at " << i;
+    EXPECT_TRUE(guard_ok("out", out_f));
+  }
+}
+
+TEST(Gemm, ResidualForwardIsTheUnfusedOpsAvx512) {
+  if (!cpu::gemm_avx512_supported()) GTEST_SKIP() << "CPU without avx512f: the fallback is tested below";
+  check_residual_forward(cpu::GemmPath::Auto);
+}
+
+TEST(Gemm, ResidualForwardIsTheUnfusedOpsOpenBlas) {
+  check_residual_forward(cpu::GemmPath::OpenBlas);
+}
+
+TEST(Gemm, BackwardOverwriteIsZeroThenBackwardOpenBlas) {
+  check_backward_overwrite(cpu::GemmPath::OpenBlas);
+}
+
 }  // namespace
 }  // namespace attnsweep
