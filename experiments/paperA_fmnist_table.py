@@ -22,8 +22,10 @@ with h5py.File(f"{args.dir}/aggregate.h5", "r") as f:
     c = {k: f["cells"][k][()] for k in f["cells"]}
     tr = {k: f["trajectories"][k][()] for k in ("norms_attn_fro", "norms_jac_fro")}
 dec = lambda a: np.array([x.decode() if isinstance(x, bytes) else str(x) for x in a])
-act, scale, status = dec(c["activation"]), dec(c["scale"]), dec(c["status"])
-deg = c["degree"]
+n = len(c["cell_id"])
+act, status = dec(c["activation"]), dec(c["status"])
+scale = dec(c["scale"]) if "scale" in c else np.array([""] * n)  # absent when no cell has one
+deg = c["degree"] if "degree" in c else np.full(n, np.nan)
 
 def label(i):
     a = act[i]
