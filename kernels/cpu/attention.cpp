@@ -23,6 +23,7 @@
 #pragma GCC optimize("no-trapping-math")
 #include "kernels/attention.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vec.h"
 
 #include <cblas.h>
@@ -408,23 +409,7 @@ namespace packed {
 constexpr int64_t kD = 16;      // head width this path serves
 constexpr int64_t kMaxT = 256;  // longest sequence (S and dP of one head stay in L2)
 
-// A 64-byte aligned float buffer that only grows, one per thread and role.
-struct Buf {
-  float* p = nullptr;
-  size_t n = 0;
-  float* get(size_t want) {
-    if (want > n) {
-      ::operator delete[](p, std::align_val_t(64));
-      p = static_cast<float*>(::operator new[](want * sizeof(float), std::align_val_t(64)));
-      n = want;
-    }
-    return p;
-  }
-  Buf() = default;
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  ~Buf() { ::operator delete[](p, std::align_val_t(64)); }
-};
+using Buf = AlignedScratch;  // kernels/cpu/scratch.h
 
 struct Work {
   Buf kt, vt, s, dp;

@@ -11,6 +11,7 @@
 // The functions with intrinsics carry target("avx512f"); OpenMP regions stay in plain
 // functions that call them.
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -43,23 +44,7 @@ std::atomic<GemmPath>& path_ref() {
   return p;
 }
 
-// A 64-byte aligned float buffer that only grows (one per calling thread).
-struct Scratch {
-  float* p = nullptr;
-  size_t n = 0;
-  float* get(size_t want) {
-    if (want > n) {
-      ::operator delete[](p, std::align_val_t(64));
-      p = static_cast<float*>(::operator new[](want * sizeof(float), std::align_val_t(64)));
-      n = want;
-    }
-    return p;
-  }
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { ::operator delete[](p, std::align_val_t(64)); }
-};
+using Scratch = AlignedScratch;  // kernels/cpu/scratch.h
 
 // Lane masks of a panel of w (1..32) columns.
 inline __mmask16 mask_lo(int64_t w) { return w >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << w) - 1u); }
