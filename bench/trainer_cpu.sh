@@ -11,11 +11,12 @@ bin="$build/bench/trainer_cpu"
 steps="${1:-30}"
 [[ -x "$bin" ]] || { echo "trainer_cpu.sh: $bin not built (cmake --build $build)" >&2; exit 2; }
 export OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2
-# The settings attnsweep train gives itself (worker/cpu_env.h), given to PyTorch as well
-# so that both run on the same BLAS kernels and OpenMP policy: OpenBLAS 0.3.21 calls this
-# virtualised Xeon "Prescott" (SSE3 kernels) unless told, and spinning OpenMP threads hurt
-# on shared cores. (PyTorch with its own defaults was slower still here: 48-83 samples/s
-# at load 3-4, so the tuned figure is the baseline.)
+# The OpenBLAS kernels attnsweep train picks for itself (worker/cpu_env.h) are given to
+# PyTorch as well: OpenBLAS 0.3.21 calls this virtualised Xeon "Prescott" (SSE3 kernels)
+# unless told. The OpenMP wait policy is each program's own: attnsweep's bounded spin,
+# and PyTorch both with its default (spinning) and with OMP_WAIT_POLICY=passive, the
+# faster counting (1.13 was faster passive here, 2.15 with its default).
+unset OMP_WAIT_POLICY GOMP_SPINCOUNT
 if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
   if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
   elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
@@ -25,6 +26,7 @@ tmp="$(mktemp)"
 trap 'rm -f "$tmp"' EXIT
 for rep in 1 2 3; do
   "$bin" 2 "$steps" softmax >>"$tmp"
+  /usr/bin/python3 "$here/trainer_cpu.py" 2 "$steps" >>"$tmp"
   OMP_WAIT_POLICY=passive /usr/bin/python3 "$here/trainer_cpu.py" 2 "$steps" >>"$tmp"
 done
 /usr/bin/python3 - "$tmp" <<'PY'

@@ -163,7 +163,10 @@ class LocalSlots {
  public:
   LocalSlots(const RunDir& paths, int count, std::vector<std::string> gpus, std::string device, int threads, int rank)
       : paths_(paths), slots_(static_cast<size_t>(count)), gpus_(std::move(gpus)), device_(std::move(device)),
-        threads_(threads), rank_(rank), host_(hostname()), exe_(self_executable()), cpu_env_(cpu_env_fixes()) {}
+        threads_(threads), rank_(rank), host_(hostname()), exe_(self_executable()),
+        // More threads than cores in all: waiting threads sleep (worker/cpu_env.h).
+        cpu_env_(cpu_env_fixes(static_cast<int64_t>(count) * threads >
+                               static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())))) {}
 
   int free() const {
     return static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.pid == 0; }));

@@ -7,9 +7,12 @@ extern "C" char* openblas_get_corename(void);
 
 namespace attnsweep {
 
-std::vector<std::pair<std::string, std::string>> cpu_env_fixes() {
+std::vector<std::pair<std::string, std::string>> cpu_env_fixes(bool oversubscribed) {
   std::vector<std::pair<std::string, std::string>> fixes;
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) fixes.emplace_back("OMP_WAIT_POLICY", "passive");
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
+    if (oversubscribed) fixes.emplace_back("OMP_WAIT_POLICY", "passive");
+    else fixes.emplace_back("GOMP_SPINCOUNT", "10000");
+  }
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
     const char* core = openblas_get_corename();
     // Generic fall-backs of the probe; a core it did recognise is kept.

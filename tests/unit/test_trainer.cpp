@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "kernels/device.h"
 #include "results/h5.h"
 #include "tests/unit/trainer_test_util.h"
+#include "worker/cpu_env.h"
 #include "worker/run_cell.h"
 #include "worker/trainer.h"
 
@@ -417,3 +419,44 @@ TEST_F(TrainerTest, RunCellDivergedCellExitsZeroWithItsTrajectory) {
 
 }  // namespace
 }  // namespace attnsweep
+
+namespace {
+// Saves an environment variable and restores it when the test ends.
+struct EnvGuard {
+  std::string name;
+  std::optional<std::string> old;
+  explicit EnvGuard(std::string n) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+  }
+  ~EnvGuard() {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+std::optional<std::string> fix_of(const std::vector<std::pair<std::string, std::string>>& fixes, const std::string& k) {
+  for (const auto& [name, value] : fixes)
+    if (name == k) return value;
+  return std::nullopt;
+}
+}  // namespace
+
+// worker/cpu_env.h: a bounded spin by default, passive waiting when the cores are
+// oversubscribed, and whatever the user set is kept.
+TEST(CpuEnv, WaitPolicyBoundedSpinPassiveWhenOversubscribedUserWins) {
+  EnvGuard g1("OMP_WAIT_POLICY"), g2("GOMP_SPINCOUNT");
+  ::unsetenv("OMP_WAIT_POLICY");
+  ::unsetenv("GOMP_SPINCOUNT");
+  auto f = attnsweep::cpu_env_fixes();
+  EXPECT_EQ(fix_of(f, "GOMP_SPINCOUNT"), "10000");
+  EXPECT_FALSE(fix_of(f, "OMP_WAIT_POLICY"));
+  f = attnsweep::cpu_env_fixes(true);
+  EXPECT_EQ(fix_of(f, "OMP_WAIT_POLICY"), "passive");
+  EXPECT_FALSE(fix_of(f, "GOMP_SPINCOUNT"));
+  ::setenv("OMP_WAIT_POLICY", "active", 1);
+  EXPECT_FALSE(fix_of(attnsweep::cpu_env_fixes(), "GOMP_SPINCOUNT"));
+  EXPECT_FALSE(fix_of(attnsweep::cpu_env_fixes(true), "OMP_WAIT_POLICY"));
+  ::unsetenv("OMP_WAIT_POLICY");
+  ::setenv("GOMP_SPINCOUNT", "500", 1);
+  EXPECT_FALSE(fix_of(attnsweep::cpu_env_fixes(), "GOMP_SPINCOUNT"));
+  EXPECT_FALSE(fix_of(attnsweep::cpu_env_fixes(true), "OMP_WAIT_POLICY"));
+}
