@@ -127,62 +127,65 @@ void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const 
 
 // ---- layernorm ------------------------------------------------------------------------
 // Row kernels are target_clones (AVX-512 / AVX2 / baseline, see GELU) with `omp simd`
-// reductions: float64 accumulation as before, 8 lanes at a time. The lane order is fixed
-// by the row length, so results do not depend on the thread count.
+// reductions in float32, 16 lanes at a time, as PyTorch's CPU LayerNorm computes (these
+// ops wait on memory, and float64 halved the lanes: the backward was 6 % of a training
+// step). The lane order is fixed by the row length, so results do not depend on the
+// thread count. The parameter gradients' sums are float32 within a block of kRowBlock
+// rows and float64 across blocks.
 
 namespace {
 
 OPS_ROW_CLONES void layernorm_forward_rows(float* out, float* mean, float* rstd, const float* inp,
                                            const float* weight, const float* bias, int64_t rows, int64_t C) {
-  const double eps = 1e-5;
+  const float eps = 1e-5f, inv_c = 1.0f / static_cast<float>(C);
   for (int64_t i = 0; i < rows; ++i) {
     const float* x = inp + i * C;
-    double m = 0.0;
+    float m = 0.0f;
 #pragma omp simd reduction(+ : m)
     for (int64_t c = 0; c < C; ++c) m += x[c];
-    m /= static_cast<double>(C);
-    double var = 0.0;  // biased variance, as PyTorch's LayerNorm
+    m *= inv_c;
+    float var = 0.0f;  // biased variance, as PyTorch's LayerNorm; two passes (no cancellation)
 #pragma omp simd reduction(+ : var)
     for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
-    var /= static_cast<double>(C);
-    const double r = 1.0 / std::sqrt(var + eps);
+    var *= inv_c;
+    const float r = 1.0f / std::sqrt(var + eps);
     float* o = out + i * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] = static_cast<float>((x[c] - m) * r) * weight[c] + bias[c];
-    mean[i] = static_cast<float>(m);
-    rstd[i] = static_cast<float>(r);
+    for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+    mean[i] = m;
+    rstd[i] = r;
   }
 }
 
 // Also the block's parameter sums: sw[c] = sum_i dout * xhat, sb[c] = sum_i dout over
-// these rows in order (float64; overwritten), in the same pass.
-OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, double* sw, double* sb, const float* dout, const float* inp,
+// these rows in order (float32 in sw, sb; overwritten), in the same pass.
+OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, float* sw, float* sb, const float* dout, const float* inp,
                                             const float* weight, const float* mean, const float* rstd, int64_t rows,
                                             int64_t C) {
   // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), xhat = (x - mean) rstd,
   // dxhat = dout * weight
-  for (int64_t c = 0; c < C; ++c) sw[c] = sb[c] = 0.0;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  for (int64_t c = 0; c < C; ++c) sw[c] = sb[c] = 0.0f;
   for (int64_t i = 0; i < rows; ++i) {
     const float* x = inp + i * C;
     const float* dy = dout + i * C;
-    const float m = mean[i];
-    const double r = rstd[i];
-    double s1 = 0.0, s2 = 0.0;
+    const float m = mean[i], r = rstd[i];
+    float s1 = 0.0f, s2 = 0.0f;
 #pragma omp simd reduction(+ : s1, s2)
     for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x[c] - m) * r;
-      const double dxhat = static_cast<double>(dy[c]) * weight[c];
+      const float xhat = (x[c] - m) * r;
+      const float dxhat = dy[c] * weight[c];
       s1 += dxhat;
       s2 += dxhat * xhat;
     }
-    s1 /= static_cast<double>(C);
-    s2 /= static_cast<double>(C);
+    s1 *= inv_c;
+    s2 *= inv_c;
     float* dx = dinp + i * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x[c] - m) * r;
-      const double dxhat = static_cast<double>(dy[c]) * weight[c];
-      dx[c] += static_cast<float>(r * (dxhat - s1 - xhat * s2));
+      const float xhat = (x[c] - m) * r;
+      const float dxhat = dy[c] * weight[c];
+      dx[c] += r * (dxhat - s1 - xhat * s2);
       sw[c] += dy[c] * xhat;
       sb[c] += dy[c];
     }
@@ -207,20 +210,20 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
-  thread_local std::vector<double> part_buf;
+  thread_local std::vector<float> part_buf;
   part_buf.resize(static_cast<size_t>(nb * 2 * C));
-  double* part = part_buf.data();
+  float* part = part_buf.data();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t r0 = b * kRowBlock;
     layernorm_backward_rows(dinp + r0 * C, part + b * 2 * C, part + b * 2 * C + C, dout + r0 * C, inp + r0 * C, weight,
                             mean + r0, rstd + r0, std::min(kRowBlock, N - r0), C);
   }
-  // dweight / dbias: the blocks' float64 partial sums (fixed blocks of kRowBlock rows,
-  // whatever the thread count), added in block order.
+  // dweight / dbias: the blocks' partial sums (fixed blocks of kRowBlock rows, whatever
+  // the thread count), added in block order in float64.
   std::vector<double> acc(static_cast<size_t>(2 * C), 0.0);
   for (int64_t b = 0; b < nb; ++b) {
-    const double* pb = part + b * 2 * C;
+    const float* pb = part + b * 2 * C;
     for (int64_t c = 0; c < 2 * C; ++c) acc[static_cast<size_t>(c)] += pb[c];
   }
   for (int64_t c = 0; c < C; ++c) {
