@@ -1,6 +1,7 @@
 #include "results/aggregate.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -13,9 +14,18 @@
 #include <span>
 #include <stdexcept>
 #include <utility>
+#include <variant>
 
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 
 #include "results/atomic_file.h"
 #include "results/cell_file.h"
@@ -104,10 +114,11 @@ void merge_shape(std::vector<uint64_t>& into, const std::vector<uint64_t>& shape
 void find_trajectories(const h5::Group& group, size_t rank, std::vector<TrajectorySource>& out,
                        std::map<std::string, TrajectoryInfo>& info, const std::map<std::string, TrajectoryInfo>& known) {
   for (const std::string& child : group.children()) {
-    if (group.is_group(child)) {
-      find_trajectories(group.open_group(child), rank, out, info, known);
-    } else if (group.is_dataset(child)) {
-      h5::Dataset d = group.open_dataset(child);
+    auto member = group.open_member(child);  // opened once: this walk is most of pass 1
+    if (auto* g = std::get_if<h5::Group>(&member)) {
+      find_trajectories(*g, rank, out, info, known);
+    } else if (auto* ds = std::get_if<h5::Dataset>(&member)) {
+      const h5::Dataset& d = *ds;
       auto shape = d.shape();
       if (shape.size() != rank || (d.kind() != h5::Kind::Float && d.kind() != h5::Kind::Integer)) continue;
       std::string name = d.path().substr(1);
@@ -590,12 +601,13 @@ Fit fit_loglog(const std::vector<double>& x, const std::vector<double>& y) {
 
 namespace {
 
-// File size and modification time in ns (the index's key).
-bool file_stamp(const std::string& path, int64_t& size, int64_t& mtime_ns) {
+// File size and modification time in ns (the index's key), and inode.
+bool file_stamp(const std::string& path, int64_t& size, int64_t& mtime_ns, uint64_t* ino = nullptr) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return false;
   size = static_cast<int64_t>(st.st_size);
   mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (ino != nullptr) *ino = static_cast<uint64_t>(st.st_ino);
   return true;
 }
 
@@ -606,6 +618,118 @@ std::string strip_path(std::string msg, const std::string& path) {
 }
 
 
+// A fixed-size array in memory shared with the children forked after it is made
+// (MAP_SHARED | MAP_ANONYMOUS): what a forked reader writes into it, its parent sees.
+// Zero-filled; move-only.
+template <class T>
+class SharedArray {
+ public:
+  SharedArray() = default;
+  explicit SharedArray(size_t n) : n_(n) {
+    if (n == 0) return;
+    void* p = ::mmap(nullptr, n * sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      throw std::runtime_error("cannot map " + std::to_string(n * sizeof(T)) + " bytes of shared memory (" +
+                               std::strerror(errno) + ")");
+    p_ = static_cast<T*>(p);
+  }
+  ~SharedArray() {
+    if (p_ != nullptr) ::munmap(p_, n_ * sizeof(T));
+  }
+  SharedArray(SharedArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  SharedArray& operator=(SharedArray&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  SharedArray(const SharedArray&) = delete;
+  SharedArray& operator=(const SharedArray&) = delete;
+
+  T* data() const { return p_; }
+  T& operator[](size_t i) const { return p_[i]; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// CPUs this process may run on (its affinity mask follows taskset and cgroup cpusets).
+int cpu_count() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+// A forked child (pass 1's checksum verifier, a pass-2 reader) or none, waited for
+// exactly once: by wait(), or, when it is no longer needed (an exception, pass 1 done),
+// killed and reaped by the destructor. Move-only.
+class Reader {
+ public:
+  Reader() = default;
+  explicit Reader(pid_t pid) : pid_(pid) {}
+  ~Reader() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    wait();
+  }
+  Reader(Reader&& o) noexcept : pid_(std::exchange(o.pid_, -1)) {}
+  Reader& operator=(Reader&& o) noexcept {
+    std::swap(pid_, o.pid_);
+    return *this;
+  }
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  bool running() const { return pid_ > 0; }
+  // True when the child exited with status 0 (it did all it took on).
+  bool wait() {
+    int status = 0;
+    pid_t got;
+    while ((got = ::waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    return got > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// A file whose checksum pass 1's forked child found holding, and the file's stamp then.
+struct Verified {
+  unsigned char ok;  // stored last (release): the fields below are set
+  uint64_t ino;
+  int64_t size, mtime_ns;
+};
+
+// Pass 1's forked child: verifies the checksums of files[todo[0]], files[todo[1]], ...
+// ahead of pass 1, skipping those that pass 1 has reached (the files before passed[0]),
+// and marks those that hold in `verified`. Reads files only (no libhdf5); never returns.
+[[noreturn]] void verify_ahead(const std::vector<std::string>& files, const std::vector<size_t>& todo,
+                               const SharedArray<Verified>& verified, const SharedArray<uint64_t>& passed,
+                               int test_reader) {
+  int rc = 0;
+  try {
+    for (const size_t i : todo) {
+      if (i < std::atomic_ref<uint64_t>(passed[0]).load(std::memory_order_relaxed)) continue;
+      Verified& v = verified[i];
+      if (file_stamp(files[i], v.size, v.mtime_ns, &v.ino) && cell_file_damage(files[i]).empty())
+        std::atomic_ref<unsigned char>(v.ok).store(1, std::memory_order_release);
+      if (test_reader == 2) ::raise(SIGKILL);
+    }
+  } catch (...) {
+    rc = 1;
+  }
+  ::_exit(rc);
+}
+
+// What became of each changed row of a block that a forked reader helps read.
+constexpr unsigned char kRowPending = 0;  // not claimed yet, or claimed by a child that died reading it
+constexpr unsigned char kRowRead = 1;     // read by the child
+constexpr unsigned char kRowFailed = 2;   // the child could not read it
+constexpr unsigned char kRowParent = 3;   // claimed (and read) by the parent
+
 // One /trajectories dataset while it is written: a block of rows in memory at a time.
 struct OutTrajectory {
   std::string name;
@@ -615,48 +739,58 @@ struct OutTrajectory {
   std::optional<h5::Dataset> dst;
   std::optional<h5::Dataset> old;   // the same dataset of the previous aggregate.h5, same rank
   std::vector<uint64_t> old_row_shape;
-  std::vector<double> d;            // the block [rows, row_shape...], NaN where nothing is read
-  std::vector<float> f;
+  // The buffer [buffer_rows, row_shape...] of two blocks (one is filled while the other
+  // is written), NaN where nothing is read: in shared memory, since a forked reader fills
+  // some of its rows (pass 2). Rows below are the buffer's.
+  uint64_t buffer_rows = 0;
+  SharedArray<double> d;
+  SharedArray<float> f;
 
+  void allocate(uint64_t rows) {
+    buffer_rows = rows;
+    if (f32)
+      f = SharedArray<float>(rows * row_elems);
+    else
+      d = SharedArray<double>(rows * row_elems);
+  }
   void fill_rows(uint64_t from, uint64_t to) {
     if (f32)
-      std::fill(f.begin() + static_cast<ptrdiff_t>(from * row_elems), f.begin() + static_cast<ptrdiff_t>(to * row_elems),
-                std::numeric_limits<float>::quiet_NaN());
+      std::fill(f.data() + from * row_elems, f.data() + to * row_elems, std::numeric_limits<float>::quiet_NaN());
     else
-      std::fill(d.begin() + static_cast<ptrdiff_t>(from * row_elems), d.begin() + static_cast<ptrdiff_t>(to * row_elems),
-                kNaN);
+      std::fill(d.data() + from * row_elems, d.data() + to * row_elems, kNaN);
   }
-  // Reads `count` of `src` at `offset` into the block, from row `row` on (the rest
+  // Reads `count` of `src` at `offset` into the buffer, from row `row` on (the rest
   // stays NaN): a cell file's dataset (rank of a row) into that row, or a run of rows
   // of the previous aggregate (rank of a row + 1) into as many rows.
   template <class T>
-  void read_into(std::vector<T>& buf, const h5::Dataset& src, const std::vector<uint64_t>& offset,
-                 const std::vector<uint64_t>& count, uint64_t row, uint64_t block_rows) {
+  void read_into(const SharedArray<T>& buf, const h5::Dataset& src, const std::vector<uint64_t>& offset,
+                 const std::vector<uint64_t>& count, uint64_t row) {
     if (count.size() == row_shape.size()) {
       src.read_block_into<T>(offset, count, std::span<T>(buf.data() + row * row_elems, row_elems), row_shape,
                              std::vector<uint64_t>(count.size(), 0));
       return;
     }
-    std::vector<uint64_t> mem_shape{block_rows}, mem_offset(count.size(), 0);
+    std::vector<uint64_t> mem_shape{buffer_rows}, mem_offset(count.size(), 0);
     mem_shape.insert(mem_shape.end(), row_shape.begin(), row_shape.end());
     mem_offset[0] = row;
-    src.read_block_into<T>(offset, count, std::span<T>(buf.data(), block_rows * row_elems), mem_shape, mem_offset);
+    src.read_block_into<T>(offset, count, std::span<T>(buf.data(), buffer_rows * row_elems), mem_shape, mem_offset);
   }
   void read_into(const h5::Dataset& src, const std::vector<uint64_t>& offset, const std::vector<uint64_t>& count,
-                 uint64_t row, uint64_t block_rows) {
+                 uint64_t row) {
     if (f32)
-      read_into(f, src, offset, count, row, block_rows);
+      read_into(f, src, offset, count, row);
     else
-      read_into(d, src, offset, count, row, block_rows);
+      read_into(d, src, offset, count, row);
   }
-  void write(uint64_t first_row, uint64_t rows) {
+  // Writes `rows` rows of the buffer from row `from` on as rows first_row... of the dataset.
+  void write(uint64_t first_row, uint64_t rows, uint64_t from) {
     std::vector<uint64_t> offset(row_shape.size() + 1, 0), count{rows};
     offset[0] = first_row;
     count.insert(count.end(), row_shape.begin(), row_shape.end());
     if (f32)
-      dst->write_block<float>(offset, count, std::span<const float>(f.data(), rows * row_elems));
+      dst->write_block<float>(offset, count, std::span<const float>(f.data() + from * row_elems, rows * row_elems));
     else
-      dst->write_block<double>(offset, count, std::span<const double>(d.data(), rows * row_elems));
+      dst->write_block<double>(offset, count, std::span<const double>(d.data() + from * row_elems, rows * row_elems));
   }
 };
 
@@ -681,18 +815,67 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
 
   const std::string out_path = (root / "aggregate.h5").string();
   const Previous previous = opt.reuse_previous ? read_previous(out_path) : Previous{};
+  // Two processes read the cell files when there are enough of them (and 2 CPUs); 16
+  // changed files (some 20 ms of reading) are well worth a fork (under a ms).
+  const int64_t fork_min = opt.fork_min_rows >= 0 ? opt.fork_min_rows : cpu_count() >= 2 ? 16 : 0;
 
   AggregateResult result;
   // Pass 1: summaries, parameters and trajectory shapes; no datasets are read. A file
   // whose size and mtime match the previous aggregate's index is not opened at all;
   // any other is opened once here (and once more in pass 2 for its datasets).
+  //
+  // The checksums (nearly half of pass 1) are verified ahead of it by a forked child
+  // when there are enough files to read: it checks, in order, each file that does not
+  // match the index and marks those whose checksum holds, with the file's inode, size
+  // and mtime when it checked. A file so marked, with the stamp taken here, is not
+  // checked again; any other (damaged, changed since, or not reached by the child) is
+  // checked here, so skipped messages are those of one process. The child only reads
+  // files (no libhdf5) and ends with _exit().
+  struct Stamp {
+    bool ok = false;  // false: stat failed
+    int64_t size = 0, mtime_ns = 0;
+    uint64_t ino = 0;
+  };
+  // Every file's stamp, taken first: the files that do not match the index are those
+  // that the child checks.
+  std::vector<std::string> paths;
+  std::vector<Stamp> stamps(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    paths.push_back((runs / names[i]).string());
+    stamps[i].ok = file_stamp(paths[i], stamps[i].size, stamps[i].mtime_ns, &stamps[i].ino);
+  }
+  SharedArray<Verified> verified;
+  SharedArray<uint64_t> passed;  // [0]: pass 1 is past the files before this one
+  Reader verifier;
+  if (fork_min > 0) {
+    std::vector<size_t> todo;
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto it = previous.index.find(names[i]);
+      if (!stamps[i].ok || it == previous.index.end() || it->second.size != stamps[i].size ||
+          it->second.mtime_ns != stamps[i].mtime_ns)
+        todo.push_back(i);
+    }
+    if (todo.size() >= static_cast<uint64_t>(fork_min)) {
+      verified = SharedArray<Verified>(names.size());
+      passed = SharedArray<uint64_t>(1);
+      const pid_t pid = ::fork();  // -1: every checksum is verified here
+      if (pid == 0) verify_ahead(paths, todo, verified, passed, opt.test_reader);
+      if (pid > 0) {
+        verifier = Reader(pid);
+        ++result.forks;
+        if (opt.test_reader != 0) verifier.wait();  // tests: every checksum the child's
+      }
+    }
+  }
   std::vector<Row> rows;
   std::map<std::string, TrajectoryInfo> trajectories;
-  for (const std::string& name : names) {
-    const std::string rel = "runs/" + name, path = (runs / name).string();
+  for (size_t idx = 0; idx < names.size(); ++idx) {
+    const std::string& name = names[idx];
+    const std::string rel = "runs/" + name, &path = paths[idx];
     const std::string id = fs::path(name).stem().string();  // runs/<cell_id>.h5
-    int64_t size = 0, mtime = 0;
-    const bool stamped = file_stamp(path, size, mtime);
+    if (verifier.running()) std::atomic_ref<uint64_t>(passed[0]).store(idx + 1, std::memory_order_relaxed);
+    const bool stamped = stamps[idx].ok;
+    const int64_t size = stamps[idx].size, mtime = stamps[idx].mtime_ns;
     if (stamped) {
       auto it = previous.index.find(name);
       if (it != previous.index.end() && it->second.size == size && it->second.mtime_ns == mtime) {
@@ -711,7 +894,11 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
     Row row{rel, {}, {}, {}, size, mtime, -1};
     try {
       // The checksum first: libhdf5 can crash or hang on a damaged file.
-      if (std::string damaged = cell_file_damage(path); !damaged.empty()) {
+      Verified* v = verified.data() != nullptr ? &verified[idx] : nullptr;
+      const bool held = v != nullptr && stamped &&
+                        std::atomic_ref<unsigned char>(v->ok).load(std::memory_order_acquire) == 1 &&
+                        v->ino == stamps[idx].ino && v->size == size && v->mtime_ns == mtime;
+      if (std::string damaged = held ? std::string() : cell_file_damage(path); !damaged.empty()) {
         result.skipped.push_back(rel + ": " + damaged);
         continue;
       }
@@ -742,6 +929,7 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
     rows.push_back(std::move(row));
     ++result.reread;
   }
+  if (verifier.running()) verifier = Reader();  // killed and reaped, if not done yet
   result.cells = static_cast<int64_t>(rows.size());
   const uint64_t cells = rows.size();
 
@@ -784,7 +972,22 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
     // [cells, T, L, H] float32, contiguous and uncompressed, NaN-padded. A block's rows
     // are filled in memory (a changed file's datasets read straight into their rows;
     // runs of unchanged rows read in one call each from the previous aggregate.h5) and
-    // written with one call per dataset. Memory: about kBlockBytes.
+    // written with one call per dataset. Memory: about kBlockBytes, in two buffers of a
+    // block each, so that one block is filled while the other is written.
+    //
+    // Reading the changed files is most of the time of a first aggregate, so with 2 CPUs
+    // a block with enough of them is read by two processes: a forked child and this one
+    // claim its changed files one at a time (a shared counter) and read them into the
+    // buffer (shared memory). The child of the next block is forked before this block
+    // is written, so that it reads while this process writes; this process alone writes
+    // the output file. The child only opens cell files (read-only, in memory) and ends
+    // with _exit(): exit() would run libhdf5's atexit handler, which would flush and
+    // close the output file that the child inherited. It marks each row it read, or
+    // failed to read, in `state`; a row it did not read (a failure, a child that died,
+    // or one that could not be forked) is read by this process after waiting for it,
+    // the one-process way, so rows, NaN padding and skipped messages (kept in row order)
+    // are exactly those of one process. libhdf5 is not thread-safe; a forked child has
+    // its own copy of it.
     {
       std::optional<h5::File> old_file;
       bool any_old = false;
@@ -822,52 +1025,132 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
         outs.push_back(std::move(o));
       }
       constexpr uint64_t kBlockBytes = uint64_t{64} << 20;
-      const uint64_t block = std::clamp<uint64_t>(row_bytes ? kBlockBytes / row_bytes : cells, 1, std::max<uint64_t>(cells, 1));
-      for (OutTrajectory& o : outs) (o.f32 ? o.f.resize(block * o.row_elems) : o.d.resize(block * o.row_elems));
+      const uint64_t block = std::clamp<uint64_t>(opt.block_rows > 0 ? static_cast<uint64_t>(opt.block_rows)
+                                                  : row_bytes           ? kBlockBytes / 2 / row_bytes
+                                                                        : cells,
+                                                  1, std::max<uint64_t>(cells, 1));
+      for (OutTrajectory& o : outs) o.allocate(2 * block);  // block b in rows [b % 2 * block, ...)
+      // Shared with the readers: what became of each buffer row, and per half of the
+      // buffer the next index into its block's changed rows to claim.
+      SharedArray<unsigned char> state(fork_min > 0 ? 2 * block : 0);
+      SharedArray<uint64_t> next(fork_min > 0 ? 2 : 0);
+      auto claim = [&](uint64_t half) { return std::atomic_ref<uint64_t>(next[half]).fetch_add(1); };
 
-      for (uint64_t b0 = 0; b0 < cells && !outs.empty(); b0 += block) {
-        const uint64_t n = std::min(block, cells - b0);
-        for (OutTrajectory& o : outs) o.fill_rows(0, n);
+      // Reads the changed row b0 + i from its cell file into buffer row base + i: "" when
+      // read, else the skipped message (the row is then all NaN).
+      auto read_row = [&](uint64_t b0, uint64_t base, uint64_t i) -> std::string {
+        const Row& row = rows[b0 + i];
+        try {
+          h5::File cell = h5::File::open_read_in_memory((root / row.file).string());
+          for (const TrajectorySource& src : row.trajectories) {
+            OutTrajectory& o = outs[out_of.at(src.name)];
+            if (o.row_shape.size() != src.shape.size()) continue;  // rank differs from the other cells'
+            h5::Dataset d = cell.open_dataset(src.path);
+            if (d.shape() != src.shape) d.fail("shape changed since the file was first read");
+            o.read_into(d, std::vector<uint64_t>(src.shape.size(), 0), src.shape, base + i);
+          }
+          return {};
+        } catch (const h5::Error& e) {
+          for (OutTrajectory& o : outs) o.fill_rows(base + i, base + i + 1);
+          return row.file + ": trajectories not read (row kept): " + e.what();
+        }
+      };
+
+      // Rows [b0, b0 + n) in buffer rows [half * block, ...), while they are read.
+      struct BlockRead {
+        uint64_t b0 = 0, n = 0, half = 0;
+        std::vector<uint64_t> changed;  // i of the rows b0 + i read from their cell files
+        Reader reader;                  // the forked child reading some of them, if any
+      };
+      // Starts reading a block: NaN, the rows copied from the previous aggregate, and,
+      // when it has enough changed files, a forked child that starts on them.
+      auto start = [&](uint64_t b0, uint64_t half) {
+        BlockRead r;
+        r.b0 = b0;
+        r.n = std::min(block, cells - b0);
+        r.half = half;
+        const uint64_t base = half * block;
+        for (OutTrajectory& o : outs) o.fill_rows(base, base + r.n);
         // Runs of rows copied from the previous aggregate: consecutive there and here.
-        for (uint64_t i = 0; i < n;) {
-          const Row& r = rows[b0 + i];
-          if (r.old_row < 0 || r.trajectories.empty()) {
+        for (uint64_t i = 0; i < r.n;) {
+          const Row& row = rows[b0 + i];
+          if (row.old_row < 0 || row.trajectories.empty()) {
             ++i;
             continue;
           }
           uint64_t len = 1;
-          while (i + len < n && rows[b0 + i + len].old_row == r.old_row + static_cast<int64_t>(len) &&
+          while (i + len < r.n && rows[b0 + i + len].old_row == row.old_row + static_cast<int64_t>(len) &&
                  !rows[b0 + i + len].trajectories.empty())
             ++len;
           for (OutTrajectory& o : outs) {
             if (!o.old) continue;
             std::vector<uint64_t> offset(o.row_shape.size() + 1, 0), count{len};
-            offset[0] = static_cast<uint64_t>(r.old_row);
+            offset[0] = static_cast<uint64_t>(row.old_row);
             for (size_t k = 0; k < o.row_shape.size(); ++k) count.push_back(std::min(o.row_shape[k], o.old_row_shape[k]));
-            o.read_into(*o.old, offset, count, i, block);
+            o.read_into(*o.old, offset, count, base + i);
           }
           i += len;
         }
         // Changed files: each opened once, its datasets read into their rows.
-        for (uint64_t i = 0; i < n; ++i) {
-          const Row& row = rows[b0 + i];
-          if (row.old_row >= 0 || row.trajectories.empty()) continue;
-          try {
-            h5::File cell = h5::File::open_read_in_memory((root / row.file).string());
-            for (const TrajectorySource& src : row.trajectories) {
-              OutTrajectory& o = outs[out_of.at(src.name)];
-              if (o.row_shape.size() != src.shape.size()) continue;  // rank differs from the other cells'
-              h5::Dataset d = cell.open_dataset(src.path);
-              if (d.shape() != src.shape) d.fail("shape changed since the file was first read");
-              o.read_into(d, std::vector<uint64_t>(src.shape.size(), 0), src.shape, i, block);
+        for (uint64_t i = 0; i < r.n; ++i)
+          if (rows[b0 + i].old_row < 0 && !rows[b0 + i].trajectories.empty()) r.changed.push_back(i);
+        if (fork_min > 0 && r.changed.size() >= static_cast<uint64_t>(fork_min)) {
+          next[half] = 0;
+          std::fill(state.data() + base, state.data() + base + r.n, kRowPending);
+          const pid_t pid = ::fork();  // -1: this process reads them all
+          if (pid == 0) {
+            int rc = 0;
+            try {
+              for (uint64_t k; (k = claim(half)) < r.changed.size();) {
+                const uint64_t i = r.changed[k];
+                state[base + i] = read_row(b0, base, i).empty() ? kRowRead : kRowFailed;
+                if (opt.test_reader == 2) ::raise(SIGKILL);
+              }
+            } catch (...) {
+              rc = 1;  // not an h5::Error: the parent reads the rows again and meets it itself
             }
-          } catch (const h5::Error& e) {
-            for (OutTrajectory& o : outs) o.fill_rows(i, i + 1);
-            result.skipped.push_back(row.file + ": trajectories not read (row kept): " + e.what());
+            ::_exit(rc);
           }
+          if (pid > 0) r.reader = Reader(pid);
         }
-        for (OutTrajectory& o : outs) o.write(b0, n);
+        return r;
+      };
+      // Finishes reading a block: the changed files that the child (if any) left or could
+      // not read; then the block's skipped messages, in row order.
+      auto finish = [&](BlockRead& r) {
+        const uint64_t base = r.half * block;
+        std::vector<std::string> why(r.n);
+        if (r.reader.running()) {
+          if (opt.test_reader == 0)
+            for (uint64_t k; (k = claim(r.half)) < r.changed.size();) {
+              const uint64_t i = r.changed[k];
+              state[base + i] = kRowParent;
+              why[i] = read_row(r.b0, base, i);
+            }
+          const bool clean = r.reader.wait();
+          for (uint64_t i : r.changed) {
+            const unsigned char s = state[base + i];
+            if (s == kRowParent || (clean && s == kRowRead)) continue;
+            for (OutTrajectory& o : outs) o.fill_rows(base + i, base + i + 1);  // whatever the child left of it
+            why[i] = read_row(r.b0, base, i);
+          }
+          ++result.forks;
+        } else {
+          for (uint64_t i : r.changed) why[i] = read_row(r.b0, base, i);
+        }
+        for (std::string& w : why)
+          if (!w.empty()) result.skipped.push_back(std::move(w));
+      };
+
+      std::optional<BlockRead> current;
+      if (cells > 0 && !outs.empty()) current = start(0, 0);
+      while (current) {
+        finish(*current);
+        std::optional<BlockRead> following;  // its child reads while this block is written
+        if (const uint64_t b0 = current->b0 + current->n; b0 < cells) following = start(b0, 1 - current->half);
+        for (OutTrajectory& o : outs) o.write(current->b0, current->n, current->half * block);
         f.start_writeback();
+        current = std::move(following);
       }
     }
     write_fits(f, result.fits);

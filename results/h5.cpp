@@ -427,6 +427,22 @@ H5I_type_t object_type(const Object& g, const std::string& path) {
   H5Oclose(o);
   return t;
 }
+
+// The object at `path` under `g` opened once, and its type (H5I_GROUP, H5I_DATASET,
+// ...); an invalid Id and H5I_BADID when a component of the path is missing or libhdf5
+// cannot open it (errors cleared). What is_group/is_dataset and then H5Gopen2/H5Dopen2
+// would find, with one open of the object rather than two: opening a dataset reads its
+// layout and filters, most of the cost of walking a small file.
+std::pair<Id, H5I_type_t> open_object(const Group& g, const std::string& path) {
+  if (!g.exists(path)) return {Id(), H5I_BADID};
+  Id o(H5Oopen(g.id(), path.c_str(), H5P_DEFAULT), H5Oclose);
+  if (!o.valid()) {
+    H5Eclear2(H5E_DEFAULT);
+    return {Id(), H5I_BADID};
+  }
+  const H5I_type_t t = H5Iget_type(o.get());
+  return {std::move(o), t};
+}
 }  // namespace
 
 bool Group::is_group(const std::string& path) const { return exists(path) && object_type(*this, path) == H5I_GROUP; }
@@ -451,9 +467,8 @@ std::vector<std::string> Group::children() const {
 
 Group Group::open_group(const std::string& path) const {
   std::string full = child_path(path);
-  if (!is_group(path)) throw Error(file_ + ":" + full + ": no such group");
-  Id g(H5Gopen2(id(), path.c_str(), H5P_DEFAULT), H5Gclose);
-  if (!g.valid()) throw_error(file_, full, "cannot open group");
+  auto [g, type] = open_object(*this, path);
+  if (type != H5I_GROUP) throw Error(file_ + ":" + full + ": no such group");
   return Group(std::move(g), file_, full);
 }
 
@@ -468,10 +483,16 @@ Group Group::require_group(const std::string& path) {
 
 Dataset Group::open_dataset(const std::string& path) const {
   std::string full = child_path(path);
-  if (!is_dataset(path)) throw Error(file_ + ":" + full + ": no such dataset");
-  Id d(H5Dopen2(id(), path.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!d.valid()) throw_error(file_, full, "cannot open dataset");
+  auto [d, type] = open_object(*this, path);
+  if (type != H5I_DATASET) throw Error(file_ + ":" + full + ": no such dataset");
   return Dataset(std::move(d), file_, full);
+}
+
+std::variant<std::monostate, Group, Dataset> Group::open_member(const std::string& path) const {
+  auto [o, type] = open_object(*this, path);
+  if (type == H5I_GROUP) return Group(std::move(o), file_, child_path(path));
+  if (type == H5I_DATASET) return Dataset(std::move(o), file_, child_path(path));
+  return {};
 }
 
 namespace {

@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace attnsweep::h5 {
@@ -149,6 +150,10 @@ class Group : public Object {
   Group require_group(const std::string& path);
   Group open_group(const std::string& path) const;
   Dataset open_dataset(const std::string& path) const;
+  // The group or dataset at `path`, opened once; monostate when there is none (a
+  // missing path, a dangling link, another kind of object, one libhdf5 cannot open).
+  // For walking a tree: is_group, is_dataset and open_* would open each object again.
+  std::variant<std::monostate, Group, Dataset> open_member(const std::string& path) const;
 
   // True when every component of `path` exists (no error for a missing parent).
   bool exists(const std::string& path) const;

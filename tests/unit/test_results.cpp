@@ -9,7 +9,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <iterator>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -680,6 +682,146 @@ TEST_F(AggregateTest, UnchangedRerunLeavesAggregateAlone) {
   h5::File f = h5::File::open_read(path("aggregate.h5"));
   EXPECT_EQ(f.open_dataset("/fits/points").read<int64_t>(), (std::vector<int64_t>{4, 4, 4}));
   EXPECT_EQ(f.open_dataset("/trajectories/train_loss").shape(), (std::vector<uint64_t>{static_cast<uint64_t>(good_), 17}));
+}
+
+// Makes the (first) chunk of `dataset` in the cell file `p` fail to inflate, then writes
+// the file's checksum header again: a file that passes the checksum and whose metadata
+// libhdf5 reads (aggregate's pass 1 keeps it), but whose trajectory cannot be read.
+void damage_chunk(const std::string& p, const std::string& dataset) {
+  std::string raw;
+  {
+    h5::File f = h5::File::open_read(p);
+    h5::Dataset d = f.open_dataset(dataset);
+    const hsize_t origin[1] = {0};
+    hsize_t bytes = 0;
+    ASSERT_GE(H5Dget_chunk_storage_size(d.id(), origin, &bytes), 0);
+    raw.resize(bytes);
+    uint32_t filters = 0;
+    ASSERT_GE(H5Dread_chunk(d.id(), H5P_DEFAULT, origin, &filters, raw.data()), 0);
+  }
+  std::ifstream in(p, std::ios::binary);
+  std::string file((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  const size_t at = file.find(raw, 512);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(file.find(raw, at + 1), std::string::npos);  // the chunk, not a lookalike
+  std::fill(file.begin() + static_cast<ptrdiff_t>(at), file.begin() + static_cast<ptrdiff_t>(at + raw.size()), '\xff');
+  file.replace(0, 512, cell_file_header(file.substr(512)));
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << file;
+}
+
+// What an aggregate wrote: every /trajectories dataset (shape, values as float64 bits,
+// so that NaN padding compares too, and description), /skipped, the /index rows and
+// summary.csv.
+struct AggregateOutput {
+  struct Trajectory {
+    std::vector<uint64_t> shape, bits;
+    std::string description;
+  };
+  std::map<std::string, Trajectory> trajectories;
+  std::vector<std::string> skipped, index_rows;
+  std::string csv;
+};
+
+AggregateOutput read_aggregate_output(const fs::path& dir) {
+  AggregateOutput out;
+  h5::File f = h5::File::open_read((dir / "aggregate.h5").string());
+  h5::Group t = f.open_group("/trajectories");
+  for (const std::string& name : t.children()) {
+    h5::Dataset d = t.open_dataset(name);
+    const std::vector<double> v = d.read<double>();
+    std::vector<uint64_t> bits(v.size());
+    std::memcpy(bits.data(), v.data(), v.size() * sizeof(double));
+    out.trajectories[name] = {d.shape(), std::move(bits), d.attribute_string("description")};
+  }
+  out.skipped = f.open_dataset("/skipped").read_strings();
+  out.index_rows = f.open_dataset("/index/row").read_strings();
+  std::ifstream in(dir / "summary.csv", std::ios::binary);
+  out.csv.assign(std::istreambuf_iterator<char>(in), {});
+  return out;
+}
+
+void expect_same_output(const AggregateOutput& got, const AggregateOutput& expected) {
+  EXPECT_EQ(got.skipped, expected.skipped);
+  EXPECT_EQ(got.index_rows, expected.index_rows);
+  EXPECT_EQ(got.csv, expected.csv);
+  ASSERT_EQ(got.trajectories.size(), expected.trajectories.size());
+  for (const auto& [name, t] : expected.trajectories) {
+    auto it = got.trajectories.find(name);
+    ASSERT_NE(it, got.trajectories.end()) << name;
+    EXPECT_EQ(it->second.shape, t.shape) << name;
+    EXPECT_TRUE(it->second.bits == t.bits) << name << ": values differ";
+    EXPECT_EQ(it->second.description, t.description) << name;
+  }
+}
+
+// Two processes (pass 1: a forked child verifies checksums ahead; pass 2: forked children
+// read changed files into shared memory, the next block's child while a block is
+// written) write exactly what one process writes: with the work shared out as the two
+// processes go; with all of it left to the children (pass 1's child finds text.h5 and
+// truncated.h5 damaged, pass 2's fails on zz_damaged.h5, whose chunk does not inflate:
+// the parent checks or reads those again, the one-process way, and its messages are
+// the same); and with children that die (SIGKILL after their first file: the parent
+// does the rest itself). The same for a rerun that copies the rows of unchanged files
+// from the previous aggregate.h5 (into either of pass 2's two block buffers).
+TEST_F(AggregateTest, TwoProcessReadEqualsOneProcess) {
+  write_cell_file(path("runs/zz_damaged.h5"), sample_cell("zz_damaged", 300));
+  damage_chunk(path("runs/zz_damaged.h5"), "/train/loss");
+  std::string why;
+  ASSERT_TRUE(cell_file_valid(path("runs/zz_damaged.h5"), "zz_damaged", &why)) << why;
+
+  AggregateOptions one;
+  one.reuse_previous = false;
+  one.fork_min_rows = 0;
+  const AggregateResult a = aggregate_dir(dir_.string(), one);
+  EXPECT_EQ(a.forks, 0);
+  EXPECT_EQ(a.cells, good_ + 1);
+  ASSERT_EQ(std::count_if(a.skipped.begin(), a.skipped.end(),
+                          [](const std::string& s) {
+                            return s.rfind("runs/zz_damaged.h5: trajectories not read (row kept): ", 0) == 0;
+                          }),
+            1);
+  const AggregateOutput expected = read_aggregate_output(dir_);
+  ASSERT_FALSE(expected.trajectories.empty());
+
+  for (int mode : {0, 1, 2})                // shared, all to the child, the child dies
+    for (int64_t block_rows : {0, 1, 3}) {  // 0: all 14 rows in one block
+      SCOPED_TRACE("block_rows " + std::to_string(block_rows) + ", test_reader " + std::to_string(mode));
+      AggregateOptions two = one;
+      two.fork_min_rows = 1;
+      two.block_rows = block_rows;
+      two.test_reader = mode;
+      const AggregateResult b = aggregate_dir(dir_.string(), two);
+      EXPECT_GT(b.forks, 0);
+      EXPECT_EQ(b.cells, a.cells);
+      EXPECT_EQ(b.reread, a.reread);
+      EXPECT_EQ(b.skipped, a.skipped);
+      EXPECT_EQ(b.columns, a.columns);
+      expect_same_output(read_aggregate_output(dir_), expected);
+    }
+
+  // The rerun: 3 files rewritten since the previous aggregate (one process), kept aside.
+  one.reuse_previous = true;
+  aggregate_dir(dir_.string(), one);
+  for (const char* id : {"poly_n16_s1", "poly_n64_s0", "softmax_n256_s0"})
+    write_cell_file(path("runs/" + std::string(id) + ".h5"), sample_cell(id, 7));
+  fs::copy_file(path("aggregate.h5"), path("previous.h5"));
+  const AggregateResult c = aggregate_dir(dir_.string(), one);
+  EXPECT_EQ(c.reread, 3);
+  const AggregateOutput expected_rerun = read_aggregate_output(dir_);
+  for (int64_t block_rows : {0, 1, 3}) {
+    SCOPED_TRACE("rerun, block_rows " + std::to_string(block_rows));
+    fs::copy_file(path("previous.h5"), path("aggregate.h5"), fs::copy_options::overwrite_existing);
+    AggregateOptions two = one;
+    two.fork_min_rows = 1;
+    two.block_rows = block_rows;
+    const AggregateResult b = aggregate_dir(dir_.string(), two);
+    EXPECT_GT(b.forks, 0);
+    EXPECT_EQ(b.reread, c.reread);
+    EXPECT_EQ(b.reused, c.reused);
+    EXPECT_EQ(b.skipped, c.skipped);
+    expect_same_output(read_aggregate_output(dir_), expected_rerun);
+  }
 }
 
 // ---- fits -----------------------------------------------------------------------------
