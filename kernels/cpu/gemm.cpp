@@ -241,6 +241,7 @@ void gemm_dweight(float* dweight, float* dbias, const float* dout, const float* 
   if (M <= 0) return;
   thread_local Scratch part_buf, db_buf;
   const int64_t to = (OC + kMR - 1) / kMR, tc = (C + kNR - 1) / kNR, ntiles = to * tc;
+  const bool o_major = OC >= C;  // split the tiles along dout's columns (else inp's)
   // Rows per chunk: the chunk's dout and inp rows (~256 KiB) stay in L2 across the tiles.
   const int64_t chunk = std::max<int64_t>(64, (int64_t{1} << 16) / (OC + C));
   const int64_t nchunks = (M + chunk - 1) / chunk;
@@ -254,12 +255,16 @@ void gemm_dweight(float* dweight, float* dbias, const float* dout, const float* 
       const int64_t i0 = ch * chunk, rows = std::min(chunk, M - i0);
       const bool first = ch == 0, last = ch == nchunks - 1;
       // The same static schedule in every chunk: a tile stays with its thread (OpenMP
-      // guarantees the same assignment for equal loops), so no barrier is needed. Tiles
-      // run column panel by column panel: a panel's inp rows stay in L1 across its tiles;
-      // dealt round-robin so that the dbias tiles (first panel) are shared by the team.
-#pragma omp for schedule(static, 1) nowait
+      // guarantees the same assignment for equal loops), so no barrier is needed. Each
+      // thread takes a contiguous range of tiles, split along the wider operand (dout's
+      // OC columns or inp's C): a thread then pulls only its share of that operand's
+      // lines from memory (dealt round-robin, both threads read every line of both).
+      // Within a range the tiles sharing the narrower operand's slice run one after
+      // another, so that slice stays in L1 across them.
+#pragma omp for schedule(static) nowait
       for (int64_t t = 0; t < ntiles; ++t) {
-        const int64_t o0 = (t % to) * kMR, c0 = (t / to) * kNR;
+        const int64_t ot = o_major ? t / tc : t % to, ct = o_major ? t % tc : t / to;
+        const int64_t o0 = ot * kMR, c0 = ct * kNR;
         const int64_t w = std::min(kNR, C - c0);
         tile_dw_any(std::min(kMR, OC - o0), dweight + o0 * C + c0, part != nullptr ? part + o0 * C + c0 : nullptr, C,
                     dout + i0 * OC + o0, OC, inp + i0 * C + c0, C, rows, first, last, mask_lo(w), mask_hi(w),
