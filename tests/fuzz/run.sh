@@ -46,7 +46,9 @@ fuzz() {
     # (Read into a variable: with pipefail, grep -m1 closing the pipe early made sed's
     # SIGPIPE fail the whole test at random, so a libhdf5 report could stop the target.)
     frame=""
-    [ $rc -ne 0 ] && frame=$(sed -n '/==ERROR\|ALARM: working on the last Unit/,$p' $B/$t.last.log |
+    # (libFuzzer's own reports read "==PID== ERROR: libFuzzer: out-of-memory (malloc(N))",
+    # with a space; ASan's "==PID==ERROR".)
+    [ $rc -ne 0 ] && frame=$(sed -n '/==ERROR\|== ERROR\|ALARM: working on the last Unit/,$p' $B/$t.last.log |
                              grep -m1 -E '^ +#[0-9]+ .*(libhdf5|\.(cpp|h|hpp):[0-9]+)' || true)
     if [[ "$frame" == *libhdf5* ]]; then
       known=$((known + 1)) rc=0
@@ -77,7 +79,7 @@ for t in "${TARGETS[@]}"; do
     status=1
     echo "fuzz: $t: FINDING (exit $rc) after $execs executions in $secs s$note; log $B/$t.log; input:"
     ls -1 $B/findings/$t-* 2>/dev/null | sed 's/^/  /'
-    grep -m1 -A30 -E '^==[0-9]+==ERROR|runtime error|unexpected exception|threw|deadly signal|mismatch|rejected|not stable|ALARM' $B/$t.last.log
+    grep -m1 -A30 -E '^==[0-9]+== ?ERROR|runtime error|unexpected exception|threw|deadly signal|mismatch|rejected|not stable|ALARM' $B/$t.last.log
   fi
 done
 exit $status
