@@ -417,17 +417,6 @@ bool Group::exists(const std::string& path) const {
 }
 
 namespace {
-H5I_type_t object_type(const Object& g, const std::string& path) {
-  hid_t o = H5Oopen(g.id(), path.c_str(), H5P_DEFAULT);
-  if (o < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return H5I_BADID;
-  }
-  H5I_type_t t = H5Iget_type(o);
-  H5Oclose(o);
-  return t;
-}
-
 // The object at `path` under `g` opened once, and its type (H5I_GROUP, H5I_DATASET,
 // ...); an invalid Id and H5I_BADID when a component of the path is missing or libhdf5
 // cannot open it (errors cleared). What is_group/is_dataset and then H5Gopen2/H5Dopen2
@@ -445,11 +434,9 @@ std::pair<Id, H5I_type_t> open_object(const Group& g, const std::string& path) {
 }
 }  // namespace
 
-bool Group::is_group(const std::string& path) const { return exists(path) && object_type(*this, path) == H5I_GROUP; }
+bool Group::is_group(const std::string& path) const { return open_object(*this, path).second == H5I_GROUP; }
 
-bool Group::is_dataset(const std::string& path) const {
-  return exists(path) && object_type(*this, path) == H5I_DATASET;
-}
+bool Group::is_dataset(const std::string& path) const { return open_object(*this, path).second == H5I_DATASET; }
 
 std::vector<std::string> Group::children() const {
   H5G_info_t info;
