@@ -81,5 +81,15 @@ void attention_forward_packed_cpu(const AttentionSpec& spec, const AttentionShap
                                   float* lse, double* attn_fro, double* jac_fro);
 void attention_backward_packed_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
                                    const float* O, const float* dO, const float* lse, float* dqkv);
+// attention_forward_packed_cpu / attention_backward_packed_cpu for batch items [b0, b1)
+// only (every head), on the calling thread (no OpenMP region): the same values; for
+// callers that run their own blocks of samples (kernels/ops.h layer_forward_fused_cpu,
+// layer_backward_fused_cpu). Pointers and shape are the whole batch's.
+void attention_forward_packed_samples_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
+                                          float* O, float* lse, double* attn_fro, double* jac_fro, int64_t b0,
+                                          int64_t b1);
+void attention_backward_packed_samples_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
+                                           const float* O, const float* dO, const float* lse, float* dqkv, int64_t b0,
+                                           int64_t b1);
 
 }  // namespace attnsweep

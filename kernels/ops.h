@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/attention.h"
+
 namespace attnsweep {
 
 // out (N, OC) = inp (N, C) @ weight^T + bias;  weight (OC, C), bias (OC) or null.
@@ -91,6 +93,57 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 // (B, (Hh/p)*(W/p), Cin*p*p), patches in row-major order, each flattened as (Cin, p, p)
 // (the layout of PyTorch's Conv2d(kernel = stride = p) weight). Hh and W divisible by p.
 void patchify(float* patches, const float* img, int64_t B, int64_t Cin, int64_t Hh, int64_t W, int64_t p);
+
+// The forward of one pre-LN transformer layer on the CPU, fused over blocks of a few
+// samples: each block goes through LN -> QKV -> attention -> proj + residual -> LN ->
+// fc + GELU -> fcproj + residual while its rows are in L2, instead of seven passes over
+// the whole batch (each op reading what the previous one wrote out to memory). The same
+// values, bit for bit, as that op sequence (layernorm_forward, matmul_forward,
+// attention_forward_packed_cpu, matmul_residual_forward, layernorm_forward,
+// matmul_gelu_forward, matmul_residual_forward), whatever the thread count: every op is
+// row-local (attention: local to a sample). Buffers as in worker/model.h; shape is the
+// attention's (B, H, T, T, 16, 16), C = 16 H, F the MLP width; attn_fro / jac_fro are
+// written when spec.collect_norms. Usable (layer_forward_fused_cpu_usable) where
+// attention_packed_cpu_usable is and the AVX-512 GEMMs take every matmul.
+struct LayerForwardArgs {
+  const float* inp;  // (B T, C) the residual stream in
+  const float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+  float *ln1, *ln1_mean, *ln1_rstd;  // (B T, C), (B T), (B T)
+  float* qkv;                        // (B T, 3C)
+  float *atty, *lse;                 // (B T, C), (B H T)
+  float* res1;                       // (B T, C)
+  float *ln2, *ln2_mean, *ln2_rstd;  // (B T, C), (B T), (B T)
+  float *fch, *fch_gelu;             // (B T, F) before and after the GELU
+  float* res2;                       // (B T, C) the residual stream out
+  double *attn_fro, *jac_fro;        // (B H) or null
+};
+// set_layer_fusion_cpu(false) makes _usable say no (tests compare both paths); on by
+// default, off from the start with ATTNSWEEP_CPU_LAYER_FUSION=0 in the environment.
+bool layer_forward_fused_cpu_usable(const AttentionSpec& spec, const AttentionShape& shape, int64_t F);
+void set_layer_fusion_cpu(bool on);
+void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& shape, int64_t F,
+                             const LayerForwardArgs& a);
+
+// Its backward, fused over the same blocks of samples: fcproj (through the GELU) -> fc ->
+// LN2 -> proj -> attention -> QKV -> LN1, each block's rows staying in L2. dres (B T, C)
+// holds d loss / d res2 on entry and d loss / d inp on return (the unfused path's
+// s_.dres); dln (B T, C), dbig (B T, F) and dqkv (B T, 3C) are scratch. The parameter
+// gradients are ADDED (as the ops' backwards). Each block's share of a weight's gradient
+// is one float32 FMA chain over its rows (LayerNorm: per group of 64 rows), and the shares
+// are added in block order in float64: deterministic and independent of the thread count
+// (the blocks depend on B and T only), but not bit for bit the unfused path, whose chains
+// run over the whole batch (the difference is rounding: tested against it within the
+// float32 bound). Usable where layer_forward_fused_cpu is.
+struct LayerBackwardArgs {
+  const float* inp;  // (B T, C) the layer's input
+  const float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res1, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+  const float *ln1_w, *qkv_w, *proj_w, *ln2_w, *fc_w, *fcproj_w;
+  float *dres, *dln, *dbig, *dqkv;
+  float *g_ln1_w, *g_ln1_b, *g_qkv_w, *g_qkv_b, *g_proj_w, *g_proj_b, *g_ln2_w, *g_ln2_b, *g_fc_w, *g_fc_b,
+      *g_fcproj_w, *g_fcproj_b;
+};
+void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& shape, int64_t F,
+                              const LayerBackwardArgs& a);
 
 // AdamW (Loshchilov & Hutter, PyTorch's torch.optim.AdamW): with t the 1-based step,
 //   m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m/(1-b1^t); vhat = v/(1-b2^t);

@@ -361,6 +361,27 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
     float* fch = a_.fch + l * BT * F;
     float* fch_gelu = a_.fch_gelu + l * BT * F;
     float* res2 = a_.res2 + l * BTC;
+    if constexpr (!Backend::kDevice) {
+      // CPU: the whole layer per block of samples while they are in cache (kernels/ops.h;
+      // the same values as the op sequence below).
+      if (mask_ == nullptr && layer_forward_fused_cpu_usable(spec, shape, F)) {
+        LayerForwardArgs fa{};
+        fa.inp = inp;
+        fa.ln1_w = p_.ln1_w + l * C, fa.ln1_b = p_.ln1_b + l * C;
+        fa.qkv_w = p_.qkv_w + l * 3 * C * C, fa.qkv_b = p_.qkv_b + l * 3 * C;
+        fa.proj_w = p_.attproj_w + l * C * C, fa.proj_b = p_.attproj_b + l * C;
+        fa.ln2_w = p_.ln2_w + l * C, fa.ln2_b = p_.ln2_b + l * C;
+        fa.fc_w = p_.fc_w + l * F * C, fa.fc_b = p_.fc_b + l * F;
+        fa.fcproj_w = p_.fcproj_w + l * C * F, fa.fcproj_b = p_.fcproj_b + l * C;
+        fa.ln1 = ln1, fa.ln1_mean = a_.ln1_mean + l * BT, fa.ln1_rstd = a_.ln1_rstd + l * BT;
+        fa.qkv = qkv, fa.atty = atty_un, fa.lse = lse, fa.res1 = res1;
+        fa.ln2 = ln2, fa.ln2_mean = a_.ln2_mean + l * BT, fa.ln2_rstd = a_.ln2_rstd + l * BT;
+        fa.fch = fch, fa.fch_gelu = fch_gelu, fa.res2 = res2;
+        fa.attn_fro = norms + l * BH, fa.jac_fro = norms + (L + l) * BH;
+        layer_forward_fused_cpu(spec, shape, F, fa);
+        continue;
+      }
+    }
     be_.layernorm_forward(ln1, a_.ln1_mean + l * BT, a_.ln1_rstd + l * BT, inp, p_.ln1_w + l * C, p_.ln1_b + l * C, BT,
                           C);
     be_.matmul_forward(qkv, ln1, p_.qkv_w + l * 3 * C * C, p_.qkv_b + l * 3 * C, BT, C, 3 * C);
@@ -442,6 +463,29 @@ void BasicModel<Backend>::backward_classify() {
   const AttentionShape shape{B, H, T, T, hd, hd};
   for (int64_t l = L - 1; l >= 0; --l) {
     const float* inp = l == 0 ? a_.encoded : a_.res2 + (l - 1) * BTC;
+    if constexpr (!Backend::kDevice) {
+      // CPU: the layer's backward per block of samples (kernels/ops.h), as the forward.
+      if (mask_ == nullptr && layer_forward_fused_cpu_usable(spec, shape, F)) {
+        LayerBackwardArgs ba{};
+        ba.inp = inp;
+        ba.ln1 = a_.ln1 + l * BTC, ba.ln1_mean = a_.ln1_mean + l * BT, ba.ln1_rstd = a_.ln1_rstd + l * BT;
+        ba.qkv = a_.qkv + l * 3 * BTC, ba.atty = a_.atty_un + l * BTC, ba.lse = a_.lse + l * B * H * T;
+        ba.res1 = a_.res1 + l * BTC;
+        ba.ln2 = a_.ln2 + l * BTC, ba.ln2_mean = a_.ln2_mean + l * BT, ba.ln2_rstd = a_.ln2_rstd + l * BT;
+        ba.fch = a_.fch + l * BT * F, ba.fch_gelu = a_.fch_gelu + l * BT * F;
+        ba.ln1_w = p_.ln1_w + l * C, ba.qkv_w = p_.qkv_w + l * 3 * C * C, ba.proj_w = p_.attproj_w + l * C * C;
+        ba.ln2_w = p_.ln2_w + l * C, ba.fc_w = p_.fc_w + l * F * C, ba.fcproj_w = p_.fcproj_w + l * C * F;
+        ba.dres = s_.dres, ba.dln = s_.dln, ba.dbig = s_.dbig, ba.dqkv = s_.dqkv;
+        ba.g_ln1_w = g_.ln1_w + l * C, ba.g_ln1_b = g_.ln1_b + l * C;
+        ba.g_qkv_w = g_.qkv_w + l * 3 * C * C, ba.g_qkv_b = g_.qkv_b + l * 3 * C;
+        ba.g_proj_w = g_.attproj_w + l * C * C, ba.g_proj_b = g_.attproj_b + l * C;
+        ba.g_ln2_w = g_.ln2_w + l * C, ba.g_ln2_b = g_.ln2_b + l * C;
+        ba.g_fc_w = g_.fc_w + l * F * C, ba.g_fc_b = g_.fc_b + l * F;
+        ba.g_fcproj_w = g_.fcproj_w + l * C * F, ba.g_fcproj_b = g_.fcproj_b + l * C;
+        layer_backward_fused_cpu(spec, shape, F, ba);
+        continue;
+      }
+    }
     // dres holds d loss / d res2[l]; res2 = res1 + fcproj, so it is also d/d fcproj and
     // (after the MLP's contribution is added) d/d res1.
     // dbig = d/d fch (through fcproj and the GELU): fused on the CPU, as in the forward.

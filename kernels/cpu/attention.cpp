@@ -679,15 +679,13 @@ inline int64_t padded(int64_t T) {
   return (T + 15) / 16 * 16;
 }
 
+// The forward of one (b, h): bh = b H + h.
 template <Activation A, int32_t Deg>
-void forward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, float* O, float* lse,
-                         double* attn_fro, double* jac_fro) {
-  const int64_t H = sh.H, T = sh.Nq, C = H * kD, BH = sh.B * H, ld = padded(T);
-  const float scale = attention_score_scale(spec, sh);
+void forward_packed_one(const AttentionSpec& spec, const AttentionShape& sh, const PhiParams& pp, float scale,
+                        int64_t bh, const float* qkv, float* O, float* lse, double* attn_fro, double* jac_fro) {
+  const int64_t H = sh.H, T = sh.Nq, C = H * kD, ld = padded(T);
   const bool norms = spec.collect_norms;
-  const PhiParams pp = resolve_phi(spec.act, T);
-#pragma omp parallel for schedule(dynamic, 4)
-  for (int64_t bh = 0; bh < BH; ++bh) {
+  {
     const int64_t b = bh / H, h = bh % H;
     Work& w = work();
     float* kt = w.kt.get(static_cast<size_t>(kD * ld));
@@ -719,13 +717,31 @@ void forward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, co
 }
 
 template <Activation A, int32_t Deg>
-void backward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, const float* O,
-                          const float* dO, const float* lse, float* dqkv) {
-  const int64_t H = sh.H, T = sh.Nq, C = H * kD, BH = sh.B * H, ld = padded(T);
+void forward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, float* O, float* lse,
+                         double* attn_fro, double* jac_fro) {
   const float scale = attention_score_scale(spec, sh);
-  const PhiParams pp = resolve_phi(spec.act, T);
+  const PhiParams pp = resolve_phi(spec.act, sh.Nq);
+  const int64_t BH = sh.B * sh.H;
 #pragma omp parallel for schedule(dynamic, 4)
-  for (int64_t bh = 0; bh < BH; ++bh) {
+  for (int64_t bh = 0; bh < BH; ++bh) forward_packed_one<A, Deg>(spec, sh, pp, scale, bh, qkv, O, lse, attn_fro, jac_fro);
+}
+
+// Batch items [b0, b1), every head, on the calling thread.
+template <Activation A, int32_t Deg>
+void forward_packed_samples(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, float* O,
+                            float* lse, double* attn_fro, double* jac_fro, int64_t b0, int64_t b1) {
+  const float scale = attention_score_scale(spec, sh);
+  const PhiParams pp = resolve_phi(spec.act, sh.Nq);
+  for (int64_t bh = b0 * sh.H; bh < b1 * sh.H; ++bh)
+    forward_packed_one<A, Deg>(spec, sh, pp, scale, bh, qkv, O, lse, attn_fro, jac_fro);
+}
+
+// The backward of one (b, h).
+template <Activation A, int32_t Deg>
+void backward_packed_one(const AttentionShape& sh, const PhiParams& pp, float scale, int64_t bh, const float* qkv,
+                         const float* O, const float* dO, const float* lse, float* dqkv) {
+  const int64_t H = sh.H, T = sh.Nq, C = H * kD, ld = padded(T);
+  {
     const int64_t b = bh / H, h = bh % H;
     Work& w = work();
     float* kt = w.kt.get(static_cast<size_t>(kD * ld));
@@ -761,6 +777,24 @@ void backward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, c
     comb_all(dq, 3 * C, dP, ld, 1, k, 3 * C, T, T, scale);
     comb_all(dk, 3 * C, dP, 1, ld, q, 3 * C, T, T, scale);
   }
+}
+
+template <Activation A, int32_t Deg>
+void backward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, const float* O,
+                          const float* dO, const float* lse, float* dqkv) {
+  const float scale = attention_score_scale(spec, sh);
+  const PhiParams pp = resolve_phi(spec.act, sh.Nq);
+  const int64_t BH = sh.B * sh.H;
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t bh = 0; bh < BH; ++bh) backward_packed_one<A, Deg>(sh, pp, scale, bh, qkv, O, dO, lse, dqkv);
+}
+
+template <Activation A, int32_t Deg>
+void backward_packed_samples(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, const float* O,
+                             const float* dO, const float* lse, float* dqkv, int64_t b0, int64_t b1) {
+  const float scale = attention_score_scale(spec, sh);
+  const PhiParams pp = resolve_phi(spec.act, sh.Nq);
+  for (int64_t bh = b0 * sh.H; bh < b1 * sh.H; ++bh) backward_packed_one<A, Deg>(sh, pp, scale, bh, qkv, O, dO, lse, dqkv);
 }
 
 }  // namespace packed
@@ -818,10 +852,26 @@ void attention_forward_packed_cpu(const AttentionSpec& spec, const AttentionShap
   });
 }
 
+void attention_forward_packed_samples_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
+                                          float* O, float* lse, double* attn_fro, double* jac_fro, int64_t b0,
+                                          int64_t b1) {
+  dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
+    packed::forward_packed_samples<A, Deg>(spec, shape, qkv, O, lse, attn_fro, jac_fro, b0, b1);
+  });
+}
+
 void attention_backward_packed_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
                                    const float* O, const float* dO, const float* lse, float* dqkv) {
   dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
     packed::backward_packed_impl<A, Deg>(spec, shape, qkv, O, dO, lse, dqkv);
+  });
+}
+
+void attention_backward_packed_samples_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
+                                           const float* O, const float* dO, const float* lse, float* dqkv, int64_t b0,
+                                           int64_t b1) {
+  dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
+    packed::backward_packed_samples<A, Deg>(spec, shape, qkv, O, dO, lse, dqkv, b0, b1);
   });
 }
 

@@ -291,13 +291,59 @@ bool gemm_avx512_usable(int64_t K, int64_t N) {
          N <= kMaxDim;
 }
 
+int64_t packed_weight_floats(int64_t C, int64_t OC) { return (OC + kNR - 1) / kNR * kNR * C; }
+
+// B = weight^T (C x OC): element (k, j) = weight[j * C + k].
+void pack_weight_forward(float* bp, const float* weight, int64_t C, int64_t OC) { pack_b(bp, weight, 1, C, C, OC); }
+
 void matmul_forward_avx512(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                            int64_t C, int64_t OC, RowEpilogue epi) {
   thread_local Scratch packed;
-  // B = weight^T (C x OC): element (k, j) = weight[j * C + k].
-  float* bp = packed.get(static_cast<size_t>((OC + kNR - 1) / kNR * kNR * C));
-  pack_b(bp, weight, 1, C, C, OC);
+  float* bp = packed.get(static_cast<size_t>(packed_weight_floats(C, OC)));
+  pack_weight_forward(bp, weight, C, OC);
   gemm_rows(out, inp, bp, bias, false, N, C, OC, epi);
+}
+
+void matmul_rows_avx512(float* out, const float* inp, const float* bp, const float* bias, int64_t r0, int64_t rows,
+                        int64_t C, int64_t OC, RowEpilogue epi) {
+  // Groups of kRowGroup rows from r0, as gemm_rows (a row's value does not depend on its
+  // group: one FMA chain per element in a fixed k order).
+  for (int64_t g0 = r0; g0 < r0 + rows; g0 += kRowGroup) {
+    const int64_t n = std::min(kRowGroup, r0 + rows - g0);
+    rows_ab(out + g0 * OC, OC, inp + g0 * C, C, bp, C, OC, bias, false, n);
+    if (epi.fn != nullptr) epi.fn(epi.ctx, out, g0, n);
+  }
+}
+
+// dinp (N, C) = dout (N, OC) @ weight (OC, C): B = weight, element (k, j) = weight[k * C + j].
+void pack_weight_dinp(float* bp, const float* weight, int64_t C, int64_t OC) { pack_b(bp, weight, C, 1, OC, C); }
+
+void dinp_rows_avx512(float* dinp, const float* dout, const float* bp, int64_t r0, int64_t rows, int64_t C,
+                      int64_t OC, RowEpilogue epi) {
+  for (int64_t g0 = r0; g0 < r0 + rows; g0 += kRowGroup) {
+    const int64_t n = std::min(kRowGroup, r0 + rows - g0);
+    rows_ab(dinp + g0 * C, C, dout + g0 * OC, OC, bp, OC, C, nullptr, false, n);
+    if (epi.fn != nullptr) epi.fn(epi.ctx, dinp, g0, n);
+  }
+}
+
+int64_t dbias_partial_doubles(int64_t OC) { return (OC + kMR - 1) / kMR * kMR; }
+
+void dweight_rows_partial_avx512(float* part, double* dbpart, const float* dout, const float* inp, int64_t r0,
+                                 int64_t rows, int64_t C, int64_t OC) {
+  if (rows <= 0) {
+    std::fill(part, part + OC * C, 0.0f);
+    if (dbpart != nullptr) std::fill(dbpart, dbpart + dbias_partial_doubles(OC), 0.0);
+    return;
+  }
+  // Tiles sharing inp's column slice run one after another (the slice stays in L1).
+  for (int64_t c0 = 0; c0 < C; c0 += kNR) {
+    const int64_t w = std::min(kNR, C - c0);
+    for (int64_t o0 = 0; o0 < OC; o0 += kMR)
+      tile_dw_any(std::min(kMR, OC - o0), part + o0 * C + c0, part + o0 * C + c0, C, dout + r0 * OC + o0, OC,
+                  inp + r0 * C + c0, C, rows, true, false, mask_lo(w), mask_hi(w),
+                  dbpart != nullptr && c0 == 0 ? dbpart + o0 : nullptr);
+  }
 }
 
 void matmul_backward_avx512(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
