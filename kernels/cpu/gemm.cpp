@@ -92,13 +92,14 @@ GEMM_AVX512 void tile_ab(float* c, int64_t ldc, const float* a, int64_t lda, con
   }
 }
 
-// rows (<= kRowGroup) of C (., N) from rows of A (., K) and the packed panels bp.
+// rows (<= kRowGroup) of C (., N) from rows of A (., K) and the packed panels bp, panel p
+// at bp + p ks 32 (ks >= K: panels packed deeper than the K rows used here).
 GEMM_AVX512 void rows_ab(float* c, int64_t ldc, const float* a, int64_t lda, const float* bp, int64_t K, int64_t N,
-                         const float* bias, bool add_c, int64_t rows) {
+                         const float* bias, bool add_c, int64_t rows, int64_t ks) {
   for (int64_t j0 = 0; j0 < N; j0 += kNR) {
     const int64_t w = std::min(kNR, N - j0);
     const __mmask16 m0 = mask_lo(w), m1 = mask_hi(w);
-    const float* panel = bp + (j0 / kNR) * K * kNR;
+    const float* panel = bp + (j0 / kNR) * ks * kNR;
     const float* bj = bias != nullptr ? bias + j0 : nullptr;
     int64_t r0 = 0;
     for (; r0 + kMR <= rows; r0 += kMR)
@@ -129,25 +130,30 @@ void gemm_rows(float* c, const float* a, const float* bp, const float* bias, boo
   for (int64_t g = 0; g < ng; ++g) {
     const int64_t r0 = g * kRowGroup;
     const int64_t rows = std::min(kRowGroup, M - r0);
-    rows_ab(c + r0 * N, N, a + r0 * K, K, bp, K, N, bias, add_c, rows);
+    rows_ab(c + r0 * N, N, a + r0 * K, K, bp, K, N, bias, add_c, rows, K);
     if (epi.fn != nullptr) epi.fn(epi.ctx, c, r0, rows);
   }
 }
 
 // Panels of B (K x N) for tile_ab: bp[p][k][j] = B[k][32 p + j], 0 beyond N. B is given by
 // its element (k, j) at src[k * sk + j * sj].
+void pack_panel(float* bp, const float* src, int64_t sk, int64_t sj, int64_t K, int64_t N, int64_t p, float scale) {
+  float* dst = bp + p * K * kNR;
+  const int64_t w = std::min(kNR, N - p * kNR);
+  for (int64_t k = 0; k < K; ++k) {
+    float* d = dst + k * kNR;
+    if (scale == 1.0f)
+      for (int64_t j = 0; j < w; ++j) d[j] = src[k * sk + (p * kNR + j) * sj];
+    else
+      for (int64_t j = 0; j < w; ++j) d[j] = scale * src[k * sk + (p * kNR + j) * sj];
+    for (int64_t j = w; j < kNR; ++j) d[j] = 0.0f;
+  }
+}
+
 void pack_b(float* bp, const float* src, int64_t sk, int64_t sj, int64_t K, int64_t N) {
   const int64_t np = (N + kNR - 1) / kNR;
 #pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < np; ++p) {
-    float* dst = bp + p * K * kNR;
-    const int64_t w = std::min(kNR, N - p * kNR);
-    for (int64_t k = 0; k < K; ++k) {
-      float* d = dst + k * kNR;
-      for (int64_t j = 0; j < w; ++j) d[j] = src[k * sk + (p * kNR + j) * sj];
-      for (int64_t j = w; j < kNR; ++j) d[j] = 0.0f;
-    }
-  }
+  for (int64_t p = 0; p < np; ++p) pack_panel(bp, src, sk, sj, K, N, p, 1.0f);
 }
 
 // ---- dweight: DW (MR x 32) += sum_i dout[i][o0 .. o0+MR) x inp[i][c0 .. c0+32) --------
@@ -310,7 +316,7 @@ void matmul_rows_avx512(float* out, const float* inp, const float* bp, const flo
   // group: one FMA chain per element in a fixed k order).
   for (int64_t g0 = r0; g0 < r0 + rows; g0 += kRowGroup) {
     const int64_t n = std::min(kRowGroup, r0 + rows - g0);
-    rows_ab(out + g0 * OC, OC, inp + g0 * C, C, bp, C, OC, bias, false, n);
+    rows_ab(out + g0 * OC, OC, inp + g0 * C, C, bp, C, OC, bias, false, n, C);
     if (epi.fn != nullptr) epi.fn(epi.ctx, out, g0, n);
   }
 }
@@ -322,7 +328,7 @@ void dinp_rows_avx512(float* dinp, const float* dout, const float* bp, int64_t r
                       int64_t OC, RowEpilogue epi) {
   for (int64_t g0 = r0; g0 < r0 + rows; g0 += kRowGroup) {
     const int64_t n = std::min(kRowGroup, r0 + rows - g0);
-    rows_ab(dinp + g0 * C, C, dout + g0 * OC, OC, bp, OC, C, nullptr, false, n);
+    rows_ab(dinp + g0 * C, C, dout + g0 * OC, OC, bp, OC, C, nullptr, false, n, OC);
     if (epi.fn != nullptr) epi.fn(epi.ctx, dinp, g0, n);
   }
 }
@@ -343,6 +349,30 @@ void dweight_rows_partial_avx512(float* part, double* dbpart, const float* dout,
       tile_dw_any(std::min(kMR, OC - o0), part + o0 * C + c0, part + o0 * C + c0, C, dout + r0 * OC + o0, OC,
                   inp + r0 * C + c0, C, rows, true, false, mask_lo(w), mask_hi(w),
                   dbpart != nullptr && c0 == 0 ? dbpart + o0 : nullptr);
+  }
+}
+
+int64_t panels_floats(int64_t K, int64_t N) { return (N + kNR - 1) / kNR * kNR * K; }
+
+void pack_panels(float* bp, const float* src, int64_t sk, int64_t sj, int64_t K, int64_t N, float scale) {
+  for (int64_t p = 0; p < (N + kNR - 1) / kNR; ++p) pack_panel(bp, src, sk, sj, K, N, p, scale);
+}
+
+void gemm_rows_panels(float* c, int64_t ldc, const float* a, int64_t lda, const float* bp, int64_t ks, int64_t K,
+                      int64_t N, int64_t rows, bool add_c) {
+  for (int64_t g0 = 0; g0 < rows; g0 += kRowGroup)
+    rows_ab(c + g0 * ldc, ldc, a + g0 * lda, lda, bp, K, N, nullptr, add_c, std::min(kRowGroup, rows - g0), ks);
+}
+
+void gemm_at_b_add(float* dw, int64_t ld, const float* a, int64_t lda, const float* b, int64_t ldb, int64_t rows,
+                   int64_t M, int64_t N) {
+  if (rows <= 0) return;
+  // Tiles sharing b's column slice run one after another (the slice stays in L1).
+  for (int64_t c0 = 0; c0 < N; c0 += kNR) {
+    const int64_t w = std::min(kNR, N - c0);
+    for (int64_t o0 = 0; o0 < M; o0 += kMR)
+      tile_dw_any(std::min(kMR, M - o0), dw + o0 * ld + c0, nullptr, ld, a + o0, lda, b + c0, ldb, rows, true, true,
+                  mask_lo(w), mask_hi(w), nullptr);
   }
 }
 

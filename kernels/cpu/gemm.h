@@ -65,4 +65,19 @@ int64_t dbias_partial_doubles(int64_t OC);
 void dweight_rows_partial_avx512(float* part, double* dbpart, const float* dout, const float* inp, int64_t r0,
                                  int64_t rows, int64_t C, int64_t OC);
 
+// Serial building blocks for callers with their own loops (kernels/cpu/attention.cpp's
+// general path), on the calling thread:
+// - pack_panels: B (K x N), element (k, j) at src[k sk + j sj] times scale, into
+//   panels_floats(K, N) floats (64-byte aligned): 32-column panels of depth K, zero-padded;
+// - gemm_rows_panels: C[r][0, N) (ldc) = (add_c: +=) A[r][0, K) (lda) @ B for r < rows,
+//   B packed with depth ks >= K (its first K rows used);
+// - gemm_at_b_add: DW (M x N, ld) += A^T B, A (rows x M, lda), B (rows x N, ldb), both read
+//   in place; each element's sum over the rows is one FMA chain in row order, then added.
+int64_t panels_floats(int64_t K, int64_t N);
+void pack_panels(float* bp, const float* src, int64_t sk, int64_t sj, int64_t K, int64_t N, float scale);
+void gemm_rows_panels(float* c, int64_t ldc, const float* a, int64_t lda, const float* bp, int64_t ks, int64_t K,
+                      int64_t N, int64_t rows, bool add_c);
+void gemm_at_b_add(float* dw, int64_t ld, const float* a, int64_t lda, const float* b, int64_t ldb, int64_t rows,
+                   int64_t M, int64_t N);
+
 }  // namespace attnsweep::cpu

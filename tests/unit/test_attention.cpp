@@ -314,10 +314,7 @@ struct Case {
 std::string case_name(const Case& c) { return act_name(c.act) + "__" + shape_name(c.shape); }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }  // gtest prints this on failure
 
-class AttentionVsReference : public ::testing::TestWithParam<Case> {};
-
-TEST_P(AttentionVsReference, ForwardBackwardNorms) {
-  const Case& c = GetParam();
+void check_vs_reference(const Case& c) {
   SCOPED_TRACE("case: " + case_name(c));
   AttentionSpec spec;
   spec.act = c.act;
@@ -338,6 +335,21 @@ TEST_P(AttentionVsReference, ForwardBackwardNorms) {
                           {"dK", out.dK.guard_ok()}, {"dV", out.dV.guard_ok()}, {"attn_fro", out.attn.guard_ok()},
                           {"jac_fro", out.jac.guard_ok()}})
     EXPECT_TRUE(ok) << "write past the end of " << name;
+}
+
+class AttentionVsReference : public ::testing::TestWithParam<Case> {};
+
+// The products through our AVX-512 GEMM tiles where the CPU has them (own_gemms in
+// kernels/cpu/attention.cpp), else OpenBLAS.
+TEST_P(AttentionVsReference, ForwardBackwardNorms) { check_vs_reference(GetParam()); }
+
+// The same cases through OpenBLAS (the path of CPUs without AVX-512, and of
+// ATTNSWEEP_CPU_GEMM=openblas), so that both paths stay tested on an AVX-512 machine.
+TEST_P(AttentionVsReference, ForwardBackwardNormsOpenBlas) {
+  const cpu::GemmPath saved = cpu::gemm_path();
+  cpu::set_gemm_path(cpu::GemmPath::OpenBlas);
+  check_vs_reference(GetParam());
+  cpu::set_gemm_path(saved);
 }
 
 std::vector<Case> all_cases() {
