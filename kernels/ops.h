@@ -113,7 +113,7 @@ struct LayerForwardArgs {
   float *atty, *lse;                 // (B T, C), (B H T)
   float* res1;                       // (B T, C)
   float *ln2, *ln2_mean, *ln2_rstd;  // (B T, C), (B T), (B T)
-  float *fch, *fch_gelu;             // (B T, F) before and after the GELU
+  float *fch, *fch_gelu;             // (B T, F) before and after the GELU (fch_gelu may be null: not kept)
   float* res2;                       // (B T, C) the residual stream out
   double *attn_fro, *jac_fro;        // (B H) or null
 };
@@ -136,6 +136,7 @@ void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& sh
 // float32 bound). Usable where layer_forward_fused_cpu is.
 struct LayerBackwardArgs {
   const float* inp;  // (B T, C) the layer's input
+  // fch_gelu may be null: the GELU's output is then recomputed from fch (the same values).
   const float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res1, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
   const float *ln1_w, *qkv_w, *proj_w, *ln2_w, *fc_w, *fcproj_w;
   float *dres, *dln, *dbig, *dqkv;

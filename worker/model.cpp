@@ -376,7 +376,7 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
         fa.ln1 = ln1, fa.ln1_mean = a_.ln1_mean + l * BT, fa.ln1_rstd = a_.ln1_rstd + l * BT;
         fa.qkv = qkv, fa.atty = atty_un, fa.lse = lse, fa.res1 = res1;
         fa.ln2 = ln2, fa.ln2_mean = a_.ln2_mean + l * BT, fa.ln2_rstd = a_.ln2_rstd + l * BT;
-        fa.fch = fch, fa.fch_gelu = fch_gelu, fa.res2 = res2;
+        fa.fch = fch, fa.fch_gelu = nullptr, fa.res2 = res2;  // GELU output not kept: recomputed
         fa.attn_fro = norms + l * BH, fa.jac_fro = norms + (L + l) * BH;
         layer_forward_fused_cpu(spec, shape, F, fa);
         continue;
@@ -472,7 +472,7 @@ void BasicModel<Backend>::backward_classify() {
         ba.qkv = a_.qkv + l * 3 * BTC, ba.atty = a_.atty_un + l * BTC, ba.lse = a_.lse + l * B * H * T;
         ba.res1 = a_.res1 + l * BTC;
         ba.ln2 = a_.ln2 + l * BTC, ba.ln2_mean = a_.ln2_mean + l * BT, ba.ln2_rstd = a_.ln2_rstd + l * BT;
-        ba.fch = a_.fch + l * BT * F, ba.fch_gelu = a_.fch_gelu + l * BT * F;
+        ba.fch = a_.fch + l * BT * F, ba.fch_gelu = nullptr;
         ba.ln1_w = p_.ln1_w + l * C, ba.qkv_w = p_.qkv_w + l * 3 * C * C, ba.proj_w = p_.attproj_w + l * C * C;
         ba.ln2_w = p_.ln2_w + l * C, ba.fc_w = p_.fc_w + l * F * C, ba.fcproj_w = p_.fcproj_w + l * C * F;
         ba.dres = s_.dres, ba.dln = s_.dln, ba.dbig = s_.dbig, ba.dqkv = s_.dqkv;

@@ -260,11 +260,15 @@ OPS_ROW_CLONES void gelu_forward_span(float* out, const float* inp, int64_t n) {
   }
 }
 
+// d/dx [x sigma(2u)] = sigma(2u) + x sigma(2u) (1 - sigma(2u)) 2 du/dx, sg = sigma(2u).
+inline float gelu_grad_from(float x, float sg) {
+  return sg + 2.0f * x * sg * (1.0f - sg) * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 inline float gelu_grad(float x) {
   const float u = kGeluK * (x + 0.044715f * x * x * x);
   const float sg = 1.0f / (1.0f + cpu::fast_expf(-2.0f * u));  // sigma(2u)
-  // d/dx [x sigma(2u)] = sigma(2u) + x sigma(2u) (1 - sigma(2u)) 2 du/dx
-  return sg + 2.0f * x * sg * (1.0f - sg) * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+  return gelu_grad_from(x, sg);
 }
 
 OPS_ROW_CLONES void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n) {
@@ -276,6 +280,19 @@ OPS_ROW_CLONES void gelu_backward_span(float* dinp, const float* inp, const floa
 OPS_ROW_CLONES void gelu_backward_inplace_span(float* d, const float* inp, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) d[i] = gelu_grad(inp[i]) * d[i];
+}
+
+// The same, and out[i] = gelu(inp[i]) (gelu_forward_span's value) from the same exp: the
+// fused backward recomputes the GELU's output instead of reading it back from memory.
+OPS_ROW_CLONES void gelu_backward_inplace_keep_span(float* d, float* out, const float* inp, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluK * (x + 0.044715f * x * x * x);
+    const float e1 = 1.0f + cpu::fast_expf(-2.0f * u);
+    out[i] = x / e1;
+    d[i] = gelu_grad_from(x, 1.0f / e1) * d[i];
+  }
 }
 }  // namespace
 
@@ -459,22 +476,30 @@ void sgd_update(float* params, const float* grads, float* momentum_buf, int64_t 
 // ---- GELU fused with the MLP's matmuls -------------------------------------------------
 
 namespace {
+// out holds rows from out_row0 on (a whole buffer: 0; a block's scratch: its first row).
 struct GeluForwardRows {
   const float* pre;
   float* out;
   int64_t OC;
+  int64_t out_row0 = 0;
 };
 void gelu_forward_rows(const void* ctx, float*, int64_t r0, int64_t rows) {
   const auto& g = *static_cast<const GeluForwardRows*>(ctx);
-  gelu_forward_span(g.out + r0 * g.OC, g.pre + r0 * g.OC, rows * g.OC);
+  gelu_forward_span(g.out + (r0 - g.out_row0) * g.OC, g.pre + r0 * g.OC, rows * g.OC);
 }
+// With out: also gelu(pre) into out (rows from out_row0 on), recomputed.
 struct GeluBackwardRows {
   const float* pre;
   int64_t C;
+  float* out = nullptr;
+  int64_t out_row0 = 0;
 };
 void gelu_backward_rows(const void* ctx, float* dpre, int64_t r0, int64_t rows) {
   const auto& g = *static_cast<const GeluBackwardRows*>(ctx);
-  gelu_backward_inplace_span(dpre + r0 * g.C, g.pre + r0 * g.C, rows * g.C);
+  if (g.out != nullptr)
+    gelu_backward_inplace_keep_span(dpre + r0 * g.C, g.out + (r0 - g.out_row0) * g.C, g.pre + r0 * g.C, rows * g.C);
+  else
+    gelu_backward_inplace_span(dpre + r0 * g.C, g.pre + r0 * g.C, rows * g.C);
 }
 }  // namespace
 
@@ -610,12 +635,20 @@ void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& sh
   cpu::pack_weight_forward(bf, a.fc_w, C, F);
   cpu::pack_weight_forward(bf2, a.fcproj_w, F, C);
   const int64_t per = layer_block_samples(T), nblocks = (B + per - 1) / per;
-  const ResidualRows res1_ctx{a.inp, C}, res2_ctx{a.res1, C};
-  const GeluForwardRows gelu_ctx{a.fch, a.fch_gelu, F};
-#pragma omp parallel for schedule(dynamic, 1)
+  const ResidualRows res1_ctx{a.inp, C};
+#pragma omp parallel
+  {
+  // Without a.fch_gelu the GELU's output lives only in this per-thread block scratch,
+  // from which fcproj reads it (the backward recomputes it).
+  thread_local AlignedScratch gelu_scratch;
+  float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
+#pragma omp for schedule(dynamic, 1)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const int64_t b0 = blk * per, b1 = std::min(B, b0 + per);
     const int64_t r0 = b0 * T, rows = (b1 - b0) * T;
+    float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;  // rows [r0, r0 + rows) of gelu(fch)
+    const GeluForwardRows gelu_ctx{a.fch, h, F, r0};
+    const ResidualRows res2_ctx{a.res1 + r0 * C, C};
     for (int64_t g = r0; g < r0 + rows; g += kRowBlock) {
       const int64_t n = std::min(kRowBlock, r0 + rows - g);
       layernorm_forward_rows(a.ln1 + g * C, a.ln1_mean + g, a.ln1_rstd + g, a.inp + g * C, a.ln1_w, a.ln1_b, n, C);
@@ -628,7 +661,8 @@ void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& sh
       layernorm_forward_rows(a.ln2 + g * C, a.ln2_mean + g, a.ln2_rstd + g, a.res1 + g * C, a.ln2_w, a.ln2_b, n, C);
     }
     cpu::matmul_rows_avx512(a.fch, a.ln2, bf, a.fc_b, r0, rows, C, F, {gelu_forward_rows, &gelu_ctx});
-    cpu::matmul_rows_avx512(a.res2, a.fch_gelu, bf2, a.fcproj_b, r0, rows, F, C, {residual_rows, &res2_ctx});
+    cpu::matmul_rows_avx512(a.res2 + r0 * C, h, bf2, a.fcproj_b, 0, rows, F, C, {residual_rows, &res2_ctx});
+  }
   }
 }
 
@@ -658,16 +692,23 @@ void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& s
   float* parts = parts_buf.get(static_cast<size_t>(nblocks * stride));
   dbparts_buf.resize(static_cast<size_t>(nblocks * dstride));
   double* dbparts = dbparts_buf.data();
-  const GeluBackwardRows gelu_ctx{a.fch, F};
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel
+  {
+  // Without a.fch_gelu the GELU's output is recomputed per block into this scratch, by
+  // the pass that forms dbig (the same exp), instead of read back from memory.
+  thread_local AlignedScratch gelu_scratch;
+  float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
+#pragma omp for schedule(dynamic, 1)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const int64_t b0 = blk * per, b1 = std::min(B, b0 + per);
     const int64_t r0 = b0 * T, rows = (b1 - b0) * T;
     float* part = parts + blk * stride;
     double* dbpart = dbparts + blk * dstride;
-    // fcproj through the GELU: dbig = gelu'(fch) (dres @ W_fcproj); dW_fcproj = dres^T fch_gelu.
+    // fcproj through the GELU: dbig = gelu'(fch) (dres @ W_fcproj); dW_fcproj = dres^T gelu(fch).
+    const GeluBackwardRows gelu_ctx{a.fch, F, hb, r0};
     cpu::dinp_rows_avx512(a.dbig, a.dres, bf2, r0, rows, F, C, {gelu_backward_rows, &gelu_ctx});
-    cpu::dweight_rows_partial_avx512(part + o_fcproj, dbpart + d_fcproj, a.dres, a.fch_gelu, r0, rows, F, C);
+    const float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;
+    cpu::dweight_rows_partial_avx512(part + o_fcproj, dbpart + d_fcproj, a.dres + r0 * C, h, 0, rows, F, C);
     // fc: dln = dbig @ W_fc; dW_fc = dbig^T ln2.
     cpu::dinp_rows_avx512(a.dln, a.dbig, bf, r0, rows, C, F);
     cpu::dweight_rows_partial_avx512(part + o_fc, dbpart + d_fc, a.dbig, a.ln2, r0, rows, C, F);
@@ -701,6 +742,7 @@ void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& s
       layernorm_backward_rows(a.dres + i0 * C, sw, sw + C, a.dln + i0 * C, a.inp + i0 * C, a.ln1_w, a.ln1_mean + i0,
                               a.ln1_rstd + i0, n, C);
     }
+  }
   }
   // The blocks' shares, added in block order.
   add_block_sums({{a.g_fcproj_w, o_fcproj, C * F}, {a.g_fc_w, o_fc, F * C}, {a.g_proj_w, o_proj, C * C},
