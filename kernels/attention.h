@@ -21,10 +21,12 @@
 //                   sum p^2 - 2 sum p^3 + (sum p^2)^2, element-wise: sum_j phi'(s_ij)^2.
 //
 // CPU threading: OpenMP (omp_get_max_threads()) over (b, h, query block) in the forward
-// and (b, h) in the backward; OpenBLAS is switched to one thread while such a region runs
-// (OpenBLAS's thread count is process-global: do not call these from several host threads
-// at once). Workspace is allocated per call: about 2 * rows * Nk floats per thread, rows
-// = 16..256 chosen from Nk (kernels/cpu/attention.cpp).
+// and (b, h) in the backward; OpenBLAS (the products' path without AVX-512) is switched to
+// one thread while such a region runs (OpenBLAS's thread count is process-global: do not
+// call these from several host threads at once). Workspace: per-thread buffers kept from
+// call to call, about 2 * rows * Nk floats, rows = 16..256 chosen from Nk, and with the
+// AVX-512 products K and V packed (B H Nk (d + dv) floats in the forward, one head's per
+// thread in the backward) (kernels/cpu/attention.cpp).
 #pragma once
 
 #include "kernels/activation.h"

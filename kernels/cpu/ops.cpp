@@ -15,20 +15,16 @@
 #include <omp.h>
 
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/rows.h"
 #include "kernels/cpu/vec.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <initializer_list>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 namespace attnsweep {
+
+using namespace cpu::rows;  // the row kernels shared with kernels/cpu/layer.cpp
 
 // ---- matmul ---------------------------------------------------------------------------
 
@@ -141,7 +137,7 @@ void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const 
 // thread count. The parameter gradients' sums are float32 within a block of kRowBlock
 // rows and float64 across blocks.
 
-namespace {
+namespace cpu::rows {  // shared with kernels/cpu/layer.cpp (kernels/cpu/rows.h)
 
 OPS_ROW_CLONES void layernorm_forward_rows(float* out, float* mean, float* rstd, const float* inp,
                                            const float* weight, const float* bias, int64_t rows, int64_t C) {
@@ -200,9 +196,7 @@ OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, float* sw, float* sb, c
   }
 }
 
-constexpr int64_t kRowBlock = 64;  // rows per parallel work item
-
-}  // namespace
+}  // namespace cpu::rows
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C) {
@@ -475,25 +469,11 @@ void sgd_update(float* params, const float* grads, float* momentum_buf, int64_t 
 
 // ---- GELU fused with the MLP's matmuls -------------------------------------------------
 
-namespace {
-// out holds rows from out_row0 on (a whole buffer: 0; a block's scratch: its first row).
-struct GeluForwardRows {
-  const float* pre;
-  float* out;
-  int64_t OC;
-  int64_t out_row0 = 0;
-};
+namespace cpu::rows {
 void gelu_forward_rows(const void* ctx, float*, int64_t r0, int64_t rows) {
   const auto& g = *static_cast<const GeluForwardRows*>(ctx);
   gelu_forward_span(g.out + (r0 - g.out_row0) * g.OC, g.pre + r0 * g.OC, rows * g.OC);
 }
-// With out: also gelu(pre) into out (rows from out_row0 on), recomputed.
-struct GeluBackwardRows {
-  const float* pre;
-  int64_t C;
-  float* out = nullptr;
-  int64_t out_row0 = 0;
-};
 void gelu_backward_rows(const void* ctx, float* dpre, int64_t r0, int64_t rows) {
   const auto& g = *static_cast<const GeluBackwardRows*>(ctx);
   if (g.out != nullptr)
@@ -501,24 +481,23 @@ void gelu_backward_rows(const void* ctx, float* dpre, int64_t r0, int64_t rows) 
   else
     gelu_backward_inplace_span(dpre + r0 * g.C, g.pre + r0 * g.C, rows * g.C);
 }
-}  // namespace
+}  // namespace cpu::rows
 
 // ---- residual fused with the projection that precedes it -------------------------------
 
 namespace {
-struct ResidualRows {
-  const float* resid;
-  int64_t OC;
-};
 OPS_ROW_CLONES void add_span(float* o, const float* r, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) o[i] = o[i] + r[i];
 }
+}  // namespace
+
+namespace cpu::rows {
 void residual_rows(const void* ctx, float* out, int64_t r0, int64_t rows) {
   const auto& g = *static_cast<const ResidualRows*>(ctx);
   add_span(out + r0 * g.OC, g.resid + r0 * g.OC, rows * g.OC);
 }
-}  // namespace
+}  // namespace cpu::rows
 
 void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias, const float* resid,
                              int64_t N, int64_t C, int64_t OC) {
@@ -554,218 +533,6 @@ void gelu_matmul_backward(float* dpre, float* dweight, float* dbias, const float
   const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < nb; ++b) gelu_backward_rows(&ctx, dpre, b * kRowBlock, std::min(kRowBlock, N - b * kRowBlock));
-}
-
-// ---- one transformer layer's forward and backward, fused over blocks of samples ---------
-
-namespace {
-// ATTNSWEEP_CPU_LAYER_FUSION=0 in the environment: off from the start (A/B timing).
-bool layer_fusion_default() {
-  const char* v = std::getenv("ATTNSWEEP_CPU_LAYER_FUSION");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-std::atomic<bool> g_layer_fusion{layer_fusion_default()};
-}  // namespace
-
-void set_layer_fusion_cpu(bool on) { g_layer_fusion.store(on); }
-
-namespace {
-// Samples per block of the fused layer: ~256 rows, whose activations (~(10 C + 2 F)
-// floats a row: 1 MiB at C = 64, F = 256) stay in a core's L2 from one op to the next.
-// A function of T only: the backward's sums do not depend on the thread count.
-int64_t layer_block_samples(int64_t T) { return std::max<int64_t>(1, 256 / std::max<int64_t>(T, 1)); }
-
-// For each (dst, offset, n) of `sums`: dst[i] += sum over blocks b, in order, in float64,
-// of parts[b * stride + offset + i], i < n. Chunks of 512 elements in parallel, each read
-// block by block (contiguous lines, not one float per line of every block).
-struct BlockSum {
-  float* dst;
-  int64_t offset, n;
-};
-void add_block_sums(std::initializer_list<BlockSum> sums, const float* parts, int64_t stride, int64_t nblocks) {
-  constexpr int64_t kChunk = 512;
-  // The calling thread's list (no allocation once warm), read by the team through a
-  // plain pointer: a thread_local named inside the region would be each thread's own.
-  thread_local std::vector<std::pair<const BlockSum*, int64_t>> chunk_list;
-  chunk_list.clear();
-  for (const BlockSum& s : sums)
-    for (int64_t i0 = 0; i0 < s.n; i0 += kChunk) chunk_list.emplace_back(&s, i0);
-  const std::pair<const BlockSum*, int64_t>* chunks = chunk_list.data();
-  const int64_t nchunks = static_cast<int64_t>(chunk_list.size());
-#pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < nchunks; ++k) {
-    const BlockSum& s = *chunks[k].first;
-    const int64_t i0 = chunks[k].second, n = std::min(kChunk, s.n - i0);
-    double acc[kChunk];
-    for (int64_t i = 0; i < n; ++i) acc[i] = 0.0;
-    for (int64_t b = 0; b < nblocks; ++b) {
-      const float* p = parts + b * stride + s.offset + i0;
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) acc[i] += p[i];
-    }
-    for (int64_t i = 0; i < n; ++i) s.dst[i0 + i] += static_cast<float>(acc[i]);
-  }
-}
-void add_block_sums(float* dst, const double* parts, int64_t stride, int64_t nblocks, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    double acc = 0.0;
-    for (int64_t b = 0; b < nblocks; ++b) acc += parts[b * stride + i];
-    dst[i] += static_cast<float>(acc);
-  }
-}
-}  // namespace
-
-bool layer_forward_fused_cpu_usable(const AttentionSpec& spec, const AttentionShape& shape, int64_t F) {
-  const int64_t C = shape.H * shape.d;
-  return g_layer_fusion.load() && attention_packed_cpu_usable(spec, shape) && cpu::gemm_avx512_usable(C, 3 * C) &&
-         cpu::gemm_avx512_usable(C, C) && cpu::gemm_avx512_usable(C, F) && cpu::gemm_avx512_usable(F, C);
-}
-
-void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& shape, int64_t F,
-                             const LayerForwardArgs& a) {
-  const int64_t B = shape.B, T = shape.Nq, C = shape.H * shape.d;
-  // The four weights packed once (as each matmul_forward_avx512 call would).
-  thread_local AlignedScratch pq, pp, pf, pf2;
-  float* bq = pq.get(static_cast<size_t>(cpu::packed_weight_floats(C, 3 * C)));
-  float* bp = pp.get(static_cast<size_t>(cpu::packed_weight_floats(C, C)));
-  float* bf = pf.get(static_cast<size_t>(cpu::packed_weight_floats(C, F)));
-  float* bf2 = pf2.get(static_cast<size_t>(cpu::packed_weight_floats(F, C)));
-  cpu::pack_weight_forward(bq, a.qkv_w, C, 3 * C);
-  cpu::pack_weight_forward(bp, a.proj_w, C, C);
-  cpu::pack_weight_forward(bf, a.fc_w, C, F);
-  cpu::pack_weight_forward(bf2, a.fcproj_w, F, C);
-  const int64_t per = layer_block_samples(T), nblocks = (B + per - 1) / per;
-  const ResidualRows res1_ctx{a.inp, C};
-#pragma omp parallel
-  {
-  // Without a.fch_gelu the GELU's output lives only in this per-thread block scratch,
-  // from which fcproj reads it (the backward recomputes it).
-  thread_local AlignedScratch gelu_scratch;
-  float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
-#pragma omp for schedule(dynamic, 1)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t b0 = blk * per, b1 = std::min(B, b0 + per);
-    const int64_t r0 = b0 * T, rows = (b1 - b0) * T;
-    float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;  // rows [r0, r0 + rows) of gelu(fch)
-    const GeluForwardRows gelu_ctx{a.fch, h, F, r0};
-    const ResidualRows res2_ctx{a.res1 + r0 * C, C};
-    for (int64_t g = r0; g < r0 + rows; g += kRowBlock) {
-      const int64_t n = std::min(kRowBlock, r0 + rows - g);
-      layernorm_forward_rows(a.ln1 + g * C, a.ln1_mean + g, a.ln1_rstd + g, a.inp + g * C, a.ln1_w, a.ln1_b, n, C);
-    }
-    cpu::matmul_rows_avx512(a.qkv, a.ln1, bq, a.qkv_b, r0, rows, C, 3 * C);
-    attention_forward_packed_samples_cpu(spec, shape, a.qkv, a.atty, a.lse, a.attn_fro, a.jac_fro, b0, b1);
-    cpu::matmul_rows_avx512(a.res1, a.atty, bp, a.proj_b, r0, rows, C, C, {residual_rows, &res1_ctx});
-    for (int64_t g = r0; g < r0 + rows; g += kRowBlock) {
-      const int64_t n = std::min(kRowBlock, r0 + rows - g);
-      layernorm_forward_rows(a.ln2 + g * C, a.ln2_mean + g, a.ln2_rstd + g, a.res1 + g * C, a.ln2_w, a.ln2_b, n, C);
-    }
-    cpu::matmul_rows_avx512(a.fch, a.ln2, bf, a.fc_b, r0, rows, C, F, {gelu_forward_rows, &gelu_ctx});
-    cpu::matmul_rows_avx512(a.res2 + r0 * C, h, bf2, a.fcproj_b, 0, rows, F, C, {residual_rows, &res2_ctx});
-  }
-  }
-}
-
-void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& shape, int64_t F,
-                              const LayerBackwardArgs& a) {
-  const int64_t B = shape.B, T = shape.Nq, C = shape.H * shape.d;
-  thread_local AlignedScratch pq, pp, pf, pf2, parts_buf;
-  thread_local std::vector<double> dbparts_buf;
-  // The weights packed for dinp = dout @ W.
-  float* bq = pq.get(static_cast<size_t>(cpu::packed_weight_floats(3 * C, C)));
-  float* bp = pp.get(static_cast<size_t>(cpu::packed_weight_floats(C, C)));
-  float* bf = pf.get(static_cast<size_t>(cpu::packed_weight_floats(F, C)));
-  float* bf2 = pf2.get(static_cast<size_t>(cpu::packed_weight_floats(C, F)));
-  cpu::pack_weight_dinp(bq, a.qkv_w, C, 3 * C);
-  cpu::pack_weight_dinp(bp, a.proj_w, C, C);
-  cpu::pack_weight_dinp(bf, a.fc_w, C, F);
-  cpu::pack_weight_dinp(bf2, a.fcproj_w, F, C);
-  const int64_t per = layer_block_samples(T), nblocks = (B + per - 1) / per;
-  const int64_t G = (per * T + kRowBlock - 1) / kRowBlock;  // LayerNorm row groups per block
-  // One block's shares, floats: dW of fcproj (C, F), fc (F, C), proj (C, C), qkv (3C, C),
-  // then LN2's and LN1's (sw, sb) per row group; doubles: the four dbias.
-  const int64_t o_fcproj = 0, o_fc = o_fcproj + C * F, o_proj = o_fc + F * C, o_qkv = o_proj + C * C,
-                o_ln2 = o_qkv + 3 * C * C, o_ln1 = o_ln2 + G * 2 * C, stride = o_ln1 + G * 2 * C;
-  const int64_t d_fcproj = 0, d_fc = d_fcproj + cpu::dbias_partial_doubles(C),
-                d_proj = d_fc + cpu::dbias_partial_doubles(F), d_qkv = d_proj + cpu::dbias_partial_doubles(C),
-                dstride = d_qkv + cpu::dbias_partial_doubles(3 * C);
-  float* parts = parts_buf.get(static_cast<size_t>(nblocks * stride));
-  dbparts_buf.resize(static_cast<size_t>(nblocks * dstride));
-  double* dbparts = dbparts_buf.data();
-#pragma omp parallel
-  {
-  // Without a.fch_gelu the GELU's output is recomputed per block into this scratch, by
-  // the pass that forms dbig (the same exp), instead of read back from memory.
-  thread_local AlignedScratch gelu_scratch;
-  float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
-#pragma omp for schedule(dynamic, 1)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t b0 = blk * per, b1 = std::min(B, b0 + per);
-    const int64_t r0 = b0 * T, rows = (b1 - b0) * T;
-    float* part = parts + blk * stride;
-    double* dbpart = dbparts + blk * dstride;
-    // fcproj through the GELU: dbig = gelu'(fch) (dres @ W_fcproj); dW_fcproj = dres^T gelu(fch).
-    const GeluBackwardRows gelu_ctx{a.fch, F, hb, r0};
-    cpu::dinp_rows_avx512(a.dbig, a.dres, bf2, r0, rows, F, C, {gelu_backward_rows, &gelu_ctx});
-    const float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;
-    cpu::dweight_rows_partial_avx512(part + o_fcproj, dbpart + d_fcproj, a.dres + r0 * C, h, 0, rows, F, C);
-    // fc: dln = dbig @ W_fc; dW_fc = dbig^T ln2.
-    cpu::dinp_rows_avx512(a.dln, a.dbig, bf, r0, rows, C, F);
-    cpu::dweight_rows_partial_avx512(part + o_fc, dbpart + d_fc, a.dbig, a.ln2, r0, rows, C, F);
-    // LN2: dres += d/d res1 through the LayerNorm.
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t i0 = r0 + g * kRowBlock, n = std::min(kRowBlock, r0 + rows - i0);
-      float* sw = part + o_ln2 + g * 2 * C;
-      if (n <= 0) {
-        std::fill(sw, sw + 2 * C, 0.0f);
-        continue;
-      }
-      layernorm_backward_rows(a.dres + i0 * C, sw, sw + C, a.dln + i0 * C, a.res1 + i0 * C, a.ln2_w, a.ln2_mean + i0,
-                              a.ln2_rstd + i0, n, C);
-    }
-    // proj: dln = dres @ W_proj (d/d atty); dW_proj = dres^T atty.
-    cpu::dinp_rows_avx512(a.dln, a.dres, bp, r0, rows, C, C);
-    cpu::dweight_rows_partial_avx512(part + o_proj, dbpart + d_proj, a.dres, a.atty, r0, rows, C, C);
-    // attention: dqkv of these samples.
-    attention_backward_packed_samples_cpu(spec, shape, a.qkv, a.atty, a.dln, a.lse, a.dqkv, b0, b1);
-    // qkv: dln = dqkv @ W_qkv; dW_qkv = dqkv^T ln1.
-    cpu::dinp_rows_avx512(a.dln, a.dqkv, bq, r0, rows, C, 3 * C);
-    cpu::dweight_rows_partial_avx512(part + o_qkv, dbpart + d_qkv, a.dqkv, a.ln1, r0, rows, C, 3 * C);
-    // LN1: dres += d/d inp through the LayerNorm (dres already holds the residual path).
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t i0 = r0 + g * kRowBlock, n = std::min(kRowBlock, r0 + rows - i0);
-      float* sw = part + o_ln1 + g * 2 * C;
-      if (n <= 0) {
-        std::fill(sw, sw + 2 * C, 0.0f);
-        continue;
-      }
-      layernorm_backward_rows(a.dres + i0 * C, sw, sw + C, a.dln + i0 * C, a.inp + i0 * C, a.ln1_w, a.ln1_mean + i0,
-                              a.ln1_rstd + i0, n, C);
-    }
-  }
-  }
-  // The blocks' shares, added in block order.
-  add_block_sums({{a.g_fcproj_w, o_fcproj, C * F}, {a.g_fc_w, o_fc, F * C}, {a.g_proj_w, o_proj, C * C},
-                  {a.g_qkv_w, o_qkv, 3 * C * C}},
-                 parts, stride, nblocks);
-  add_block_sums(a.g_fcproj_b, dbparts + d_fcproj, dstride, nblocks, C);
-  add_block_sums(a.g_fc_b, dbparts + d_fc, dstride, nblocks, F);
-  add_block_sums(a.g_proj_b, dbparts + d_proj, dstride, nblocks, C);
-  add_block_sums(a.g_qkv_b, dbparts + d_qkv, dstride, nblocks, 3 * C);
-  // LayerNorm: the groups of every block in order (float32 within a group, float64 across).
-  for (const auto& [o, gw, gb] : {std::tuple{o_ln2, a.g_ln2_w, a.g_ln2_b}, std::tuple{o_ln1, a.g_ln1_w, a.g_ln1_b}}) {
-    thread_local std::vector<double> acc;
-    acc.assign(static_cast<size_t>(2 * C), 0.0);
-    for (int64_t blk = 0; blk < nblocks; ++blk)
-      for (int64_t g = 0; g < G; ++g) {
-        const float* pg = parts + blk * stride + o + g * 2 * C;
-        for (int64_t c = 0; c < 2 * C; ++c) acc[static_cast<size_t>(c)] += pg[c];
-      }
-    for (int64_t c = 0; c < C; ++c) {
-      gw[c] += static_cast<float>(acc[static_cast<size_t>(c)]);
-      gb[c] += static_cast<float>(acc[static_cast<size_t>(C + c)]);
-    }
-  }
 }
 
 }  // namespace attnsweep
