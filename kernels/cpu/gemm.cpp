@@ -297,41 +297,39 @@ bool gemm_avx512_usable(int64_t K, int64_t N) {
          N <= kMaxDim;
 }
 
-int64_t packed_weight_floats(int64_t C, int64_t OC) { return (OC + kNR - 1) / kNR * kNR * C; }
-
 // B = weight^T (C x OC): element (k, j) = weight[j * C + k].
 void pack_weight_forward(float* bp, const float* weight, int64_t C, int64_t OC) { pack_b(bp, weight, 1, C, C, OC); }
 
 void matmul_forward_avx512(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                            int64_t C, int64_t OC, RowEpilogue epi) {
   thread_local Scratch packed;
-  float* bp = packed.get(static_cast<size_t>(packed_weight_floats(C, OC)));
+  float* bp = packed.get(static_cast<size_t>(panels_floats(C, OC)));
   pack_weight_forward(bp, weight, C, OC);
   gemm_rows(out, inp, bp, bias, false, N, C, OC, epi);
 }
 
-void matmul_rows_avx512(float* out, const float* inp, const float* bp, const float* bias, int64_t r0, int64_t rows,
-                        int64_t C, int64_t OC, RowEpilogue epi) {
-  // Groups of kRowGroup rows from r0, as gemm_rows (a row's value does not depend on its
-  // group: one FMA chain per element in a fixed k order).
+namespace {
+// Rows [r0, r0 + rows) of C (ldc) from A (lda) and panels bp of depth ks (K rows used), in
+// groups of kRowGroup rows on the calling thread, the epilogue after each group: the
+// serial counterpart of gemm_rows (a row's value does not depend on its group: one FMA
+// chain per element in a fixed k order).
+void row_groups(float* c, int64_t ldc, const float* a, int64_t lda, const float* bp, int64_t ks, int64_t K,
+                int64_t N, const float* bias, bool add_c, int64_t r0, int64_t rows, RowEpilogue epi) {
   for (int64_t g0 = r0; g0 < r0 + rows; g0 += kRowGroup) {
     const int64_t n = std::min(kRowGroup, r0 + rows - g0);
-    rows_ab(out + g0 * OC, OC, inp + g0 * C, C, bp, C, OC, bias, false, n, C);
-    if (epi.fn != nullptr) epi.fn(epi.ctx, out, g0, n);
+    rows_ab(c + g0 * ldc, ldc, a + g0 * lda, lda, bp, K, N, bias, add_c, n, ks);
+    if (epi.fn != nullptr) epi.fn(epi.ctx, c, g0, n);
   }
+}
+}  // namespace
+
+void matmul_rows_avx512(float* out, const float* inp, const float* bp, const float* bias, int64_t r0, int64_t rows,
+                        int64_t C, int64_t OC, RowEpilogue epi) {
+  row_groups(out, OC, inp, C, bp, C, C, OC, bias, false, r0, rows, epi);
 }
 
 // dinp (N, C) = dout (N, OC) @ weight (OC, C): B = weight, element (k, j) = weight[k * C + j].
 void pack_weight_dinp(float* bp, const float* weight, int64_t C, int64_t OC) { pack_b(bp, weight, C, 1, OC, C); }
-
-void dinp_rows_avx512(float* dinp, const float* dout, const float* bp, int64_t r0, int64_t rows, int64_t C,
-                      int64_t OC, RowEpilogue epi) {
-  for (int64_t g0 = r0; g0 < r0 + rows; g0 += kRowGroup) {
-    const int64_t n = std::min(kRowGroup, r0 + rows - g0);
-    rows_ab(dinp + g0 * C, C, dout + g0 * OC, OC, bp, OC, C, nullptr, false, n, OC);
-    if (epi.fn != nullptr) epi.fn(epi.ctx, dinp, g0, n);
-  }
-}
 
 int64_t dbias_partial_doubles(int64_t OC) { return (OC + kMR - 1) / kMR * kMR; }
 
@@ -360,8 +358,7 @@ void pack_panels(float* bp, const float* src, int64_t sk, int64_t sj, int64_t K,
 
 void gemm_rows_panels(float* c, int64_t ldc, const float* a, int64_t lda, const float* bp, int64_t ks, int64_t K,
                       int64_t N, int64_t rows, bool add_c) {
-  for (int64_t g0 = 0; g0 < rows; g0 += kRowGroup)
-    rows_ab(c + g0 * ldc, ldc, a + g0 * lda, lda, bp, K, N, nullptr, add_c, std::min(kRowGroup, rows - g0), ks);
+  row_groups(c, ldc, a, lda, bp, ks, K, N, nullptr, add_c, 0, rows, {});
 }
 
 void gemm_at_b_add(float* dw, int64_t ld, const float* a, int64_t lda, const float* b, int64_t ldb, int64_t rows,

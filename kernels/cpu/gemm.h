@@ -40,27 +40,22 @@ void matmul_backward_avx512(float* dinp, float* dweight, float* dbias, const flo
                             bool dinp_overwrite = false);
 
 // The two halves of matmul_forward_avx512, for callers that run their own row blocks
-// inside one OpenMP region (kernels/ops.h layer_forward_fused_cpu): the weight (OC, C)
-// packed once (packed_weight_floats(C, OC) floats, 64-byte aligned; an OpenMP loop,
-// call it outside parallel regions), then any rows [r0, r0 + rows) of out computed on the
-// calling thread, the epilogue run per group of rows as matmul_forward_avx512 does. The
-// same values as matmul_forward_avx512, whatever the blocks.
-int64_t packed_weight_floats(int64_t C, int64_t OC);
+// inside one OpenMP region (kernels/cpu/layer.cpp): the weight (OC, C) packed once
+// (panels_floats(C, OC) floats, 64-byte aligned; an OpenMP loop, call it outside parallel
+// regions), then any rows [r0, r0 + rows) of out computed on the calling thread, the
+// epilogue run per group of rows as matmul_forward_avx512 does. The same values as
+// matmul_forward_avx512, whatever the blocks. The backward's dinp rows (dout @ weight,
+// OVERWRITTEN) are matmul_rows_avx512 with bias null, C and OC swapped and the weight
+// packed by pack_weight_dinp (panels_floats(OC, C) floats): the same values as
+// matmul_backward_avx512's dinp.
 void pack_weight_forward(float* bp, const float* weight, int64_t C, int64_t OC);
+void pack_weight_dinp(float* bp, const float* weight, int64_t C, int64_t OC);
 void matmul_rows_avx512(float* out, const float* inp, const float* bp, const float* bias, int64_t r0, int64_t rows,
                         int64_t C, int64_t OC, RowEpilogue epi = {});
-
-// And of matmul_backward_avx512, per block of rows, for the same callers:
-// - dinp rows [r0, r0 + rows) = dout @ weight (OVERWRITTEN), the weight packed by
-//   pack_weight_dinp (packed_weight_floats(OC, C) floats), the epilogue per row group;
-//   the same values as matmul_backward_avx512's dinp.
-// - the block's share of dweight and dbias: part (OC, C) = dout^T @ inp over those rows,
-//   one float32 FMA chain per element in row order, and dbpart (dbias_partial_doubles(OC)
-//   doubles, may be null) = float64 column sums of dout over them, both OVERWRITTEN; the
-//   caller adds the blocks' parts in a fixed order.
-void pack_weight_dinp(float* bp, const float* weight, int64_t C, int64_t OC);
-void dinp_rows_avx512(float* dinp, const float* dout, const float* bp, int64_t r0, int64_t rows, int64_t C,
-                      int64_t OC, RowEpilogue epi = {});
+// The block's share of dweight and dbias: part (OC, C) = dout^T @ inp over rows
+// [r0, r0 + rows), one float32 FMA chain per element in row order, and dbpart
+// (dbias_partial_doubles(OC) doubles, may be null) = float64 column sums of dout over
+// them, both OVERWRITTEN; the caller adds the blocks' parts in a fixed order.
 int64_t dbias_partial_doubles(int64_t OC);
 void dweight_rows_partial_avx512(float* part, double* dbpart, const float* dout, const float* inp, int64_t r0,
                                  int64_t rows, int64_t C, int64_t OC);

@@ -44,6 +44,13 @@ namespace {
 // A function of T only: the backward's sums do not depend on the thread count.
 int64_t layer_block_samples(int64_t T) { return std::max<int64_t>(1, 256 / std::max<int64_t>(T, 1)); }
 
+// Block blk of `per` samples: samples [b0, b1), rows [r0, r0 + rows).
+struct SampleBlock {
+  int64_t b0, b1, r0, rows;
+  SampleBlock(int64_t blk, int64_t per, int64_t B, int64_t T)
+      : b0(blk * per), b1(std::min(B, b0 + per)), r0(b0 * T), rows((b1 - b0) * T) {}
+};
+
 // For each (dst, offset, n) of `sums`: dst[i] += sum over blocks b, in order, in float64,
 // of parts[b * stride + offset + i], i < n. Chunks of 512 elements in parallel, each read
 // block by block (contiguous lines, not one float per line of every block).
@@ -95,10 +102,10 @@ void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& sh
   const int64_t B = shape.B, T = shape.Nq, C = shape.H * shape.d;
   // The four weights packed once (as each matmul_forward_avx512 call would).
   thread_local AlignedScratch pq, pp, pf, pf2;
-  float* bq = pq.get(static_cast<size_t>(cpu::packed_weight_floats(C, 3 * C)));
-  float* bp = pp.get(static_cast<size_t>(cpu::packed_weight_floats(C, C)));
-  float* bf = pf.get(static_cast<size_t>(cpu::packed_weight_floats(C, F)));
-  float* bf2 = pf2.get(static_cast<size_t>(cpu::packed_weight_floats(F, C)));
+  float* bq = pq.get(static_cast<size_t>(cpu::panels_floats(C, 3 * C)));
+  float* bp = pp.get(static_cast<size_t>(cpu::panels_floats(C, C)));
+  float* bf = pf.get(static_cast<size_t>(cpu::panels_floats(C, F)));
+  float* bf2 = pf2.get(static_cast<size_t>(cpu::panels_floats(F, C)));
   cpu::pack_weight_forward(bq, a.qkv_w, C, 3 * C);
   cpu::pack_weight_forward(bp, a.proj_w, C, C);
   cpu::pack_weight_forward(bf, a.fc_w, C, F);
@@ -113,22 +120,20 @@ void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& sh
   float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
 #pragma omp for schedule(dynamic, 1)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t b0 = blk * per, b1 = std::min(B, b0 + per);
-    const int64_t r0 = b0 * T, rows = (b1 - b0) * T;
+    const auto [b0, b1, r0, rows] = SampleBlock(blk, per, B, T);
     float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;  // rows [r0, r0 + rows) of gelu(fch)
     const GeluForwardRows gelu_ctx{a.fch, h, F, r0};
     const ResidualRows res2_ctx{a.res1 + r0 * C, C};
-    for (int64_t g = r0; g < r0 + rows; g += kRowBlock) {
-      const int64_t n = std::min(kRowBlock, r0 + rows - g);
-      layernorm_forward_rows(a.ln1 + g * C, a.ln1_mean + g, a.ln1_rstd + g, a.inp + g * C, a.ln1_w, a.ln1_b, n, C);
-    }
+    // A LayerNorm over the block, in groups of kRowBlock rows as layernorm_forward.
+    auto layernorm = [&](float* out, float* mean, float* rstd, const float* x, const float* w, const float* b) {
+      for (int64_t g = r0; g < r0 + rows; g += kRowBlock)
+        layernorm_forward_rows(out + g * C, mean + g, rstd + g, x + g * C, w, b, std::min(kRowBlock, r0 + rows - g), C);
+    };
+    layernorm(a.ln1, a.ln1_mean, a.ln1_rstd, a.inp, a.ln1_w, a.ln1_b);
     cpu::matmul_rows_avx512(a.qkv, a.ln1, bq, a.qkv_b, r0, rows, C, 3 * C);
     attention_forward_packed_samples_cpu(spec, shape, a.qkv, a.atty, a.lse, a.attn_fro, a.jac_fro, b0, b1);
     cpu::matmul_rows_avx512(a.res1, a.atty, bp, a.proj_b, r0, rows, C, C, {residual_rows, &res1_ctx});
-    for (int64_t g = r0; g < r0 + rows; g += kRowBlock) {
-      const int64_t n = std::min(kRowBlock, r0 + rows - g);
-      layernorm_forward_rows(a.ln2 + g * C, a.ln2_mean + g, a.ln2_rstd + g, a.res1 + g * C, a.ln2_w, a.ln2_b, n, C);
-    }
+    layernorm(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, a.ln2_w, a.ln2_b);
     cpu::matmul_rows_avx512(a.fch, a.ln2, bf, a.fc_b, r0, rows, C, F, {gelu_forward_rows, &gelu_ctx});
     cpu::matmul_rows_avx512(a.res2 + r0 * C, h, bf2, a.fcproj_b, 0, rows, F, C, {residual_rows, &res2_ctx});
   }
@@ -140,11 +145,11 @@ void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& s
   const int64_t B = shape.B, T = shape.Nq, C = shape.H * shape.d;
   thread_local AlignedScratch pq, pp, pf, pf2, parts_buf;
   thread_local std::vector<double> dbparts_buf;
-  // The weights packed for dinp = dout @ W.
-  float* bq = pq.get(static_cast<size_t>(cpu::packed_weight_floats(3 * C, C)));
-  float* bp = pp.get(static_cast<size_t>(cpu::packed_weight_floats(C, C)));
-  float* bf = pf.get(static_cast<size_t>(cpu::packed_weight_floats(F, C)));
-  float* bf2 = pf2.get(static_cast<size_t>(cpu::packed_weight_floats(C, F)));
+  // The weights packed for dinp = dout @ W (matmul_rows_avx512 with C and OC swapped).
+  float* bq = pq.get(static_cast<size_t>(cpu::panels_floats(3 * C, C)));
+  float* bp = pp.get(static_cast<size_t>(cpu::panels_floats(C, C)));
+  float* bf = pf.get(static_cast<size_t>(cpu::panels_floats(F, C)));
+  float* bf2 = pf2.get(static_cast<size_t>(cpu::panels_floats(C, F)));
   cpu::pack_weight_dinp(bq, a.qkv_w, C, 3 * C);
   cpu::pack_weight_dinp(bp, a.proj_w, C, C);
   cpu::pack_weight_dinp(bf, a.fc_w, C, F);
@@ -169,48 +174,42 @@ void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& s
   float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
 #pragma omp for schedule(dynamic, 1)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t b0 = blk * per, b1 = std::min(B, b0 + per);
-    const int64_t r0 = b0 * T, rows = (b1 - b0) * T;
+    const auto [b0, b1, r0, rows] = SampleBlock(blk, per, B, T);
     float* part = parts + blk * stride;
     double* dbpart = dbparts + blk * dstride;
     // fcproj through the GELU: dbig = gelu'(fch) (dres @ W_fcproj); dW_fcproj = dres^T gelu(fch).
     const GeluBackwardRows gelu_ctx{a.fch, F, hb, r0};
-    cpu::dinp_rows_avx512(a.dbig, a.dres, bf2, r0, rows, F, C, {gelu_backward_rows, &gelu_ctx});
+    cpu::matmul_rows_avx512(a.dbig, a.dres, bf2, nullptr, r0, rows, C, F, {gelu_backward_rows, &gelu_ctx});
     const float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;
     cpu::dweight_rows_partial_avx512(part + o_fcproj, dbpart + d_fcproj, a.dres + r0 * C, h, 0, rows, F, C);
     // fc: dln = dbig @ W_fc; dW_fc = dbig^T ln2.
-    cpu::dinp_rows_avx512(a.dln, a.dbig, bf, r0, rows, C, F);
+    cpu::matmul_rows_avx512(a.dln, a.dbig, bf, nullptr, r0, rows, F, C);
     cpu::dweight_rows_partial_avx512(part + o_fc, dbpart + d_fc, a.dbig, a.ln2, r0, rows, C, F);
-    // LN2: dres += d/d res1 through the LayerNorm.
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t i0 = r0 + g * kRowBlock, n = std::min(kRowBlock, r0 + rows - i0);
-      float* sw = part + o_ln2 + g * 2 * C;
-      if (n <= 0) {
-        std::fill(sw, sw + 2 * C, 0.0f);
-        continue;
+    // dres += d/d x through a LayerNorm of x (dout: dln), its (sw, sb) per row group into
+    // the block's share at offset o (groups past a short block's end: zeros).
+    auto layernorm_backward = [&](int64_t o, const float* x, const float* w, const float* mean, const float* rstd) {
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t i0 = r0 + g * kRowBlock, n = std::min(kRowBlock, r0 + rows - i0);
+        float* sw = part + o + g * 2 * C;
+        if (n <= 0)
+          std::fill(sw, sw + 2 * C, 0.0f);
+        else
+          layernorm_backward_rows(a.dres + i0 * C, sw, sw + C, a.dln + i0 * C, x + i0 * C, w, mean + i0, rstd + i0, n,
+                                  C);
       }
-      layernorm_backward_rows(a.dres + i0 * C, sw, sw + C, a.dln + i0 * C, a.res1 + i0 * C, a.ln2_w, a.ln2_mean + i0,
-                              a.ln2_rstd + i0, n, C);
-    }
+    };
+    // LN2: dres += d/d res1 through the LayerNorm.
+    layernorm_backward(o_ln2, a.res1, a.ln2_w, a.ln2_mean, a.ln2_rstd);
     // proj: dln = dres @ W_proj (d/d atty); dW_proj = dres^T atty.
-    cpu::dinp_rows_avx512(a.dln, a.dres, bp, r0, rows, C, C);
+    cpu::matmul_rows_avx512(a.dln, a.dres, bp, nullptr, r0, rows, C, C);
     cpu::dweight_rows_partial_avx512(part + o_proj, dbpart + d_proj, a.dres, a.atty, r0, rows, C, C);
     // attention: dqkv of these samples.
     attention_backward_packed_samples_cpu(spec, shape, a.qkv, a.atty, a.dln, a.lse, a.dqkv, b0, b1);
     // qkv: dln = dqkv @ W_qkv; dW_qkv = dqkv^T ln1.
-    cpu::dinp_rows_avx512(a.dln, a.dqkv, bq, r0, rows, C, 3 * C);
+    cpu::matmul_rows_avx512(a.dln, a.dqkv, bq, nullptr, r0, rows, 3 * C, C);
     cpu::dweight_rows_partial_avx512(part + o_qkv, dbpart + d_qkv, a.dqkv, a.ln1, r0, rows, C, 3 * C);
     // LN1: dres += d/d inp through the LayerNorm (dres already holds the residual path).
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t i0 = r0 + g * kRowBlock, n = std::min(kRowBlock, r0 + rows - i0);
-      float* sw = part + o_ln1 + g * 2 * C;
-      if (n <= 0) {
-        std::fill(sw, sw + 2 * C, 0.0f);
-        continue;
-      }
-      layernorm_backward_rows(a.dres + i0 * C, sw, sw + C, a.dln + i0 * C, a.inp + i0 * C, a.ln1_w, a.ln1_mean + i0,
-                              a.ln1_rstd + i0, n, C);
-    }
+    layernorm_backward(o_ln1, a.inp, a.ln1_w, a.ln1_mean, a.ln1_rstd);
   }
   }
   // The blocks' shares, added in block order.
