@@ -29,6 +29,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vec.h"
+#include "kernels/cpu/vec512.h"
 
 #include <cblas.h>
 // GCC 12 warns inside the AVX-512 headers (their _mm512_undefined_* self-initialisation)
@@ -483,26 +484,8 @@ inline __mmask16 tail_mask(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
 }
 
-// exp of 16 lanes: cpu::fast_expf's reduction and polynomial, lane by lane.
-PACKED_AVX512 inline __m512 exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.33f), hi = _mm512_set1_ps(88.37f);
-  // min / max return their second operand for a NaN: NaN lanes stay NaN throughout.
-  const __m512 xc = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
-  const __m512 shifter = _mm512_set1_ps(12582912.0f);
-  const __m512 kf = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), shifter), shifter);
-  __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693145751953125f), xc);
-  r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(1.428606765330187045e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(kf), _mm512_set1_epi32(127)), 23);
-  const __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), y);  // 0 below lo, as fast_expf
-}
+// exp of 16 lanes, 0 below -87.33 as cpu::fast_expf (kernels/cpu/vec512.h).
+PACKED_AVX512 inline __m512 exp16(__m512 x) { return cpu::exp_or_zero16(x); }
 
 // dst [16][ld] = the transpose of rows src[j * lds + c] (j < T, c < 16), zero for j >= T.
 PACKED_AVX512 void transpose16(float* dst, int64_t ld, const float* src, int64_t lds, int64_t T) {

@@ -17,6 +17,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/rows.h"
 #include "kernels/cpu/vec.h"
+#include "kernels/cpu/vec512.h"
 
 #include <algorithm>
 #include <cmath>
@@ -137,10 +138,10 @@ void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const 
 // thread count. The parameter gradients' sums are float32 within a block of kRowBlock
 // rows and float64 across blocks.
 
-namespace cpu::rows {  // shared with kernels/cpu/layer.cpp (kernels/cpu/rows.h)
+namespace {
 
-OPS_ROW_CLONES void layernorm_forward_rows(float* out, float* mean, float* rstd, const float* inp,
-                                           const float* weight, const float* bias, int64_t rows, int64_t C) {
+OPS_ROW_CLONES void layernorm_forward_generic(float* out, float* mean, float* rstd, const float* inp,
+                                              const float* weight, const float* bias, int64_t rows, int64_t C) {
   const float eps = 1e-5f, inv_c = 1.0f / static_cast<float>(C);
   for (int64_t i = 0; i < rows; ++i) {
     const float* x = inp + i * C;
@@ -163,9 +164,9 @@ OPS_ROW_CLONES void layernorm_forward_rows(float* out, float* mean, float* rstd,
 
 // Also the block's parameter sums: sw[c] = sum_i dout * xhat, sb[c] = sum_i dout over
 // these rows in order (float32 in sw, sb; overwritten), in the same pass.
-OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, float* sw, float* sb, const float* dout, const float* inp,
-                                            const float* weight, const float* mean, const float* rstd, int64_t rows,
-                                            int64_t C) {
+OPS_ROW_CLONES void layernorm_backward_generic(float* dinp, float* sw, float* sb, const float* dout,
+                                               const float* inp, const float* weight, const float* mean,
+                                               const float* rstd, int64_t rows, int64_t C) {
   // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), xhat = (x - mean) rstd,
   // dxhat = dout * weight
   const float inv_c = 1.0f / static_cast<float>(C);
@@ -193,6 +194,125 @@ OPS_ROW_CLONES void layernorm_backward_rows(float* dinp, float* sw, float* sb, c
       sw[c] += dy[c] * xhat;
       sb[c] += dy[c];
     }
+  }
+}
+
+// AVX-512, rows of C = 16 NV (NV <= 8: the reference cell's C = 64 is NV = 4): a row
+// held in NV registers, the same formulas (two-pass variance; the lane sums then
+// _mm512_reduce_add_ps's tree), the parameter sums of the backward kept in registers
+// across the rows. The generic loops' trip-count and remainder handling made a C = 64 row
+// cost ~140 cycles; these are straight-line code that the core overlaps across rows.
+#define LN_AVX512 __attribute__((target("avx512f")))
+
+template <int NV>
+LN_AVX512 void layernorm_forward_avx512(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                        const float* bias, int64_t rows) {
+  constexpr int64_t C = 16 * NV;
+  const float eps = 1e-5f, inv_c = 1.0f / static_cast<float>(C);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* x = inp + i * C;
+    __m512 xv[NV];
+    __m512 s = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) s = _mm512_add_ps(s, xv[v] = _mm512_loadu_ps(x + 16 * v));
+    const float m = _mm512_reduce_add_ps(s) * inv_c;
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 q = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      xv[v] = _mm512_sub_ps(xv[v], mv);
+      q = _mm512_fmadd_ps(xv[v], xv[v], q);
+    }
+    const float var = _mm512_reduce_add_ps(q) * inv_c;
+    const float r = 1.0f / std::sqrt(var + eps);
+    const __m512 rv = _mm512_set1_ps(r);
+    float* o = out + i * C;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v)
+      _mm512_storeu_ps(o + 16 * v, _mm512_fmadd_ps(_mm512_mul_ps(xv[v], rv), _mm512_loadu_ps(weight + 16 * v),
+                                                   _mm512_loadu_ps(bias + 16 * v)));
+    mean[i] = m;
+    rstd[i] = r;
+  }
+}
+
+template <int NV>
+LN_AVX512 void layernorm_backward_avx512(float* dinp, float* sw, float* sb, const float* dout, const float* inp,
+                                         const float* weight, const float* mean, const float* rstd, int64_t rows) {
+  constexpr int64_t C = 16 * NV;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  __m512 swv[NV], sbv[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) swv[v] = sbv[v] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* x = inp + i * C;
+    const float* dy = dout + i * C;
+    const __m512 mv = _mm512_set1_ps(mean[i]), rv = _mm512_set1_ps(rstd[i]);
+    __m512 xh[NV], dyv[NV], dxh[NV];
+    __m512 s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      xh[v] = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + 16 * v), mv), rv);
+      dyv[v] = _mm512_loadu_ps(dy + 16 * v);
+      dxh[v] = _mm512_mul_ps(dyv[v], _mm512_loadu_ps(weight + 16 * v));
+      s1 = _mm512_add_ps(s1, dxh[v]);
+      s2 = _mm512_fmadd_ps(dxh[v], xh[v], s2);
+    }
+    const __m512 s1v = _mm512_set1_ps(_mm512_reduce_add_ps(s1) * inv_c);
+    const __m512 s2v = _mm512_set1_ps(_mm512_reduce_add_ps(s2) * inv_c);
+    float* dx = dinp + i * C;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      // dx += r (dxhat - s1 - xhat s2)
+      const __m512 t = _mm512_fnmadd_ps(xh[v], s2v, _mm512_sub_ps(dxh[v], s1v));
+      _mm512_storeu_ps(dx + 16 * v, _mm512_fmadd_ps(rv, t, _mm512_loadu_ps(dx + 16 * v)));
+      swv[v] = _mm512_fmadd_ps(dyv[v], xh[v], swv[v]);
+      sbv[v] = _mm512_add_ps(sbv[v], dyv[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    _mm512_storeu_ps(sw + 16 * v, swv[v]);
+    _mm512_storeu_ps(sb + 16 * v, sbv[v]);
+  }
+}
+
+bool layernorm_avx512(int64_t C) {
+  static const bool ok = cpu::gemm_avx512_supported();
+  return ok && C % 16 == 0 && C >= 16 && C <= 128;
+}
+
+}  // namespace
+
+namespace cpu::rows {  // shared with kernels/cpu/layer.cpp (kernels/cpu/rows.h)
+
+void layernorm_forward_rows(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int64_t rows, int64_t C) {
+  if (!layernorm_avx512(C)) return layernorm_forward_generic(out, mean, rstd, inp, weight, bias, rows, C);
+  switch (C / 16) {
+    case 1: return layernorm_forward_avx512<1>(out, mean, rstd, inp, weight, bias, rows);
+    case 2: return layernorm_forward_avx512<2>(out, mean, rstd, inp, weight, bias, rows);
+    case 3: return layernorm_forward_avx512<3>(out, mean, rstd, inp, weight, bias, rows);
+    case 4: return layernorm_forward_avx512<4>(out, mean, rstd, inp, weight, bias, rows);
+    case 5: return layernorm_forward_avx512<5>(out, mean, rstd, inp, weight, bias, rows);
+    case 6: return layernorm_forward_avx512<6>(out, mean, rstd, inp, weight, bias, rows);
+    case 7: return layernorm_forward_avx512<7>(out, mean, rstd, inp, weight, bias, rows);
+    default: return layernorm_forward_avx512<8>(out, mean, rstd, inp, weight, bias, rows);
+  }
+}
+
+void layernorm_backward_rows(float* dinp, float* sw, float* sb, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t C) {
+  if (!layernorm_avx512(C)) return layernorm_backward_generic(dinp, sw, sb, dout, inp, weight, mean, rstd, rows, C);
+  switch (C / 16) {
+    case 1: return layernorm_backward_avx512<1>(dinp, sw, sb, dout, inp, weight, mean, rstd, rows);
+    case 2: return layernorm_backward_avx512<2>(dinp, sw, sb, dout, inp, weight, mean, rstd, rows);
+    case 3: return layernorm_backward_avx512<3>(dinp, sw, sb, dout, inp, weight, mean, rstd, rows);
+    case 4: return layernorm_backward_avx512<4>(dinp, sw, sb, dout, inp, weight, mean, rstd, rows);
+    case 5: return layernorm_backward_avx512<5>(dinp, sw, sb, dout, inp, weight, mean, rstd, rows);
+    case 6: return layernorm_backward_avx512<6>(dinp, sw, sb, dout, inp, weight, mean, rstd, rows);
+    case 7: return layernorm_backward_avx512<7>(dinp, sw, sb, dout, inp, weight, mean, rstd, rows);
+    default: return layernorm_backward_avx512<8>(dinp, sw, sb, dout, inp, weight, mean, rstd, rows);
   }
 }
 
@@ -245,7 +365,9 @@ namespace {
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr int64_t kGeluBlock = 4096;            // elements per parallel work item
 
-OPS_ROW_CLONES void gelu_forward_span(float* out, const float* inp, int64_t n) {
+// The portable spans (AVX2 / baseline clones; the AVX-512 ones below are used where the
+// CPU has AVX-512).
+OPS_ROW_CLONES void gelu_forward_generic(float* out, const float* inp, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
@@ -265,20 +387,17 @@ inline float gelu_grad(float x) {
   return gelu_grad_from(x, sg);
 }
 
-OPS_ROW_CLONES void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n) {
+OPS_ROW_CLONES void gelu_backward_generic(float* dinp, const float* inp, const float* dout, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) dinp[i] += gelu_grad(inp[i]) * dout[i];
 }
 
-// d[i] = gelu'(inp[i]) * d[i] in place: gelu_backward_span into a zeroed buffer (0 + v = v).
-OPS_ROW_CLONES void gelu_backward_inplace_span(float* d, const float* inp, int64_t n) {
+OPS_ROW_CLONES void gelu_backward_inplace_generic(float* d, const float* inp, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) d[i] = gelu_grad(inp[i]) * d[i];
 }
 
-// The same, and out[i] = gelu(inp[i]) (gelu_forward_span's value) from the same exp: the
-// fused backward recomputes the GELU's output instead of reading it back from memory.
-OPS_ROW_CLONES void gelu_backward_inplace_keep_span(float* d, float* out, const float* inp, int64_t n) {
+OPS_ROW_CLONES void gelu_backward_inplace_keep_generic(float* d, float* out, const float* inp, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
@@ -287,6 +406,101 @@ OPS_ROW_CLONES void gelu_backward_inplace_keep_span(float* d, float* out, const 
     out[i] = x / e1;
     d[i] = gelu_grad_from(x, 1.0f / e1) * d[i];
   }
+}
+
+// The AVX-512 spans: the same formulas on 16 lanes with cpu::exp16_clamped (vscalefps:
+// 30 % less time in the GELU than the auto-vectorised fast_expf), the tail masked.
+#define OPS_AVX512 __attribute__((target("avx512f")))
+namespace avx512 {
+
+// sigma(2u) = 1 / (1 + e^{-2u}), u = K (x + 0.044715 x^3); gelu(x) = x sigma(2u), the
+// forward and the backward's recomputation alike (one divide: the backward's two, x / e1
+// and 1 / e1, kept the divider busy longer than everything else in its loop).
+OPS_AVX512 inline __m512 gelu_sg(__m512 x) {
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  const __m512 m2u = _mm512_mul_ps(
+      x, _mm512_fmadd_ps(x2, _mm512_set1_ps(-2.0f * kGeluK * 0.044715f), _mm512_set1_ps(-2.0f * kGeluK)));
+  return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), cpu::exp16_clamped(m2u)));
+}
+
+// gelu'(x) from sg = sigma(2u), as gelu_grad_from.
+OPS_AVX512 inline __m512 gelu_grad16(__m512 x, __m512 sg) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 du = _mm512_fmadd_ps(_mm512_mul_ps(x, x), _mm512_set1_ps(2.0f * kGeluK * 3.0f * 0.044715f),
+                                    _mm512_set1_ps(2.0f * kGeluK));  // 2 du/dx
+  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(x, sg), _mm512_sub_ps(one, sg)), du, sg);
+}
+
+inline __mmask16 tail(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+
+OPS_AVX512 void gelu_forward(float* out, const float* inp, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(inp + i);
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(x, gelu_sg(x)));
+  }
+  if (i < n) {
+    const __mmask16 m = tail(n - i);
+    const __m512 x = _mm512_maskz_loadu_ps(m, inp + i);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(x, gelu_sg(x)));
+  }
+}
+
+// d = gelu'(inp) * dout (+ d with acc), and with out also out = gelu(inp) from the same exp.
+template <bool Acc, bool Keep>
+OPS_AVX512 inline void gelu_backward_at(float* d, float* out, const float* inp, const float* dout, int64_t i,
+                                        __mmask16 m) {
+  const __m512 x = _mm512_maskz_loadu_ps(m, inp + i);
+  const __m512 sg = gelu_sg(x);
+  const __m512 g = _mm512_mul_ps(gelu_grad16(x, sg), _mm512_maskz_loadu_ps(m, dout + i));
+  if constexpr (Keep) _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(x, sg));
+  _mm512_mask_storeu_ps(d + i, m, Acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + i), g) : g);
+}
+
+template <bool Acc, bool Keep>
+OPS_AVX512 void gelu_backward(float* d, float* out, const float* inp, const float* dout, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) gelu_backward_at<Acc, Keep>(d, out, inp, dout, i, __mmask16(0xFFFF));
+  if (i < n) gelu_backward_at<Acc, Keep>(d, out, inp, dout, i, tail(n - i));
+}
+
+}  // namespace avx512
+
+bool gelu_avx512() {
+  static const bool ok = cpu::gemm_avx512_supported();
+  return ok;
+}
+
+void gelu_forward_span(float* out, const float* inp, int64_t n) {
+  if (gelu_avx512())
+    avx512::gelu_forward(out, inp, n);
+  else
+    gelu_forward_generic(out, inp, n);
+}
+
+// dinp += gelu'(inp) * dout.
+void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n) {
+  if (gelu_avx512())
+    avx512::gelu_backward<true, false>(dinp, nullptr, inp, dout, n);
+  else
+    gelu_backward_generic(dinp, inp, dout, n);
+}
+
+// d[i] = gelu'(inp[i]) * d[i] in place (gelu_backward_span into a zeroed buffer: 0 + v = v).
+void gelu_backward_inplace_span(float* d, const float* inp, int64_t n) {
+  if (gelu_avx512())
+    avx512::gelu_backward<false, false>(d, nullptr, inp, d, n);
+  else
+    gelu_backward_inplace_generic(d, inp, n);
+}
+
+// The same, and out[i] = gelu(inp[i]) (gelu_forward_span's value) from the same exp: the
+// fused backward recomputes the GELU's output instead of reading it back from memory.
+void gelu_backward_inplace_keep_span(float* d, float* out, const float* inp, int64_t n) {
+  if (gelu_avx512())
+    avx512::gelu_backward<false, true>(d, out, inp, d, n);
+  else
+    gelu_backward_inplace_keep_generic(d, out, inp, n);
 }
 }  // namespace
 

@@ -117,8 +117,12 @@ TEST(Ops, Matmul) {
 
 // ---- layernorm ------------------------------------------------------------------------
 
+// C = 9: the generic loops; 16, 64, 128: the AVX-512 row kernels (C a multiple of 16 up
+// to 128) where the CPU has them.
 TEST(Ops, Layernorm) {
-  const int64_t N = 4, C = 9;
+  for (const int64_t C : {9, 16, 64, 128}) {
+  SCOPED_TRACE("C = " + std::to_string(C));
+  const int64_t N = 4;
   const FVec x = randn(N * C, 5, 2.0f), w = randn(C, 6), b = randn(C, 7), dout = randn(N * C, 8);
   auto f = [&](const std::vector<Vec>& in) {
     Vec o(N * C);
@@ -139,6 +143,7 @@ TEST(Ops, Layernorm) {
   EXPECT_TRUE(close("dinp", minus_pre(dx), fd_grad(f, in, 0, dbl(dout)), kTolGrad));
   EXPECT_TRUE(close("dweight", minus_pre(dw), fd_grad(f, in, 1, dbl(dout)), kTolGrad));
   EXPECT_TRUE(close("dbias", minus_pre(db), fd_grad(f, in, 2, dbl(dout)), kTolGrad));
+  }
 }
 
 // Many rows: the parameter gradients are float32 sums over row blocks (64 rows, the last
@@ -194,6 +199,55 @@ TEST(Ops, Gelu) {
   EXPECT_TRUE(close("out", out, f({dbl(x)}), kTolF32));
   gelu_backward(dx.data(), x.data(), dout.data(), n);
   EXPECT_TRUE(close("dinp", minus_pre(dx), fd_grad(f, {dbl(x)}, 0, dbl(dout)), kTolGrad));
+}
+
+// The vectorised GELU (AVX-512 spans where the CPU has them) at a length that leaves a
+// partial vector, over its whole range: element by element against float64, the four
+// entry points consistent with one another. Tolerance: exp(-2u) carries the rounding of
+// its argument, |2u| * 6e-8 relative (<= 3e-6 for |x| <= 12), plus a few ulp.
+TEST(Ops, GeluTailAndRange) {
+  std::vector<float> x;
+  for (int i = 0; i < 64; ++i) x.push_back(-12.0f + 24.0f * static_cast<float>(i) / 63.0f);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, -30.0f, 100.0f, -100.0f, 1e4f, -1e4f, 0.5f})
+    x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());  // 75: four vectors and a partial one
+  ASSERT_NE(n % 16, 0);
+  const FVec dout = randn(static_cast<size_t>(n), 21);
+  // 0.5 v (1 + tanh u) = v sigma(2u), written without the cancellation of 1 + tanh u
+  // (which in float64 leaves nothing of gelu(-9) ~ -1e-35).
+  const double k = std::sqrt(2 / M_PI);
+  auto gelu64 = [k](double v) { return v / (1 + std::exp(-2 * k * (v + 0.044715 * v * v * v))); };
+  auto grad64 = [k](double v) {
+    const double e = std::exp(-2 * k * (v + 0.044715 * v * v * v)), sg = 1 / (1 + e), one_minus_sg = 1 / (1 + 1 / e);
+    return sg + 2 * v * sg * one_minus_sg * k * (1 + 3 * 0.044715 * v * v);
+  };
+  FVec out(static_cast<size_t>(n), -7.0f), dx(static_cast<size_t>(n), 0.0f);
+  gelu_forward(out.data(), x.data(), n);
+  gelu_backward(dx.data(), x.data(), dout.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[static_cast<size_t>(i)];
+    const double ref = gelu64(v), gref = grad64(v) * dout[static_cast<size_t>(i)];
+    // Absolute floors: e^{-2u} is clamped at e^{88.37}, so for x < ~-10 sigma(2u) is
+    // e^{-88.37} = 4.2e-39 instead of a smaller number, gelu(x) = x sigma(2u) and gelu'(x)
+    // = sigma(2u) (1 + 2 x du/dx) with 2 du/dx = 1.6 + 0.21 x^2.
+    const double tol = 1e-5, a = std::abs(v), sg_floor = 1e-38;
+    const double floor = sg_floor * std::max(1.0, a),
+                 gfloor = sg_floor * (1 + a * (2 + 0.25 * a * a)) * std::abs(dout[static_cast<size_t>(i)]);
+    EXPECT_LE(std::abs(out[static_cast<size_t>(i)] - ref), tol * std::abs(ref) + floor) << "gelu(" << v << ")";
+    EXPECT_LE(std::abs(dx[static_cast<size_t>(i)] - gref), tol * std::abs(gref) + gfloor) << "gelu'(" << v << ")";
+  }
+  // gelu_matmul_backward's fused path (recomputed output, in-place gradient) against the
+  // separate ops: the same values bit for bit (one formula behind all of them).
+  const int64_t N = 1, C = n, OC = 3;
+  const FVec w = randn(static_cast<size_t>(OC * C), 22), dy = randn(static_cast<size_t>(N * OC), 23);
+  FVec dpre_f(static_cast<size_t>(N * C)), dw_f(static_cast<size_t>(OC * C), 0.0f), db_f(static_cast<size_t>(OC), 0.0f);
+  gelu_matmul_backward(dpre_f.data(), dw_f.data(), db_f.data(), dy.data(), out.data(), x.data(), w.data(), N, C, OC);
+  FVec dact(static_cast<size_t>(N * C), 0.0f), dpre_u(static_cast<size_t>(N * C), 0.0f);
+  FVec dw_u(static_cast<size_t>(OC * C), 0.0f), db_u(static_cast<size_t>(OC), 0.0f);
+  matmul_backward(dact.data(), dw_u.data(), db_u.data(), dy.data(), out.data(), w.data(), N, C, OC);
+  gelu_backward(dpre_u.data(), x.data(), dact.data(), n);
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(dpre_f[static_cast<size_t>(i)], dpre_u[static_cast<size_t>(i)]) << "at " << i;
 }
 
 TEST(Ops, Residual) {
