@@ -669,6 +669,24 @@ TEST(AttentionPacked, MatchesReferenceAndIsThreadCountIndependent) {
                           to_double(std::vector<float>(split.lse.buf.begin(), split.lse.buf.begin() + split.lse.n)),
                           tol));
       }
+      {  // Without norms (the training steps that log none; softmax takes another pass).
+        AttentionSpec off = spec;
+        off.collect_norms = false;
+        PackedOut o2(B, H, T);
+        attention_forward_packed_cpu(off, sh, qkv.data(), o2.O.data(), o2.lse.data(), nullptr, nullptr);
+        attention_backward_packed_cpu(off, sh, qkv.data(), o2.O.data(), dO.data(), o2.lse.data(), o2.dqkv.data());
+        const std::vector<float> O2(o2.O.buf.begin(), o2.O.buf.begin() + o2.O.n),
+            dqkv2(o2.dqkv.buf.begin(), o2.dqkv.buf.begin() + o2.dqkv.n);
+        EXPECT_TRUE(close("O (no norms)", heads_of(O2, B, T, H, C, 0).data(), ref.O, tol));
+        EXPECT_TRUE(close("dQ (no norms)", heads_of(dqkv2, B, T, H, 3 * C, 0).data(), ref.dQ, tol));
+        EXPECT_TRUE(close("dK (no norms)", heads_of(dqkv2, B, T, H, 3 * C, C).data(), ref.dK, tol));
+        EXPECT_TRUE(close("dV (no norms)", heads_of(dqkv2, B, T, H, 3 * C, 2 * C).data(), ref.dV, tol));
+        if (a.activation == Activation::softmax) {
+          EXPECT_TRUE(close("lse (no norms)", o2.lse.data(),
+                            to_double(std::vector<float>(out.lse.buf.begin(), out.lse.buf.begin() + out.lse.n)), tol));
+        }
+        EXPECT_TRUE(o2.O.guard_ok() && o2.lse.guard_ok() && o2.dqkv.guard_ok()) << "write past the end (no norms)";
+      }
       const int saved = omp_get_max_threads();
       for (int threads : {1, 3}) {
         omp_set_num_threads(threads);
