@@ -127,7 +127,8 @@ void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& sh
 // Its backward, fused over the same blocks of samples: fcproj (through the GELU) -> fc ->
 // LN2 -> proj -> attention -> QKV -> LN1, each block's rows staying in L2. dres (B T, C)
 // holds d loss / d res2 on entry and d loss / d inp on return (the unfused path's
-// s_.dres); dln (B T, C), dbig (B T, F) and dqkv (B T, 3C) are scratch. The parameter
+// s_.dres); the per-block intermediates (the unfused path's dln, dbig, dqkv) live in
+// per-thread block scratch. The parameter
 // gradients are ADDED (as the ops' backwards). Each block's share of a weight's gradient
 // is one float32 FMA chain over its rows (LayerNorm: per group of 64 rows), and the shares
 // are added in block order in float64: deterministic and independent of the thread count
@@ -139,7 +140,7 @@ struct LayerBackwardArgs {
   // fch_gelu may be null: the GELU's output is then recomputed from fch (the same values).
   const float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res1, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
   const float *ln1_w, *qkv_w, *proj_w, *ln2_w, *fc_w, *fcproj_w;
-  float *dres, *dln, *dbig, *dqkv;
+  float* dres;
   float *g_ln1_w, *g_ln1_b, *g_qkv_w, *g_qkv_b, *g_proj_w, *g_proj_b, *g_ln2_w, *g_ln2_b, *g_fc_w, *g_fc_b,
       *g_fcproj_w, *g_fcproj_b;
 };

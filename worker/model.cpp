@@ -475,7 +475,7 @@ void BasicModel<Backend>::backward_classify() {
         ba.fch = a_.fch + l * BT * F, ba.fch_gelu = nullptr;
         ba.ln1_w = p_.ln1_w + l * C, ba.qkv_w = p_.qkv_w + l * 3 * C * C, ba.proj_w = p_.attproj_w + l * C * C;
         ba.ln2_w = p_.ln2_w + l * C, ba.fc_w = p_.fc_w + l * F * C, ba.fcproj_w = p_.fcproj_w + l * C * F;
-        ba.dres = s_.dres, ba.dln = s_.dln, ba.dbig = s_.dbig, ba.dqkv = s_.dqkv;
+        ba.dres = s_.dres;
         ba.g_ln1_w = g_.ln1_w + l * C, ba.g_ln1_b = g_.ln1_b + l * C;
         ba.g_qkv_w = g_.qkv_w + l * 3 * C * C, ba.g_qkv_b = g_.qkv_b + l * 3 * C;
         ba.g_proj_w = g_.attproj_w + l * C * C, ba.g_proj_b = g_.attproj_b + l * C;

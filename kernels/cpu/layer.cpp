@@ -169,45 +169,52 @@ void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& s
 #pragma omp parallel
   {
   // Without a.fch_gelu the GELU's output is recomputed per block into this scratch, by
-  // the pass that forms dbig (the same exp), instead of read back from memory.
-  thread_local AlignedScratch gelu_scratch;
+  // the pass that forms dbig (the same exp), instead of read back from memory. dbig, dln
+  // and dqkv live only within a block: per-thread block scratch that stays in L2 (as
+  // whole-batch buffers every block wrote fresh lines, ~13 MB a layer, out to memory).
+  thread_local AlignedScratch gelu_scratch, dbig_scratch, dln_scratch, dqkv_scratch;
   float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
+  float* dbig = dbig_scratch.get(static_cast<size_t>(per * T * F));
+  float* dln = dln_scratch.get(static_cast<size_t>(per * T * C));
+  float* dqkv = dqkv_scratch.get(static_cast<size_t>(per * T * 3 * C));
 #pragma omp for schedule(dynamic, 1)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const auto [b0, b1, r0, rows] = SampleBlock(blk, per, B, T);
     float* part = parts + blk * stride;
     double* dbpart = dbparts + blk * dstride;
+    float* dres = a.dres + r0 * C;  // the block's rows of dres (the scratch: rows from 0)
     // fcproj through the GELU: dbig = gelu'(fch) (dres @ W_fcproj); dW_fcproj = dres^T gelu(fch).
-    const GeluBackwardRows gelu_ctx{a.fch, F, hb, r0};
-    cpu::matmul_rows_avx512(a.dbig, a.dres, bf2, nullptr, r0, rows, C, F, {gelu_backward_rows, &gelu_ctx});
+    const GeluBackwardRows gelu_ctx{a.fch + r0 * F, F, hb, 0};
+    cpu::matmul_rows_avx512(dbig, dres, bf2, nullptr, 0, rows, C, F, {gelu_backward_rows, &gelu_ctx});
     const float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;
-    cpu::dweight_rows_partial_avx512(part + o_fcproj, dbpart + d_fcproj, a.dres + r0 * C, h, 0, rows, F, C);
+    cpu::dweight_rows_partial_avx512(part + o_fcproj, dbpart + d_fcproj, dres, h, 0, rows, F, C);
     // fc: dln = dbig @ W_fc; dW_fc = dbig^T ln2.
-    cpu::matmul_rows_avx512(a.dln, a.dbig, bf, nullptr, r0, rows, F, C);
-    cpu::dweight_rows_partial_avx512(part + o_fc, dbpart + d_fc, a.dbig, a.ln2, r0, rows, C, F);
+    cpu::matmul_rows_avx512(dln, dbig, bf, nullptr, 0, rows, F, C);
+    cpu::dweight_rows_partial_avx512(part + o_fc, dbpart + d_fc, dbig, a.ln2 + r0 * C, 0, rows, C, F);
     // dres += d/d x through a LayerNorm of x (dout: dln), its (sw, sb) per row group into
     // the block's share at offset o (groups past a short block's end: zeros).
     auto layernorm_backward = [&](int64_t o, const float* x, const float* w, const float* mean, const float* rstd) {
       for (int64_t g = 0; g < G; ++g) {
-        const int64_t i0 = r0 + g * kRowBlock, n = std::min(kRowBlock, r0 + rows - i0);
+        const int64_t i0 = g * kRowBlock, n = std::min(kRowBlock, rows - i0);
         float* sw = part + o + g * 2 * C;
         if (n <= 0)
           std::fill(sw, sw + 2 * C, 0.0f);
         else
-          layernorm_backward_rows(a.dres + i0 * C, sw, sw + C, a.dln + i0 * C, x + i0 * C, w, mean + i0, rstd + i0, n,
-                                  C);
+          layernorm_backward_rows(dres + i0 * C, sw, sw + C, dln + i0 * C, x + (r0 + i0) * C, w, mean + r0 + i0,
+                                  rstd + r0 + i0, n, C);
       }
     };
     // LN2: dres += d/d res1 through the LayerNorm.
     layernorm_backward(o_ln2, a.res1, a.ln2_w, a.ln2_mean, a.ln2_rstd);
     // proj: dln = dres @ W_proj (d/d atty); dW_proj = dres^T atty.
-    cpu::matmul_rows_avx512(a.dln, a.dres, bp, nullptr, r0, rows, C, C);
-    cpu::dweight_rows_partial_avx512(part + o_proj, dbpart + d_proj, a.dres, a.atty, r0, rows, C, C);
-    // attention: dqkv of these samples.
-    attention_backward_packed_samples_cpu(spec, shape, a.qkv, a.atty, a.dln, a.lse, a.dqkv, b0, b1);
+    cpu::matmul_rows_avx512(dln, dres, bp, nullptr, 0, rows, C, C);
+    cpu::dweight_rows_partial_avx512(part + o_proj, dbpart + d_proj, dres, a.atty + r0 * C, 0, rows, C, C);
+    // attention: dqkv of these samples (pointers at the block's first sample).
+    attention_backward_packed_samples_cpu(spec, shape, a.qkv + r0 * 3 * C, a.atty + r0 * C, dln,
+                                          a.lse + b0 * shape.H * T, dqkv, 0, b1 - b0);
     // qkv: dln = dqkv @ W_qkv; dW_qkv = dqkv^T ln1.
-    cpu::matmul_rows_avx512(a.dln, a.dqkv, bq, nullptr, r0, rows, 3 * C, C);
-    cpu::dweight_rows_partial_avx512(part + o_qkv, dbpart + d_qkv, a.dqkv, a.ln1, r0, rows, C, 3 * C);
+    cpu::matmul_rows_avx512(dln, dqkv, bq, nullptr, 0, rows, 3 * C, C);
+    cpu::dweight_rows_partial_avx512(part + o_qkv, dbpart + d_qkv, dqkv, a.ln1 + r0 * C, 0, rows, C, 3 * C);
     // LN1: dres += d/d inp through the LayerNorm (dres already holds the residual path).
     layernorm_backward(o_ln1, a.inp, a.ln1_w, a.ln1_mean, a.ln1_rstd);
   }
