@@ -458,10 +458,19 @@ OPS_AVX512 inline void gelu_backward_at(float* d, float* out, const float* inp, 
   _mm512_mask_storeu_ps(d + i, m, Acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + i), g) : g);
 }
 
+// The backward's inp (the forward's saved pre-activation) comes from memory: fetched 4 KiB
+// ahead in software, the loop ran at the speed of hot data (1.1 -> 0.6 ns an element
+// measured alone; the hardware prefetcher did not keep up). Prefetches past the end
+// touch the rows that follow (harmless).
+constexpr int64_t kGeluPrefetch = 1024;  // floats
+
 template <bool Acc, bool Keep>
 OPS_AVX512 void gelu_backward(float* d, float* out, const float* inp, const float* dout, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) gelu_backward_at<Acc, Keep>(d, out, inp, dout, i, __mmask16(0xFFFF));
+  for (; i + 16 <= n; i += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(inp + i + kGeluPrefetch), _MM_HINT_T0);
+    gelu_backward_at<Acc, Keep>(d, out, inp, dout, i, __mmask16(0xFFFF));
+  }
   if (i < n) gelu_backward_at<Acc, Keep>(d, out, inp, dout, i, tail(n - i));
 }
 
