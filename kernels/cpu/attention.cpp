@@ -698,17 +698,24 @@ PACKED_AVX512 float softmax_row(float* s, int64_t n, bool norms, RowNormSq* nrm)
 // The lane-wise sums (Max: maxima) of 16 vectors, v[r] -> lane r of the result: four
 // levels of pairing even and odd lanes of two vectors (lanes 0-7 from the first, 8-15
 // from the second), 15 pairings instead of 16 separate horizontal reductions.
+// One level: v[k] = pair(v[2k], v[2k+1]), k < N / 2 (N a constant: the loop unrolls).
+template <bool Max, int N>
+PACKED_AVX512 inline void reduce_level(__m512* v, __m512i ev, __m512i od) {
+  for (int k = 0; k < N / 2; ++k) {
+    const __m512 e = _mm512_permutex2var_ps(v[2 * k], ev, v[2 * k + 1]);
+    const __m512 o = _mm512_permutex2var_ps(v[2 * k], od, v[2 * k + 1]);
+    v[k] = Max ? _mm512_max_ps(e, o) : _mm512_add_ps(e, o);
+  }
+}
+
 template <bool Max>
 PACKED_AVX512 inline __m512 reduce16(__m512* v) {
   const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  for (int n = 16; n > 1; n /= 2)
-#pragma GCC unroll 8
-    for (int k = 0; k < n / 2; ++k) {
-      const __m512 e = _mm512_permutex2var_ps(v[2 * k], ev, v[2 * k + 1]);
-      const __m512 o = _mm512_permutex2var_ps(v[2 * k], od, v[2 * k + 1]);
-      v[k] = Max ? _mm512_max_ps(e, o) : _mm512_add_ps(e, o);
-    }
+  reduce_level<Max, 16>(v, ev, od);
+  reduce_level<Max, 8>(v, ev, od);
+  reduce_level<Max, 4>(v, ev, od);
+  reduce_level<Max, 2>(v, ev, od);
   return v[0];
 }
 
