@@ -610,22 +610,19 @@ PACKED_AVX512 void comb_all(float* out, int64_t ldo, const float* w, int64_t wr,
 }
 
 // Float64 sums of the 16 lanes' e, e^2, e^3 into z, a2, a3 (8 lanes each).
-PACKED_AVX512 inline void add_sums(__m512 e, __m512d& z, __m512d& a2, __m512d& a3, bool norms) {
+PACKED_AVX512 inline void add_sums(__m512 e, __m512d& z, __m512d& a2, __m512d& a3) {
   const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
   const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
   z = _mm512_add_pd(z, _mm512_add_pd(lo, hi));
-  if (norms) {
-    const __m512d l2 = _mm512_mul_pd(lo, lo), h2 = _mm512_mul_pd(hi, hi);
-    a2 = _mm512_add_pd(a2, _mm512_add_pd(l2, h2));
-    a3 = _mm512_add_pd(a3, _mm512_add_pd(_mm512_mul_pd(l2, lo), _mm512_mul_pd(h2, hi)));
-  }
+  const __m512d l2 = _mm512_mul_pd(lo, lo), h2 = _mm512_mul_pd(hi, hi);
+  a2 = _mm512_add_pd(a2, _mm512_add_pd(l2, h2));
+  a3 = _mm512_add_pd(a3, _mm512_add_pd(_mm512_mul_pd(l2, lo), _mm512_mul_pd(h2, hi)));
 }
 
 // softmax_row for rows of up to 64 keys (NV vectors), the row held in registers: one
-// load and one store per vector instead of three passes. Without norms, each lane's
-// (at most 4) exponentials are added in float32, then the 16 lane sums in float64.
+// load and one store per vector instead of three passes.
 template <int NV>
-PACKED_AVX512 float softmax_row_regs(float* s, int64_t n, bool norms, RowNormSq* nrm) {
+PACKED_AVX512 float softmax_row_regs(float* s, int64_t n, RowNormSq* nrm) {
   const __mmask16 last = tail_mask(n - 16 * (NV - 1));
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 x[NV];
@@ -636,38 +633,32 @@ PACKED_AVX512 float softmax_row_regs(float* s, int64_t n, bool norms, RowNormSq*
   for (int v = 1; v < NV; ++v) mx = _mm512_max_ps(mx, x[v]);
   const float m = _mm512_reduce_max_ps(mx);
   const __m512 mv = _mm512_set1_ps(m);
-  __m512 zs = _mm512_setzero_ps();
   __m512d z = _mm512_setzero_pd(), a2 = z, a3 = z;
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
     x[v] = _mm512_maskz_mov_ps(v + 1 < NV ? __mmask16(0xFFFF) : last, exp16(_mm512_sub_ps(x[v], mv)));
-    if (norms)
-      add_sums(x[v], z, a2, a3, true);
-    else
-      zs = _mm512_add_ps(zs, x[v]);
+    add_sums(x[v], z, a2, a3);
   }
-  if (!norms) add_sums(zs, z, a2, a3, false);
   const double zd = _mm512_reduce_add_pd(z);
   const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / zd));
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) _mm512_store_ps(s + 16 * v, _mm512_mul_ps(x[v], inv));
-  if (norms) {
-    const RowNormSq r = softmax_row_norms_from_sums(zd, _mm512_reduce_add_pd(a2), _mm512_reduce_add_pd(a3));
-    nrm->attn += r.attn;
-    nrm->jac += r.jac;
-  }
+  const RowNormSq r = softmax_row_norms_from_sums(zd, _mm512_reduce_add_pd(a2), _mm512_reduce_add_pd(a3));
+  nrm->attn += r.attn;
+  nrm->jac += r.jac;
   return m + std::log(static_cast<float>(zd));  // logf: libm's double log showed at ~1%
 }
 
-// Softmax of s[0, n) in place (lanes n .. 16 ceil(n/16) set to 0); returns the lse and
-// adds the row's norms.
-PACKED_AVX512 float softmax_row(float* s, int64_t n, bool norms, RowNormSq* nrm) {
+// Softmax of s[0, n) in place (lanes n .. 16 ceil(n/16) set to 0) with the row's norms
+// (the steps that collect them; softmax_rows16 below serves the others); returns the lse
+// and adds the norms to nrm.
+PACKED_AVX512 float softmax_row(float* s, int64_t n, RowNormSq* nrm) {
   const int64_t nv = (n + 15) / 16;
   switch (nv) {
-    case 1: return softmax_row_regs<1>(s, n, norms, nrm);
-    case 2: return softmax_row_regs<2>(s, n, norms, nrm);
-    case 3: return softmax_row_regs<3>(s, n, norms, nrm);
-    case 4: return softmax_row_regs<4>(s, n, norms, nrm);
+    case 1: return softmax_row_regs<1>(s, n, nrm);
+    case 2: return softmax_row_regs<2>(s, n, nrm);
+    case 3: return softmax_row_regs<3>(s, n, nrm);
+    case 4: return softmax_row_regs<4>(s, n, nrm);
     default: break;
   }
   const __mmask16 last = tail_mask(n - 16 * (nv - 1));
@@ -682,16 +673,14 @@ PACKED_AVX512 float softmax_row(float* s, int64_t n, bool norms, RowNormSq* nrm)
     const __mmask16 k = v + 1 < nv ? __mmask16(0xFFFF) : last;
     const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_load_ps(s + 16 * v), mv)));
     _mm512_store_ps(s + 16 * v, e);
-    add_sums(e, z, a2, a3, norms);
+    add_sums(e, z, a2, a3);
   }
   const double zs = _mm512_reduce_add_pd(z);
   const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / zs));
   for (int64_t v = 0; v < nv; ++v) _mm512_store_ps(s + 16 * v, _mm512_mul_ps(_mm512_load_ps(s + 16 * v), inv));
-  if (norms) {
-    const RowNormSq r = softmax_row_norms_from_sums(zs, _mm512_reduce_add_pd(a2), _mm512_reduce_add_pd(a3));
-    nrm->attn += r.attn;
-    nrm->jac += r.jac;
-  }
+  const RowNormSq r = softmax_row_norms_from_sums(zs, _mm512_reduce_add_pd(a2), _mm512_reduce_add_pd(a3));
+  nrm->attn += r.attn;
+  nrm->jac += r.jac;
   return m + static_cast<float>(std::log(zs));
 }
 
@@ -816,19 +805,20 @@ void forward_packed_one(const AttentionSpec& spec, const AttentionShape& sh, con
     dot_all(S, ld, q, 3 * C, kt, T, scale);
     RowNormSq nrm;
     if constexpr (A == Activation::softmax) {
-      if (!norms) softmax_rows16(S, ld, T, lse != nullptr ? lse + bh * T : nullptr);
-    }
-    for (int64_t i = 0; i < T; ++i) {
-      float* s = S + i * ld;
-      if constexpr (A == Activation::softmax) {
-        if (!norms) break;  // done above, 16 rows at a time
-        const float l = softmax_row(s, T, norms, &nrm);
-        if (lse != nullptr) lse[bh * T + i] = l;
+      if (!norms) {
+        softmax_rows16(S, ld, T, lse != nullptr ? lse + bh * T : nullptr);
       } else {
+        for (int64_t i = 0; i < T; ++i) {
+          const float l = softmax_row(S + i * ld, T, &nrm);
+          if (lse != nullptr) lse[bh * T + i] = l;
+        }
+      }
+    } else {
+      for (int64_t i = 0; i < T; ++i) {
         if (norms)
-          elementwise_row_forward<A, Deg, false, true>(pp, s, T, nullptr, &nrm);
+          elementwise_row_forward<A, Deg, false, true>(pp, S + i * ld, T, nullptr, &nrm);
         else
-          elementwise_row_forward<A, Deg, false, false>(pp, s, T, nullptr, &nrm);
+          elementwise_row_forward<A, Deg, false, false>(pp, S + i * ld, T, nullptr, &nrm);
       }
     }
     comb_all(O + b * T * C + h * kD, C, S, ld, 1, v, 3 * C, T, T, 1.0f);

@@ -91,6 +91,30 @@ void add_block_sums(float* dst, const double* parts, int64_t stride, int64_t nbl
 }
 }  // namespace
 
+namespace {
+// A layer's four weights, packed into this thread's scratch for the forward (out = x W^T +
+// b, pack_weight_forward) or for dinp (dx = dout W, pack_weight_dinp); valid until the
+// next call on the same thread.
+struct LayerPacks {
+  const float *qkv, *proj, *fc, *fcproj;
+};
+LayerPacks pack_layer_weights(bool dinp, const float* qkv_w, const float* proj_w, const float* fc_w,
+                              const float* fcproj_w, int64_t C, int64_t F) {
+  thread_local AlignedScratch scratch[4];
+  // Weight w is (OC, C): packed as a (C x OC) B for the forward, (OC x C) for dinp.
+  auto pack = [&](AlignedScratch& s, const float* w, int64_t c, int64_t oc) -> const float* {
+    float* b = s.get(static_cast<size_t>(dinp ? cpu::panels_floats(oc, c) : cpu::panels_floats(c, oc)));
+    if (dinp)
+      cpu::pack_weight_dinp(b, w, c, oc);
+    else
+      cpu::pack_weight_forward(b, w, c, oc);
+    return b;
+  };
+  return {pack(scratch[0], qkv_w, C, 3 * C), pack(scratch[1], proj_w, C, C), pack(scratch[2], fc_w, C, F),
+          pack(scratch[3], fcproj_w, F, C)};
+}
+}  // namespace
+
 bool layer_forward_fused_cpu_usable(const AttentionSpec& spec, const AttentionShape& shape, int64_t F) {
   const int64_t C = shape.H * shape.d;
   return g_layer_fusion.load() && attention_packed_cpu_usable(spec, shape) && cpu::gemm_avx512_usable(C, 3 * C) &&
@@ -101,15 +125,7 @@ void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& sh
                              const LayerForwardArgs& a) {
   const int64_t B = shape.B, T = shape.Nq, C = shape.H * shape.d;
   // The four weights packed once (as each matmul_forward_avx512 call would).
-  thread_local AlignedScratch pq, pp, pf, pf2;
-  float* bq = pq.get(static_cast<size_t>(cpu::panels_floats(C, 3 * C)));
-  float* bp = pp.get(static_cast<size_t>(cpu::panels_floats(C, C)));
-  float* bf = pf.get(static_cast<size_t>(cpu::panels_floats(C, F)));
-  float* bf2 = pf2.get(static_cast<size_t>(cpu::panels_floats(F, C)));
-  cpu::pack_weight_forward(bq, a.qkv_w, C, 3 * C);
-  cpu::pack_weight_forward(bp, a.proj_w, C, C);
-  cpu::pack_weight_forward(bf, a.fc_w, C, F);
-  cpu::pack_weight_forward(bf2, a.fcproj_w, F, C);
+  const auto [bq, bp, bf, bf2] = pack_layer_weights(false, a.qkv_w, a.proj_w, a.fc_w, a.fcproj_w, C, F);
   const int64_t per = layer_block_samples(T), nblocks = (B + per - 1) / per;
   const ResidualRows res1_ctx{a.inp, C};
 #pragma omp parallel
@@ -143,17 +159,10 @@ void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& sh
 void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& shape, int64_t F,
                               const LayerBackwardArgs& a) {
   const int64_t B = shape.B, T = shape.Nq, C = shape.H * shape.d;
-  thread_local AlignedScratch pq, pp, pf, pf2, parts_buf;
+  thread_local AlignedScratch parts_buf;
   thread_local std::vector<double> dbparts_buf;
   // The weights packed for dinp = dout @ W (matmul_rows_avx512 with C and OC swapped).
-  float* bq = pq.get(static_cast<size_t>(cpu::panels_floats(3 * C, C)));
-  float* bp = pp.get(static_cast<size_t>(cpu::panels_floats(C, C)));
-  float* bf = pf.get(static_cast<size_t>(cpu::panels_floats(F, C)));
-  float* bf2 = pf2.get(static_cast<size_t>(cpu::panels_floats(C, F)));
-  cpu::pack_weight_dinp(bq, a.qkv_w, C, 3 * C);
-  cpu::pack_weight_dinp(bp, a.proj_w, C, C);
-  cpu::pack_weight_dinp(bf, a.fc_w, C, F);
-  cpu::pack_weight_dinp(bf2, a.fcproj_w, F, C);
+  const auto [bq, bp, bf, bf2] = pack_layer_weights(true, a.qkv_w, a.proj_w, a.fc_w, a.fcproj_w, C, F);
   const int64_t per = layer_block_samples(T), nblocks = (B + per - 1) / per;
   const int64_t G = (per * T + kRowBlock - 1) / kRowBlock;  // LayerNorm row groups per block
   // One block's shares, floats: dW of fcproj (C, F), fc (F, C), proj (C, C), qkv (3C, C),

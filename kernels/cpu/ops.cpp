@@ -279,10 +279,7 @@ LN_AVX512 void layernorm_backward_avx512(float* dinp, float* sw, float* sb, cons
   }
 }
 
-bool layernorm_avx512(int64_t C) {
-  static const bool ok = cpu::gemm_avx512_supported();
-  return ok && C % 16 == 0 && C >= 16 && C <= 128;
-}
+bool layernorm_avx512(int64_t C) { return cpu::gemm_avx512_supported() && C % 16 == 0 && C >= 16 && C <= 128; }
 
 }  // namespace
 
@@ -477,13 +474,8 @@ OPS_AVX512 void gelu_backward(float* d, float* out, const float* inp, const floa
 
 }  // namespace avx512
 
-bool gelu_avx512() {
-  static const bool ok = cpu::gemm_avx512_supported();
-  return ok;
-}
-
 void gelu_forward_span(float* out, const float* inp, int64_t n) {
-  if (gelu_avx512())
+  if (cpu::gemm_avx512_supported())
     avx512::gelu_forward(out, inp, n);
   else
     gelu_forward_generic(out, inp, n);
@@ -491,7 +483,7 @@ void gelu_forward_span(float* out, const float* inp, int64_t n) {
 
 // dinp += gelu'(inp) * dout.
 void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n) {
-  if (gelu_avx512())
+  if (cpu::gemm_avx512_supported())
     avx512::gelu_backward<true, false>(dinp, nullptr, inp, dout, n);
   else
     gelu_backward_generic(dinp, inp, dout, n);
@@ -499,7 +491,7 @@ void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_
 
 // d[i] = gelu'(inp[i]) * d[i] in place (gelu_backward_span into a zeroed buffer: 0 + v = v).
 void gelu_backward_inplace_span(float* d, const float* inp, int64_t n) {
-  if (gelu_avx512())
+  if (cpu::gemm_avx512_supported())
     avx512::gelu_backward<false, false>(d, nullptr, inp, d, n);
   else
     gelu_backward_inplace_generic(d, inp, n);
@@ -508,7 +500,7 @@ void gelu_backward_inplace_span(float* d, const float* inp, int64_t n) {
 // The same, and out[i] = gelu(inp[i]) (gelu_forward_span's value) from the same exp: the
 // fused backward recomputes the GELU's output instead of reading it back from memory.
 void gelu_backward_inplace_keep_span(float* d, float* out, const float* inp, int64_t n) {
-  if (gelu_avx512())
+  if (cpu::gemm_avx512_supported())
     avx512::gelu_backward<false, true>(d, out, inp, d, n);
   else
     gelu_backward_inplace_keep_generic(d, out, inp, n);
