@@ -231,25 +231,31 @@ void check_output_path(const std::string& out, const std::string& in) {
     throw InputError("--out " + out + ": is the input file; the output would replace it");
 }
 
+// "a, b or c"
+std::string join(const std::vector<std::string>& v, const char* sep, const char* last_sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i == 0 ? "" : i + 1 == v.size() ? last_sep : sep) + v[i];
+  return out;
+}
+
 ActivationSpec parse_activation(const std::string& act, int degree, const std::string& scale) {
   ActivationSpec a;
-  if (act == "softmax") a.activation = Activation::softmax;
-  else if (act == "poly") a.activation = Activation::poly;
-  else if (act == "relu") a.activation = Activation::relu;
-  else if (act == "sigmoid") a.activation = Activation::sigmoid;
-  else throw InputError("--activation: expected softmax, poly, relu or sigmoid, got \"" + act + "\"");
-  // 1..16, the range the grid accepts (experiments/params.cpp).
-  if (degree < 1 || degree > 16)
-    throw InputError("--degree: expected an integer in 1..16, got " + std::to_string(degree));
+  const std::optional<Activation> id = activation_from_name(act);
+  if (!id) throw InputError("--activation: expected " + join(activation_names(), ", ", " or ") + ", got \"" + act + "\"");
+  a.activation = *id;
+  // The range the grid accepts (kernels/activation.h).
+  if (degree < kMinDegree || degree > kMaxDegree)
+    throw InputError("--degree: expected an integer in " + std::to_string(kMinDegree) + ".." +
+                     std::to_string(kMaxDegree) + ", got " + std::to_string(degree));
   a.degree = degree;
-  if (scale == "none") a.scale = ScaleKind::none;
-  else if (scale == "inv_sqrt_n") a.scale = ScaleKind::inv_sqrt_n;
-  else if (scale == "inv_n") a.scale = ScaleKind::inv_n;
-  else {
+  if (const std::optional<ScaleKind> kind = scale_from_name(scale)) {
+    a.scale = *kind;
+  } else {
     char* end = nullptr;
     const double v = std::strtod(scale.c_str(), &end);
     if (scale.empty() || end != scale.c_str() + scale.size() || !std::isfinite(v) || v <= 0)
-      throw InputError("--scale: expected none, inv_sqrt_n, inv_n or a positive number, got \"" + scale + "\"");
+      throw InputError("--scale: expected " + join(scale_names(), ", ", ", ") + " or a positive number, got \"" + scale +
+                       "\"");
     a.scale = ScaleKind::value;
     a.scale_value = v;
   }
@@ -319,11 +325,21 @@ void run_cuda(const AttentionSpec& spec, const AttentionShape& sh, const Array& 
 int run(int argc, char** argv) {
   std::string in_path, out_path, act, scale, device;
   int degree = 1;
+  const std::string act_help = join(activation_names(), " | ", " | ") + " (required)";
+  std::vector<std::string> with_degree, with_scale;
+  for (const ActivationInfo& i : kActivations) {
+    if (i.takes_degree) with_degree.emplace_back(i.name);
+    if (i.takes_scale) with_scale.emplace_back(i.name);
+  }
+  const std::string degree_help = join(with_degree, "/", "/") + " degree p in " + std::to_string(kMinDegree) + ".." +
+                                  std::to_string(kMaxDegree);
+  const std::string scale_help = join(with_scale, "/", "/") + " scale: " + join(scale_names(), " | ", " | ") +
+                                 " | a number";
   po::options_description opts("attnsweep attention IN.h5 --out OUT.h5 --activation A [options]");
   opts.add_options()("help,h", "this help")("out", po::value(&out_path), "output HDF5 file (required)")(
-      "activation", po::value(&act), "softmax | poly | relu | sigmoid (required)")(
-      "degree", po::value(&degree)->default_value(1), "poly degree p >= 1")(
-      "scale", po::value(&scale)->default_value("none"), "poly/relu scale: none | inv_sqrt_n | inv_n | a number")(
+      "activation", po::value(&act), act_help.c_str())(
+      "degree", po::value(&degree)->default_value(1), degree_help.c_str())(
+      "scale", po::value(&scale)->default_value("none"), scale_help.c_str())(
       "causal", "causal mask: query i attends keys j <= i + Nk - Nq")(
       "device", po::value(&device)->default_value("cpu"), "cpu | cuda");
   po::options_description hidden;

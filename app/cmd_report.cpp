@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/params.h"
 #include "results/aggregate.h"
 #include "results/report_script.h"
 
@@ -141,7 +142,7 @@ int cmd_report(int argc, char** argv) {
   }
   ::close(fd);
 
-  const int rc = run_process({python, script, dir, ATTNSWEEP_VERSION});
+  const int rc = run_process({python, script, dir, ATTNSWEEP_VERSION, activation_registry_json().dump()});
   if (rc == 0) return kExitOk;
   if (rc == 3) {
     std::fprintf(stderr,

@@ -19,6 +19,8 @@
 #include "coordinator/grid.h"
 #include "coordinator/status.h"
 #include "coordinator/sweep.h"
+#include "experiments/params.h"
+#include "kernels/activation.h"
 #include "kernels/device.h"
 #include "results/aggregate.h"
 #include "slurm/submit.h"
@@ -48,33 +50,9 @@ const char* kUsage =
     "  aggregate DIR                     DIR/aggregate.h5 + DIR/summary.csv, log-log fits\n"
     "  report DIR                        DIR/report.html: figures, final metrics, counts\n"
     "  attention IN.h5 --out OUT.h5 ...  one attention forward + backward, for checking numerics\n"
+    "  activations [--json]              the attention activations phi and what each takes\n"
     "\n"
     "exit codes: 0 finished, 1 cells failed, 2 bad usage or input, 75 interrupted (resumable)\n";
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t prev = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t cur = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      prev = cur;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string suggestion(const std::string& word, const std::vector<std::string>& known) {
-  std::string best;
-  size_t best_d = std::max<size_t>(1, word.size() / 3) + 1;
-  for (const std::string& k : known) {
-    const size_t d = edit_distance(word, k);
-    if (d < best_d) best_d = d, best = k;
-  }
-  return best;
-}
 
 // Parses a subcommand's options; on error prints one line naming the problem, returns false.
 bool parse(const std::string& cmd, int argc, char** argv, const po::options_description& desc,
@@ -88,7 +66,7 @@ bool parse(const std::string& cmd, int argc, char** argv, const po::options_desc
     std::string name = e.get_option_name();
     std::vector<std::string> known;
     for (const auto& o : desc.options()) known.push_back("--" + o->long_name());
-    const std::string s = suggestion(name, known);
+    const std::string s = closest_match(name, known);
     std::fprintf(stderr, "attnsweep %s: %s: unknown option%s\n", cmd.c_str(), name.c_str(),
                  s.empty() ? "" : (" (did you mean " + s + "?)").c_str());
   } catch (const po::too_many_positional_options_error&) {
@@ -180,6 +158,29 @@ int cmd_plan(int argc, char** argv) {
   }
   std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds)\n", grid.cells.size(), grid.name.c_str(),
               total_cost);
+  return kExitOk;
+}
+
+int cmd_activations(int argc, char** argv) {
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help")("json", "the registry as JSON (names, labels, formulas, test cases)");
+  po::positional_options_description pos;
+  po::variables_map vm;
+  if (!parse("activations", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm, "attnsweep activations [--json]", desc)) return kExitOk;
+  const json reg = activation_registry_json();
+  if (vm.count("json")) {
+    std::cout << reg.dump(2) << "\n";
+    return kExitOk;
+  }
+  for (const ActivationInfo& a : kActivations) {
+    std::string takes;
+    if (a.takes_degree) takes += " degree";
+    if (a.takes_scale) takes += " scale";
+    std::printf("%-8s phi(s) = %-40s takes:%s\n", a.name, a.formula, takes.empty() ? " -" : takes.c_str());
+  }
+  std::printf("scales: none, inv_sqrt_n (1/sqrt(N)), inv_n (1/N) or a positive number; degrees %d..%d\n", kMinDegree,
+              kMaxDegree);
   return kExitOk;
 }
 
@@ -437,11 +438,12 @@ int main(int argc, char** argv) {
     if (cmd == "submit") return cmd_submit(argc - 1, argv + 1);
     if (cmd == "attention") return cmd_attention(argc - 1, argv + 1);
     if (cmd == "report") return cmd_report(argc - 1, argv + 1);
+    if (cmd == "activations") return cmd_activations(argc - 1, argv + 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnsweep %s: %s\n", cmd.c_str(), e.what());
     return 1;
   }
-  const std::string s = suggestion(cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit", "report"});
+  const std::string s = closest_match(cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit", "report", "activations"});
   std::fprintf(stderr, "attnsweep: %s: unknown command%s (see attnsweep --help)\n", cmd.c_str(),
                s.empty() ? "" : (" (did you mean \"" + s + "\"?)").c_str());
   return kExitUsage;

@@ -48,11 +48,12 @@ bool task_is(const json& cfg, const char* name) {
   return t != nullptr && std::string(t->name) == name;
 }
 
-bool string_is(const json& cfg, const char* key, std::initializer_list<const char*> values) {
-  auto it = cfg.find(key);
+// The cell's activation takes a degree / a scale (the registry, kernels/activation.h).
+bool activation_takes(const json& cfg, bool ActivationInfo::*what) {
+  auto it = cfg.find("activation");
   if (it == cfg.end() || !it->is_string()) return false;
-  const auto& s = it->get_ref<const std::string&>();
-  return std::any_of(values.begin(), values.end(), [&](const char* v) { return s == v; });
+  const std::optional<Activation> a = activation_from_name(it->get_ref<const std::string&>());
+  return a && activation_info(*a).*what;
 }
 
 // Tasks that train a model (worker/trainer.h): they share the model and optimiser keys.
@@ -123,7 +124,7 @@ std::vector<ParamSpec> make_specs() {
     ParamSpec s;
     s.name = "activation";
     s.type = ParamType::string;
-    s.choices = {"softmax", "poly", "relu", "sigmoid"};
+    s.choices = activation_names();
     s.description = "attention activation phi";
     s.applies = [](const json& cfg) {
       const TaskInfo* t = task_of(cfg);
@@ -133,8 +134,8 @@ std::vector<ParamSpec> make_specs() {
     v.push_back(std::move(s));
   }
   {
-    ParamSpec s = integer("degree", 1, 16, "power p of the polynomial activation s^p");
-    s.applies = [](const json& cfg) { return string_is(cfg, "activation", {"poly"}); };
+    ParamSpec s = integer("degree", kMinDegree, kMaxDegree, "power p of the polynomial activation s^p");
+    s.applies = [](const json& cfg) { return activation_takes(cfg, &ActivationInfo::takes_degree); };
     s.default_value = fixed_default(1);
     v.push_back(std::move(s));
   }
@@ -142,9 +143,9 @@ std::vector<ParamSpec> make_specs() {
     ParamSpec s;
     s.name = "scale";
     s.type = ParamType::scale;
-    s.choices = {"none", "inv_sqrt_n", "inv_n"};
-    s.description = "factor c of poly and relu: 1, 1/sqrt(N), 1/N or a positive number";
-    s.applies = [](const json& cfg) { return string_is(cfg, "activation", {"poly", "relu"}); };
+    s.choices = scale_names();
+    s.description = "factor c of the activations that take one: 1, 1/sqrt(N), 1/N or a positive number";
+    s.applies = [](const json& cfg) { return activation_takes(cfg, &ActivationInfo::takes_scale); };
     s.default_value = fixed_default("none");
     v.push_back(std::move(s));
   }
@@ -572,6 +573,20 @@ double estimate_cost_s(const json& cfg) {
     return 3 * cfg.value("steps", 3000.0) * cfg.value("batch", 128.0) * n * per_token / 30e9 + 0.5 + data;
   }
   return 1.0;
+}
+
+json activation_registry_json() {
+  json acts = json::array(), scales = json::array(), specs = json::array();
+  for (const ActivationInfo& a : kActivations)
+    acts.push_back({{"name", a.name}, {"label", a.label}, {"formula", a.formula}, {"elementwise", a.elementwise},
+                    {"takes_degree", a.takes_degree}, {"takes_scale", a.takes_scale}, {"bias_log_n", a.bias_log_n},
+                    {"torch", a.torch}});
+  for (const ScaleInfo& s : kScales) scales.push_back({{"name", s.name}, {"label", s.label}});
+  for (const ActivationSpec& t : registry_test_specs()) {
+    json scale = t.scale == ScaleKind::value ? json(t.scale_value) : json(kScales[static_cast<size_t>(t.scale)].name);
+    specs.push_back({{"activation", activation_name(t.activation)}, {"degree", t.degree}, {"scale", scale}});
+  }
+  return {{"activations", acts}, {"scales", scales}, {"degree", {kMinDegree, kMaxDegree}}, {"test_specs", specs}};
 }
 
 }  // namespace attnsweep

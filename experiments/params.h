@@ -60,6 +60,12 @@ json canonical_value(const ParamSpec& spec, const json& value, std::string* prob
 // (distance <= max(1, word length / 3)); ties go to the earlier candidate.
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 
+// The activation registry (kernels/activation.h) as JSON, for `attnsweep activations
+// --json`, the report's labels and the Python tests: {"activations": [{name, label,
+// formula, elementwise, takes_degree, takes_scale, bias_log_n, torch}, ...], "scales":
+// [{name, label}], "degree": [min, max], "test_specs": [{activation, degree, scale}]}.
+json activation_registry_json();
+
 // Rough cost of a cell in seconds on one CPU slot: the scheduler's longest-first order.
 double estimate_cost_s(const json& effective_config);
 

@@ -7,11 +7,9 @@ namespace attnsweep {
 ActivationSpec activation_spec_of(const json& config) {
   ActivationSpec spec;
   const std::string act = config.value("activation", std::string("softmax"));
-  if (act == "softmax") spec.activation = Activation::softmax;
-  else if (act == "poly") spec.activation = Activation::poly;
-  else if (act == "relu") spec.activation = Activation::relu;
-  else if (act == "sigmoid") spec.activation = Activation::sigmoid;
-  else throw std::runtime_error("activation: unknown value \"" + act + "\"");
+  const std::optional<Activation> id = activation_from_name(act);
+  if (!id) throw std::runtime_error("activation: unknown value \"" + act + "\"");
+  spec.activation = *id;
   spec.degree = config.value("degree", 1);
   if (config.contains("scale")) {
     const json& s = config["scale"];
@@ -20,10 +18,9 @@ ActivationSpec activation_spec_of(const json& config) {
       spec.scale_value = s.get<double>();
     } else {
       const std::string name = s.get<std::string>();
-      if (name == "none") spec.scale = ScaleKind::none;
-      else if (name == "inv_sqrt_n") spec.scale = ScaleKind::inv_sqrt_n;
-      else if (name == "inv_n") spec.scale = ScaleKind::inv_n;
-      else throw std::runtime_error("scale: unknown value \"" + name + "\"");
+      const std::optional<ScaleKind> kind = scale_from_name(name);
+      if (!kind) throw std::runtime_error("scale: unknown value \"" + name + "\"");
+      spec.scale = *kind;
     }
   }
   return spec;

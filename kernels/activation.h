@@ -1,10 +1,25 @@
-// The attention activation family of science.md, written once: phi, phi' and the
-// per-row Frobenius-norm statistics. Used by the CPU kernels, the CUDA kernels and the
+// The attention activation family of science.md, written once: the registry of
+// activations (each one specialisation of Phi<A> below: its name, what it takes, phi,
+// phi' and a plain float64 reference), the scale c, the per-row Frobenius-norm
+// statistics, and the one dispatch from a run-time activation to compile-time code.
+// Used by the CPU kernels, the CUDA kernels, the grid validation, the commands and the
 // tests (the header compiles under nvcc as __host__ __device__).
+//
+// Adding an activation (docs/adding-an-activation.md): a value in `Activation` before
+// `count`, a `Phi<>` specialisation. Everything else (grid values, the `attention`
+// command, report labels, kernel instantiations, the tests' case lists) derives from it.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define ATTN_HD __host__ __device__ __forceinline__
@@ -14,42 +29,35 @@
 
 namespace attnsweep {
 
-enum class Activation : int32_t { softmax = 0, poly = 1, relu = 2, sigmoid = 3 };
-// Scale c of poly and relu: 1, 1/sqrt(N), 1/N, or a given number.
+// The ids are stored in no file (cells name activations by `name`), so the order is
+// free; `count` must stay last.
+enum class Activation : int32_t { softmax = 0, poly = 1, relu = 2, sigmoid = 3, count };
+constexpr int32_t kActivationCount = static_cast<int32_t>(Activation::count);
+
+// Scale c of the activations that take one: 1, 1/sqrt(N), 1/N, or a given number.
 enum class ScaleKind : int32_t { none = 0, inv_sqrt_n = 1, inv_n = 2, value = 3 };
+
+// Powers p of the activations that take a degree: the grid's and the command's range.
+constexpr int32_t kMinDegree = 1, kMaxDegree = 16;
+// Degrees the fused kernels specialise at compile time (1..kFixedDegrees); others read
+// the degree at run time.
+constexpr int32_t kFixedDegrees = 4;
 
 // What a user asks for: independent of the prompt length.
 struct ActivationSpec {
   Activation activation = Activation::softmax;
-  int32_t degree = 1;                    // poly only
-  ScaleKind scale = ScaleKind::none;     // poly and relu
-  double scale_value = 1.0;              // ScaleKind::value only
+  int32_t degree = 1;                 // activations that take a degree
+  ScaleKind scale = ScaleKind::none;  // activations that take a scale
+  double scale_value = 1.0;           // ScaleKind::value only
 };
 
 // The spec resolved for N attended keys: phi(s) = c * f(s + bias).
 struct PhiParams {
   Activation activation = Activation::softmax;
   int32_t degree = 1;
-  float c = 1.0f;     // poly, relu
-  float bias = 0.0f;  // sigmoid: -log N
+  float c = 1.0f;     // activations that take a scale
+  float bias = 0.0f;  // activations with bias_log_n: -log N
 };
-
-ATTN_HD PhiParams resolve_phi(const ActivationSpec& spec, int64_t n_keys) {
-  PhiParams p;
-  p.activation = spec.activation;
-  p.degree = spec.degree;
-  const double n = n_keys > 0 ? static_cast<double>(n_keys) : 1.0;
-  double c = 1.0;
-  switch (spec.scale) {
-    case ScaleKind::none: c = 1.0; break;
-    case ScaleKind::inv_sqrt_n: c = 1.0 / sqrt(n); break;
-    case ScaleKind::inv_n: c = 1.0 / n; break;
-    case ScaleKind::value: c = spec.scale_value; break;
-  }
-  if (spec.activation == Activation::poly || spec.activation == Activation::relu) p.c = static_cast<float>(c);
-  if (spec.activation == Activation::sigmoid) p.bias = static_cast<float>(-log(n));  // Apple's b = -log N
-  return p;
-}
 
 template <class T>
 ATTN_HD T ipow(T x, int32_t p) {
@@ -60,30 +68,6 @@ ATTN_HD T ipow(T x, int32_t p) {
     p >>= 1;
   }
   return r;
-}
-
-// Element-wise phi and phi' (softmax is row-wise and handled by its own code paths).
-template <class T>
-ATTN_HD T phi_elementwise(const PhiParams& p, T s) {
-  switch (p.activation) {
-    case Activation::poly: return T(p.c) * ipow(s, p.degree);
-    case Activation::relu: return s > T(0) ? T(p.c) * s : T(0);
-    case Activation::sigmoid: return T(1) / (T(1) + exp(-(s + T(p.bias))));
-    default: return T(0);
-  }
-}
-
-template <class T>
-ATTN_HD T dphi_elementwise(const PhiParams& p, T s) {
-  switch (p.activation) {
-    case Activation::poly: return T(p.c) * T(p.degree) * ipow(s, p.degree - 1);
-    case Activation::relu: return s > T(0) ? T(p.c) : T(0);
-    case Activation::sigmoid: {
-      const T y = T(1) / (T(1) + exp(-(s + T(p.bias))));
-      return y * (T(1) - y);
-    }
-    default: return T(0);
-  }
 }
 
 // ipow with the exponent fixed at compile time (square-and-multiply, the same products
@@ -101,37 +85,215 @@ ATTN_HD T ipow_fixed(T x) {
   }
 }
 
-// phi and phi' with the activation (and, for Deg > 0, the poly degree) fixed at compile
-// time, for fused kernels whose row loops must vectorise. Deg == 0 reads p.degree.
-// exp_fn lets a backend supply its own exp (the CPU kernel passes a vectorisable one).
-// The same math as phi_elementwise / dphi_elementwise; tests check that they agree.
+// s^p with p fixed at compile time (Deg > 0) or read from the parameters (Deg == 0).
+template <int32_t Deg, class T>
+ATTN_HD T power_of(const PhiParams& p, T s) {
+  if constexpr (Deg > 0) return ipow_fixed<Deg>(s);
+  else return ipow(s, p.degree);
+}
+
+// ---- the registry: one specialisation per activation --------------------------------
+// Each Phi<A> says what the activation is and takes:
+//   name         the grid's and the command line's value
+//   label        its name in figures
+//   formula      phi in words, for --help, the docs and the JSON Schema
+//   elementwise  phi acts on each score alone (softmax: on the row, with its own code)
+//   takes_degree, takes_scale, bias_log_n (phi(s) = f(s - log N))
+//   torch        the same phi as a PyTorch expression in s, c, b (bias) and p (degree),
+//                for the independent autograd test (tests/integration/attention_torch.py)
+// and, if elementwise, computes phi and phi' (Deg as in power_of; exp_fn lets a backend
+// supply its own exp) plus ref_phi / ref_dphi (s, c, p, b), a plain float64 reference
+// for the tests.
+template <Activation A>
+struct Phi;
+
+template <>
+struct Phi<Activation::softmax> {
+  static constexpr const char* name = "softmax";
+  static constexpr const char* label = "softmax";
+  static constexpr const char* formula = "exp(s_j) / sum_k exp(s_k) over the row";
+  static constexpr bool elementwise = false, takes_degree = false, takes_scale = false, bias_log_n = false;
+  static constexpr const char* torch = "torch.softmax(s, dim=-1)";
+};
+
+template <>
+struct Phi<Activation::poly> {
+  static constexpr const char* name = "poly";
+  static constexpr const char* label = "poly";
+  static constexpr const char* formula = "c * s^p";
+  static constexpr bool elementwise = true, takes_degree = true, takes_scale = true, bias_log_n = false;
+  static constexpr const char* torch = "c * s ** p";
+  template <int32_t Deg, class T, class ExpFn>
+  static ATTN_HD T phi(const PhiParams& p, T s, ExpFn) {
+    return T(p.c) * power_of<Deg>(p, s);
+  }
+  template <int32_t Deg, class T, class ExpFn>
+  static ATTN_HD T dphi(const PhiParams& p, T s, ExpFn) {
+    if constexpr (Deg > 0) return T(p.c) * T(Deg) * ipow_fixed<Deg - 1>(s);
+    else return T(p.c) * T(p.degree) * ipow(s, p.degree - 1);
+  }
+  static double ref_phi(double s, double c, int32_t p, double) { return c * std::pow(s, p); }
+  static double ref_dphi(double s, double c, int32_t p, double) { return c * p * std::pow(s, p - 1); }
+};
+
+template <>
+struct Phi<Activation::relu> {
+  static constexpr const char* name = "relu";
+  static constexpr const char* label = "ReLU";
+  static constexpr const char* formula = "c * max(s, 0)";
+  static constexpr bool elementwise = true, takes_degree = false, takes_scale = true, bias_log_n = false;
+  static constexpr const char* torch = "c * torch.relu(s)";
+  template <int32_t Deg, class T, class ExpFn>
+  static ATTN_HD T phi(const PhiParams& p, T s, ExpFn) {
+    return s > T(0) ? T(p.c) * s : T(0);
+  }
+  template <int32_t Deg, class T, class ExpFn>
+  static ATTN_HD T dphi(const PhiParams& p, T s, ExpFn) {
+    return s > T(0) ? T(p.c) : T(0);
+  }
+  static double ref_phi(double s, double c, int32_t, double) { return s > 0 ? c * s : 0.0; }
+  static double ref_dphi(double s, double c, int32_t, double) { return s > 0 ? c : 0.0; }
+};
+
+template <>
+struct Phi<Activation::sigmoid> {
+  static constexpr const char* name = "sigmoid";
+  static constexpr const char* label = "sigmoid";
+  static constexpr const char* formula = "1 / (1 + exp(-(s - log N)))";
+  static constexpr bool elementwise = true, takes_degree = false, takes_scale = false, bias_log_n = true;
+  static constexpr const char* torch = "torch.sigmoid(s + b)";
+  template <int32_t Deg, class T, class ExpFn>
+  static ATTN_HD T phi(const PhiParams& p, T s, ExpFn exp_fn) {
+    return T(1) / (T(1) + exp_fn(-(s + T(p.bias))));
+  }
+  template <int32_t Deg, class T, class ExpFn>
+  static ATTN_HD T dphi(const PhiParams& p, T s, ExpFn exp_fn) {
+    const T y = T(1) / (T(1) + exp_fn(-(s + T(p.bias))));
+    return y * (T(1) - y);
+  }
+  static double ref_phi(double s, double, int32_t, double b) { return 1.0 / (1.0 + std::exp(-(s + b))); }
+  static double ref_dphi(double s, double c, int32_t p, double b) {
+    const double y = ref_phi(s, c, p, b);
+    return y * (1.0 - y);
+  }
+};
+
+template <Activation A>
+using ActivationTag = std::integral_constant<Activation, A>;
+template <int32_t D>
+using DegreeTag = std::integral_constant<int32_t, D>;
+
+// The dispatch templates below are __host__ __device__ and call whatever f is: a host
+// lambda from host code (the CUDA launchers), a device one from kernels. nvcc checks the
+// call's execution space per instantiation only with this pragma (as CUTLASS does).
+#if defined(__CUDACC__)
+#define ATTN_HD_ANY_CALLEE _Pragma("nv_exec_check_disable")
+#else
+#define ATTN_HD_ANY_CALLEE
+#endif
+
+namespace detail {
+ATTN_HD_ANY_CALLEE
+template <class F, int32_t... I>
+ATTN_HD void visit_activation(Activation a, F& f, std::integer_sequence<int32_t, I...>) {
+  (void)((static_cast<int32_t>(a) == I ? (f(ActivationTag<static_cast<Activation>(I)>{}), true) : false) || ...);
+}
+
+template <class F>
+struct WithDegree {
+  const ActivationSpec& spec;
+  F& f;
+  ATTN_HD_ANY_CALLEE
+  template <Activation A>
+  ATTN_HD void operator()(ActivationTag<A> tag) const {
+    if constexpr (Phi<A>::takes_degree) {
+      static_assert(kFixedDegrees == 4, "WithDegree lists degrees 1..kFixedDegrees");
+      const int32_t d = spec.degree;
+      if (d == 1) f(tag, DegreeTag<1>{});
+      else if (d == 2) f(tag, DegreeTag<2>{});
+      else if (d == 3) f(tag, DegreeTag<3>{});
+      else if (d == 4) f(tag, DegreeTag<4>{});
+      else f(tag, DegreeTag<0>{});
+    } else {
+      f(tag, DegreeTag<0>{});
+    }
+  }
+};
+}  // namespace detail
+
+// f(ActivationTag<A>{}) for the run-time a: the one switch over activations.
+ATTN_HD_ANY_CALLEE
+template <class F>
+ATTN_HD void visit_activation(Activation a, F&& f) {
+  detail::visit_activation(a, f, std::make_integer_sequence<int32_t, kActivationCount>{});
+}
+
+// f(ActivationTag<A>{}, DegreeTag<Deg>{}) with the degree fixed at compile time for the
+// activations that take one and degrees 1..kFixedDegrees; Deg = 0: read at run time.
+// The dispatch every fused kernel instantiates through (CPU and CUDA).
+ATTN_HD_ANY_CALLEE
+template <class F>
+ATTN_HD void dispatch_activation(const ActivationSpec& spec, F&& f) {
+  detail::WithDegree<F> w{spec, f};
+  visit_activation(spec.activation, w);
+}
+
+ATTN_HD PhiParams resolve_phi(const ActivationSpec& spec, int64_t n_keys) {
+  PhiParams p;
+  p.activation = spec.activation;
+  p.degree = spec.degree;
+  const double n = n_keys > 0 ? static_cast<double>(n_keys) : 1.0;
+  double c = 1.0;
+  switch (spec.scale) {
+    case ScaleKind::none: c = 1.0; break;
+    case ScaleKind::inv_sqrt_n: c = 1.0 / sqrt(n); break;
+    case ScaleKind::inv_n: c = 1.0 / n; break;
+    case ScaleKind::value: c = spec.scale_value; break;
+  }
+  visit_activation(spec.activation, [&](auto tag) {
+    using P = Phi<decltype(tag)::value>;
+    if constexpr (P::takes_scale) p.c = static_cast<float>(c);
+    if constexpr (P::bias_log_n) p.bias = static_cast<float>(-log(n));  // Apple's b = -log N
+  });
+  return p;
+}
+
+// The exp of the run-time forms below (the kernels pass their own).
+struct StdExp {
+  template <class T>
+  ATTN_HD T operator()(T x) const {
+    return exp(x);
+  }
+};
+
+// phi and phi' with the activation (and, for Deg > 0, the degree) fixed at compile time,
+// for fused kernels whose row loops must vectorise. Row-wise activations (softmax) give 0:
+// their kernels have their own code.
 template <Activation A, int32_t Deg, class T, class ExpFn>
 ATTN_HD T phi_fixed(const PhiParams& p, T s, ExpFn exp_fn) {
-  if constexpr (A == Activation::poly) {
-    if constexpr (Deg > 0) return T(p.c) * ipow_fixed<Deg>(s);
-    else return T(p.c) * ipow(s, p.degree);
-  } else if constexpr (A == Activation::relu) {
-    return s > T(0) ? T(p.c) * s : T(0);
-  } else if constexpr (A == Activation::sigmoid) {
-    return T(1) / (T(1) + exp_fn(-(s + T(p.bias))));
-  } else {
-    return T(0);
-  }
+  if constexpr (Phi<A>::elementwise) return Phi<A>::template phi<Deg>(p, s, exp_fn);
+  else return T(0);
 }
 
 template <Activation A, int32_t Deg, class T, class ExpFn>
 ATTN_HD T dphi_fixed(const PhiParams& p, T s, ExpFn exp_fn) {
-  if constexpr (A == Activation::poly) {
-    if constexpr (Deg > 0) return T(p.c) * T(Deg) * ipow_fixed<Deg - 1>(s);
-    else return T(p.c) * T(p.degree) * ipow(s, p.degree - 1);
-  } else if constexpr (A == Activation::relu) {
-    return s > T(0) ? T(p.c) : T(0);
-  } else if constexpr (A == Activation::sigmoid) {
-    const T y = T(1) / (T(1) + exp_fn(-(s + T(p.bias))));
-    return y * (T(1) - y);
-  } else {
-    return T(0);
-  }
+  if constexpr (Phi<A>::elementwise) return Phi<A>::template dphi<Deg>(p, s, exp_fn);
+  else return T(0);
+}
+
+// The same with the activation read at run time (p.activation).
+template <class T>
+ATTN_HD T phi_elementwise(const PhiParams& p, T s) {
+  T r = T(0);
+  visit_activation(p.activation, [&](auto tag) { r = phi_fixed<decltype(tag)::value, 0>(p, s, StdExp{}); });
+  return r;
+}
+
+template <class T>
+ATTN_HD T dphi_elementwise(const PhiParams& p, T s) {
+  T r = T(0);
+  visit_activation(p.activation, [&](auto tag) { r = dphi_fixed<decltype(tag)::value, 0>(p, s, StdExp{}); });
+  return r;
 }
 
 // Squared Frobenius norms of one row of phi(S) and of its Jacobian block.
@@ -176,6 +338,118 @@ ATTN_HD RowNormSq row_norms(const PhiParams& p, const T* s, int64_t n) {
     r.jac += g * g;
   }
   return r;
+}
+
+// ---- the registry as data, for the host: validation, commands, labels, tests --------
+
+struct ActivationInfo {
+  Activation id = Activation::softmax;
+  const char* name = "";
+  const char* label = "";
+  const char* formula = "";
+  bool elementwise = false, takes_degree = false, takes_scale = false, bias_log_n = false;
+  const char* torch = "";
+  // Plain float64 phi and phi' (elementwise only) of (s, c, degree, bias b = -log N).
+  double (*ref_phi)(double, double, int32_t, double) = nullptr;
+  double (*ref_dphi)(double, double, int32_t, double) = nullptr;
+};
+
+namespace detail {
+template <Activation A>
+constexpr ActivationInfo info_of() {
+  using P = Phi<A>;
+  ActivationInfo i;
+  i.id = A;
+  i.name = P::name;
+  i.label = P::label;
+  i.formula = P::formula;
+  i.elementwise = P::elementwise;
+  i.takes_degree = P::takes_degree;
+  i.takes_scale = P::takes_scale;
+  i.bias_log_n = P::bias_log_n;
+  i.torch = P::torch;
+  if constexpr (P::elementwise) {
+    i.ref_phi = &P::ref_phi;
+    i.ref_dphi = &P::ref_dphi;
+  }
+  return i;
+}
+template <int32_t... I>
+constexpr std::array<ActivationInfo, sizeof...(I)> make_registry(std::integer_sequence<int32_t, I...>) {
+  return {info_of<static_cast<Activation>(I)>()...};
+}
+}  // namespace detail
+
+// Every activation, in id order (kActivations[i].id == i).
+inline constexpr std::array<ActivationInfo, kActivationCount> kActivations =
+    detail::make_registry(std::make_integer_sequence<int32_t, kActivationCount>{});
+static_assert(kActivations.size() == static_cast<size_t>(kActivationCount), "one registry row per activation");
+
+inline const ActivationInfo& activation_info(Activation a) { return kActivations[static_cast<size_t>(a)]; }
+inline const char* activation_name(Activation a) { return activation_info(a).name; }
+
+inline std::optional<Activation> activation_from_name(std::string_view name) {
+  for (const ActivationInfo& i : kActivations)
+    if (name == i.name) return i.id;
+  return std::nullopt;
+}
+
+inline std::vector<std::string> activation_names() {
+  std::vector<std::string> v;
+  for (const ActivationInfo& i : kActivations) v.emplace_back(i.name);
+  return v;
+}
+
+// The named scales (a number is the fourth kind).
+struct ScaleInfo {
+  ScaleKind id;
+  const char* name;
+  const char* label;  // in figures
+};
+inline constexpr std::array<ScaleInfo, 3> kScales = {
+    {{ScaleKind::none, "none", ""}, {ScaleKind::inv_sqrt_n, "inv_sqrt_n", "/√N"}, {ScaleKind::inv_n, "inv_n", "/N"}}};
+
+inline std::optional<ScaleKind> scale_from_name(std::string_view name) {
+  for (const ScaleInfo& s : kScales)
+    if (name == s.name) return s.id;
+  return std::nullopt;
+}
+
+inline std::vector<std::string> scale_names() {
+  std::vector<std::string> v;
+  for (const ScaleInfo& s : kScales) v.emplace_back(s.name);
+  return v;
+}
+
+// "poly3_inv_sqrt_n", "relu2_c250m", "softmax": a spec as one token, for test names.
+inline std::string spec_token(const ActivationSpec& a) {
+  const ActivationInfo& i = activation_info(a.activation);
+  std::string s = i.name;
+  if (i.takes_degree) s += std::to_string(a.degree);
+  if (i.takes_scale) {
+    if (a.scale == ScaleKind::value) s += "_c" + std::to_string(static_cast<long>(std::lround(a.scale_value * 1000))) + "m";
+    else s += std::string("_") + kScales[static_cast<size_t>(a.scale)].name;
+  }
+  return s;
+}
+
+// The registry's test cases: every activation; degrees 1..3 for those that take one;
+// every scale kind (the number 0.25) for those that take one. Tests that cover "every
+// activation" iterate over this list, so a new activation is tested without edits.
+inline std::vector<ActivationSpec> registry_test_specs() {
+  std::vector<ActivationSpec> v;
+  for (const ActivationInfo& i : kActivations) {
+    const int32_t max_degree = i.takes_degree ? 3 : 1;
+    for (int32_t p = 1; p <= max_degree; ++p) {
+      if (!i.takes_scale) {
+        v.push_back({i.id, p, ScaleKind::none, 1.0});
+        continue;
+      }
+      for (ScaleKind s : {ScaleKind::none, ScaleKind::inv_sqrt_n, ScaleKind::inv_n, ScaleKind::value})
+        v.push_back({i.id, p, s, 0.25});
+    }
+  }
+  return v;
 }
 
 }  // namespace attnsweep

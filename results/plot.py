@@ -3,7 +3,7 @@
 # DIR/report.html, one self-contained page (figures as base64 PNG). Compiled into the
 # attnsweep binary (results/CMakeLists.txt) and written to a temporary file at run time.
 #
-# usage: plot.py DIR VERSION
+# usage: plot.py DIR VERSION REGISTRY_JSON
 # Prints "figures: N" (the number of <img> on the page) and the page's path.
 # Exit codes: 0 written, 2 bad input (no aggregate.h5 ...), 3 a Python module is missing.
 import base64
@@ -27,8 +27,21 @@ except ImportError as e:  # the caller names the Debian packages
     sys.exit(3)
 
 FIXED = {"cell_id", "status", "device", "wall_seconds", "diverged_at_step"}
-ACT_NAMES = {"softmax": "softmax", "relu": "ReLU", "sigmoid": "sigmoid", "linear": "linear", "poly": "poly"}
-SCALE_NAMES = {"none": "", "inv_sqrt_n": "/√N", "inv_n": "/N"}
+# Labels and order of the activations and scales: the registry (kernels/activation.h),
+# handed over by `attnsweep report` as JSON in argv[3] (`attnsweep activations --json`).
+ACT_NAMES, ACT_RANK, SCALE_NAMES, SCALE_RANK, TAKES_DEGREE = {}, {}, {}, {}, set()
+
+
+def set_registry(reg):
+    for i, a in enumerate(reg["activations"]):
+        ACT_NAMES[a["name"]] = a["label"]
+        ACT_RANK[a["name"]] = i
+        if a["takes_degree"]:
+            TAKES_DEGREE.add(a["name"])
+    for i, s in enumerate(reg["scales"]):
+        SCALE_NAMES[s["name"]] = s["label"]
+        SCALE_RANK[s["name"]] = i
+
 SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 plt.rcParams.update({
@@ -122,8 +135,8 @@ class Groups:
     def sort_key(g):
         d = dict(g)
         act = d.get("activation", "")
-        rank = {"softmax": 0, "linear": 1, "poly": 2, "relu": 3, "sigmoid": 4}.get(act, 5)
-        return (rank, d.get("degree", ""), {"none": 0, "inv_sqrt_n": 1, "inv_n": 2}.get(d.get("scale", ""), 3), g)
+        rank = ACT_RANK.get(act, len(ACT_RANK))
+        return (rank, d.get("degree", ""), SCALE_RANK.get(d.get("scale", ""), len(SCALE_RANK)), g)
 
     @staticmethod
     def pretty(g):
@@ -133,7 +146,7 @@ class Groups:
         deg = d.pop("degree", None)
         scale = d.pop("scale", None)
         if act is not None:
-            if act == "poly":
+            if act in TAKES_DEGREE:  # s^p
                 name = "s" + (deg.translate(SUPERSCRIPT) if deg not in (None, "nan", "") else "ᵖ")
             else:
                 name = ACT_NAMES.get(act, act)
@@ -483,9 +496,10 @@ footer { color:var(--muted); font-size:12px; padding:18px 0 30px; border-top:1px
 
 
 def main():
-    if len(sys.argv) != 3:
-        die("usage: plot.py DIR VERSION")
+    if len(sys.argv) != 4:
+        die("usage: plot.py DIR VERSION REGISTRY_JSON")
     dirname, version = sys.argv[1], sys.argv[2]
+    set_registry(json.loads(sys.argv[3]))
     data = load(dirname)
     manifest = read_json(os.path.join(dirname, "manifest.json"))
     status = read_json(os.path.join(dirname, "status.json"))

@@ -430,23 +430,11 @@ void backward_impl(const AttentionSpec& spec, const AttentionShape& sh, const fl
   }
 }
 
-// Calls f.template operator()<A, Deg>() with the activation (and poly degrees 1..4) as
-// compile-time constants; Deg = 0 means the degree is read at run time.
+// Calls f.template operator()<A, Deg>() through the registry's dispatch
+// (kernels/activation.h: Deg = 0 means the degree is read at run time).
 template <class F>
-void dispatch_activation(const ActivationSpec& act, F&& f) {
-  switch (act.activation) {
-    case Activation::softmax: f.template operator()<Activation::softmax, 0>(); return;
-    case Activation::relu: f.template operator()<Activation::relu, 0>(); return;
-    case Activation::sigmoid: f.template operator()<Activation::sigmoid, 0>(); return;
-    case Activation::poly:
-      switch (act.degree) {
-        case 1: f.template operator()<Activation::poly, 1>(); return;
-        case 2: f.template operator()<Activation::poly, 2>(); return;
-        case 3: f.template operator()<Activation::poly, 3>(); return;
-        case 4: f.template operator()<Activation::poly, 4>(); return;
-        default: f.template operator()<Activation::poly, 0>(); return;
-      }
-  }
+void dispatch_phi(const ActivationSpec& act, F&& f) {
+  dispatch_activation(act, [&](auto a, auto deg) { f.template operator()<decltype(a)::value, decltype(deg)::value>(); });
 }
 
 // ---- packed small-head self-attention (AVX-512) ---------------------------------------
@@ -928,7 +916,7 @@ void attention_forward_cpu(const AttentionSpec& spec, const AttentionShape& shap
     }
     return;
   }
-  dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
+  dispatch_phi(spec.act, [&]<Activation A, int32_t Deg>() {
     forward_impl<A, Deg>(spec, shape, Q, K, V, key_mask, O, lse, attn_fro, jac_fro);
   });
 }
@@ -944,7 +932,7 @@ void attention_backward_cpu(const AttentionSpec& spec, const AttentionShape& sha
     zero(dV, BH * shape.Nk * shape.dv);
     return;
   }
-  dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
+  dispatch_phi(spec.act, [&]<Activation A, int32_t Deg>() {
     backward_impl<A, Deg>(spec, shape, Q, K, V, key_mask, O, dO, lse, dQ, dK, dV);
   });
 }
@@ -960,7 +948,7 @@ bool attention_packed_cpu_usable(const AttentionSpec& spec, const AttentionShape
 
 void attention_forward_packed_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv, float* O,
                                   float* lse, double* attn_fro, double* jac_fro) {
-  dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
+  dispatch_phi(spec.act, [&]<Activation A, int32_t Deg>() {
     packed::forward_packed_impl<A, Deg>(spec, shape, qkv, O, lse, attn_fro, jac_fro);
   });
 }
@@ -968,14 +956,14 @@ void attention_forward_packed_cpu(const AttentionSpec& spec, const AttentionShap
 void attention_forward_packed_samples_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
                                           float* O, float* lse, double* attn_fro, double* jac_fro, int64_t b0,
                                           int64_t b1) {
-  dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
+  dispatch_phi(spec.act, [&]<Activation A, int32_t Deg>() {
     packed::forward_packed_samples<A, Deg>(spec, shape, qkv, O, lse, attn_fro, jac_fro, b0, b1);
   });
 }
 
 void attention_backward_packed_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
                                    const float* O, const float* dO, const float* lse, float* dqkv) {
-  dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
+  dispatch_phi(spec.act, [&]<Activation A, int32_t Deg>() {
     packed::backward_packed_impl<A, Deg>(spec, shape, qkv, O, dO, lse, dqkv);
   });
 }
@@ -983,7 +971,7 @@ void attention_backward_packed_cpu(const AttentionSpec& spec, const AttentionSha
 void attention_backward_packed_samples_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
                                            const float* O, const float* dO, const float* lse, float* dqkv, int64_t b0,
                                            int64_t b1) {
-  dispatch_activation(spec.act, [&]<Activation A, int32_t Deg>() {
+  dispatch_phi(spec.act, [&]<Activation A, int32_t Deg>() {
     packed::backward_packed_samples<A, Deg>(spec, shape, qkv, O, dO, lse, dqkv, b0, b1);
   });
 }

@@ -48,14 +48,12 @@ __device__ __forceinline__ float half_warp_max(float v) {
 }
 
 template <Activation A>
-__device__ __forceinline__ float phi_t(PhiParams p, float s) {
-  p.activation = A;  // compile-time constant: the switch of activation.h folds away
-  return phi_elementwise<float>(p, s);
+__device__ __forceinline__ float phi_t(const PhiParams& p, float s) {
+  return phi_fixed<A, 0>(p, s, StdExp{});
 }
 template <Activation A>
-__device__ __forceinline__ float dphi_t(PhiParams p, float s) {
-  p.activation = A;
-  return dphi_elementwise<float>(p, s);
+__device__ __forceinline__ float dphi_t(const PhiParams& p, float s) {
+  return dphi_fixed<A, 0>(p, s, StdExp{});
 }
 
 // rows x D tile from global (row stride D) into shared memory (row stride LD), zero
@@ -534,12 +532,7 @@ void dispatch(Activation act, int64_t d, CudaDType dtype, F&& f) {
       default: throw std::logic_error("attention (CUDA fused): unsupported head dimension");
     }
   };
-  switch (act) {
-    case Activation::softmax: with_d(std::integral_constant<Activation, Activation::softmax>{}); break;
-    case Activation::poly: with_d(std::integral_constant<Activation, Activation::poly>{}); break;
-    case Activation::relu: with_d(std::integral_constant<Activation, Activation::relu>{}); break;
-    case Activation::sigmoid: with_d(std::integral_constant<Activation, Activation::sigmoid>{}); break;
-  }
+  visit_activation(act, with_d);
 }
 
 template <class Kernel, class Args>

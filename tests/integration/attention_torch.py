@@ -1,9 +1,14 @@
 """`attnsweep attention` against PyTorch autograd (float64), for every activation.
 
+The activations, their test cases and each phi as a PyTorch expression come from the
+registry (`attnsweep activations --json`, kernels/activation.h); torch's autograd gives
+the derivatives, independently of our phi'.
+
 Writes random q, k, v, do (+ key_mask) to HDF5, runs the binary ($ATTNSWEEP), and
 compares o, dq, dk, dv, attn_fro, jac_fro with torch's forward and autograd backward.
 Then checks that bad inputs exit 2 with a message naming the file and dataset.
 Run with Debian's /usr/bin/python3 (torch 1.13, h5py). Exit 0 = all passed."""
+import json
 import math
 import os
 import subprocess
@@ -18,11 +23,11 @@ torch.set_default_dtype(torch.float64)
 BIN = os.environ.get("ATTNSWEEP", "attnsweep")
 DEVICE = os.environ.get("ATTNSWEEP_DEVICE", "cpu")
 
-ACTIVATIONS = (
-    [("softmax", 1, "none")]
-    + [("poly", p, s) for p in (1, 2, 3) for s in ("none", "inv_sqrt_n", "inv_n", "0.25")]
-    + [("relu", 1, "none"), ("relu", 1, "inv_n"), ("sigmoid", 1, "none")]
-)
+REGISTRY = json.loads(subprocess.run([BIN, "activations", "--json"], capture_output=True, text=True,
+                                     check=True).stdout)
+PHI = {a["name"]: a for a in REGISTRY["activations"]}
+ACTIVATIONS = [(t["activation"], t["degree"], str(t["scale"])) for t in REGISTRY["test_specs"]]
+assert set(a for a, _, _ in ACTIVATIONS) == set(PHI), "every registry activation has a test case"
 
 # (B, H, Nq, Nk, d, dv, with key_mask, causal, file dtype)
 SHAPES = [
@@ -49,36 +54,34 @@ def reference(act, degree, scale, q, k, v, do, mask, causal):
     n = vis.sum(-1, keepdim=True).to(torch.float64)  # keys each row attends
     n_safe = n.clamp(min=1)
     empty = n == 0
-    if act == "softmax":
-        p = torch.softmax(s.masked_fill(~vis, -math.inf), dim=-1)
+    c = {"none": torch.ones_like(n_safe), "inv_sqrt_n": 1 / n_safe.sqrt(), "inv_n": 1 / n_safe}.get(scale)
+    if c is None:
+        c = torch.full_like(n_safe, float(scale))
+    info = PHI[act]
+    env = {"torch": torch, "p": degree, "c": c if info["takes_scale"] else torch.ones_like(n_safe),
+           "b": -torch.log(n_safe) if info["bias_log_n"] else torch.zeros_like(n_safe)}
+    phi = lambda x: eval(info["torch"], env, {"s": x})  # noqa: E731 (the registry's expression)
+    if not info["elementwise"]:  # row-wise (softmax): masked keys take no part
+        p = phi(s.masked_fill(~vis, -math.inf))
         p = torch.where(empty, torch.zeros_like(p), p)
     else:
-        c = {"none": torch.ones_like(n_safe), "inv_sqrt_n": 1 / n_safe.sqrt(), "inv_n": 1 / n_safe}.get(scale)
-        if c is None:
-            c = torch.full_like(n_safe, float(scale))
-        if act == "poly":
-            f = c * s ** degree
-        elif act == "relu":
-            f = c * torch.relu(s)
-        else:
-            f = torch.sigmoid(s - torch.log(n_safe))
-        p = torch.where(vis, f, torch.zeros_like(f))
+        p = torch.where(vis, phi(s), torch.zeros_like(s))
     o = p @ v
     o.backward(do)
     attn = (p.detach() ** 2).sum((-1, -2)).sqrt()
-    if act == "softmax":
-        pd = p.detach()
-        p2, p3 = (pd ** 2).sum(-1), (pd ** 3).sum(-1)
-        jac = (p2 - 2 * p3 + p2 ** 2).sum(-1).sqrt()
+    if not info["elementwise"]:
+        # The row's Jacobian by autograd, one query row at a time: ||J||_F^2 = sum_k ||d p_k / d s||^2.
+        sd = s.detach().masked_fill(~vis, -math.inf)
+        jac2 = torch.zeros(B, H, dtype=torch.float64)
+        for k_ in range(Nk):
+            x = sd.clone().requires_grad_(True)
+            pk = torch.where(empty, torch.zeros_like(x), phi(x))[..., k_]
+            (g,) = torch.autograd.grad(pk.sum(), x)
+            jac2 += (torch.where(vis, g, torch.zeros_like(g)) ** 2).sum((-1, -2))
+        jac = jac2.sqrt()
     else:
         sd = s.detach().clone().requires_grad_(True)
-        if act == "poly":
-            fs = c * sd ** degree
-        elif act == "relu":
-            fs = c * torch.relu(sd)
-        else:
-            fs = torch.sigmoid(sd - torch.log(n_safe))
-        (g,) = torch.autograd.grad(fs.sum(), sd)  # element-wise: the diagonal Jacobian
+        (g,) = torch.autograd.grad(phi(sd).sum(), sd)  # element-wise: the diagonal Jacobian
         jac = (torch.where(vis, g, torch.zeros_like(g)) ** 2).sum((-1, -2)).sqrt()
     return {"o": o.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad, "attn_fro": attn, "jac_fro": jac}
 

@@ -59,33 +59,20 @@ TEST(Activation, ElementwiseMatchesDirectSums) {
   const int64_t n = 37;
   std::vector<double> s(n);
   for (double& x : s) x = nd(rng);
-  struct Case {
-    Activation a;
-    int degree;
-    ScaleKind sc;
-  };
-  for (const Case c : {Case{Activation::poly, 1, ScaleKind::none}, Case{Activation::poly, 3, ScaleKind::inv_sqrt_n},
-                       Case{Activation::poly, 2, ScaleKind::inv_n}, Case{Activation::relu, 1, ScaleKind::inv_n},
-                       Case{Activation::sigmoid, 1, ScaleKind::none}}) {
-    const PhiParams p = params(c.a, c.degree, c.sc, n);
+  // Every element-wise activation of the registry, against its plain float64 reference.
+  for (const ActivationSpec& spec : registry_test_specs()) {
+    const ActivationInfo& info = activation_info(spec.activation);
+    if (!info.elementwise) continue;
+    const PhiParams p = resolve_phi(spec, n);
     double attn = 0, jac = 0;
     for (double x : s) {
-      double f = 0, g = 0;
-      const double cc = p.c;
-      switch (c.a) {
-        case Activation::poly: f = cc * std::pow(x, c.degree), g = cc * c.degree * std::pow(x, c.degree - 1); break;
-        case Activation::relu: f = x > 0 ? cc * x : 0, g = x > 0 ? cc : 0; break;
-        default: {
-          const double y = 1 / (1 + std::exp(-(x + double(p.bias))));  // b = -log N, resolved in float
-          f = y, g = y * (1 - y);
-        }
-      }
+      const double f = info.ref_phi(x, p.c, p.degree, p.bias), g = info.ref_dphi(x, p.c, p.degree, p.bias);
       attn += f * f;
       jac += g * g;
     }
     const RowNormSq r = row_norms(p, s.data(), n);
-    EXPECT_NEAR(r.attn, attn, 1e-12 * std::max(1.0, attn)) << "activation " << int(c.a) << " degree " << c.degree;
-    EXPECT_NEAR(r.jac, jac, 1e-12 * std::max(1.0, jac)) << "activation " << int(c.a) << " degree " << c.degree;
+    EXPECT_NEAR(r.attn, attn, 1e-12 * std::max(1.0, attn)) << spec_token(spec);
+    EXPECT_NEAR(r.jac, jac, 1e-12 * std::max(1.0, jac)) << spec_token(spec);
   }
 }
 

@@ -32,27 +32,16 @@ double ref_scale_c(const ActivationSpec& a, int64_t n) {
   return 1.0;
 }
 
+// The registry's plain float64 phi and phi' (kernels/activation.h: ref_phi / ref_dphi,
+// written with std::pow and std::exp, apart from the kernels' forms).
 double ref_phi(const ActivationSpec& a, double s, int64_t n) {
-  const double c = ref_scale_c(a, n);
-  switch (a.activation) {
-    case Activation::poly: return c * std::pow(s, a.degree);
-    case Activation::relu: return s > 0 ? c * s : 0.0;
-    case Activation::sigmoid: return 1.0 / (1.0 + std::exp(-(s - std::log(static_cast<double>(n)))));
-    default: return 0.0;
-  }
+  const ActivationInfo& info = activation_info(a.activation);
+  return info.ref_phi ? info.ref_phi(s, ref_scale_c(a, n), a.degree, -std::log(static_cast<double>(n))) : 0.0;
 }
 
 double ref_dphi(const ActivationSpec& a, double s, int64_t n) {
-  const double c = ref_scale_c(a, n);
-  switch (a.activation) {
-    case Activation::poly: return c * a.degree * std::pow(s, a.degree - 1);
-    case Activation::relu: return s > 0 ? c : 0.0;
-    case Activation::sigmoid: {
-      const double y = 1.0 / (1.0 + std::exp(-(s - std::log(static_cast<double>(n)))));
-      return y * (1.0 - y);
-    }
-    default: return 0.0;
-  }
+  const ActivationInfo& info = activation_info(a.activation);
+  return info.ref_dphi ? info.ref_dphi(s, ref_scale_c(a, n), a.degree, -std::log(static_cast<double>(n))) : 0.0;
 }
 
 struct Ref {
@@ -149,34 +138,10 @@ Ref reference(const AttentionSpec& spec, const AttentionShape& sh, const std::ve
 
 // ---- cases ----------------------------------------------------------------------------
 
-std::string act_name(const ActivationSpec& a) {
-  std::ostringstream o;
-  switch (a.activation) {
-    case Activation::softmax: return "softmax";
-    case Activation::sigmoid: return "sigmoid";
-    case Activation::poly: o << "poly" << a.degree; break;
-    case Activation::relu: o << "relu"; break;
-  }
-  switch (a.scale) {
-    case ScaleKind::none: o << "_none"; break;
-    case ScaleKind::inv_sqrt_n: o << "_inv_sqrt_n"; break;
-    case ScaleKind::inv_n: o << "_inv_n"; break;
-    case ScaleKind::value: o << "_c" << static_cast<int>(std::lround(a.scale_value * 1000)) << "m"; break;
-  }
-  return o.str();
-}
+std::string act_name(const ActivationSpec& a) { return spec_token(a); }
 
-std::vector<ActivationSpec> all_activations() {
-  std::vector<ActivationSpec> v;
-  v.push_back({Activation::softmax, 1, ScaleKind::none, 1.0});
-  for (int p = 1; p <= 3; ++p)
-    for (ScaleKind s : {ScaleKind::none, ScaleKind::inv_sqrt_n, ScaleKind::inv_n, ScaleKind::value})
-      v.push_back({Activation::poly, p, s, 0.25});
-  v.push_back({Activation::relu, 1, ScaleKind::none, 1.0});
-  v.push_back({Activation::relu, 1, ScaleKind::inv_n, 1.0});
-  v.push_back({Activation::sigmoid, 1, ScaleKind::none, 1.0});
-  return v;
-}
+// Every activation of the registry, with its degrees and scales.
+std::vector<ActivationSpec> all_activations() { return registry_test_specs(); }
 
 struct ShapeCase {
   AttentionShape sh;
@@ -509,24 +474,20 @@ TEST(Activation, FixedFormsMatchRuntime) {
     if (a.activation == Activation::softmax) continue;
     const PhiParams p = resolve_phi(a, 37);
     for (double s = -3.0; s <= 3.0; s += 0.37) {
+      // The kernels' compile-time forms, through the dispatch they instantiate through.
       double f = 0, g = 0;
-      switch (a.activation) {
-        case Activation::poly:
-          if (a.degree == 1) f = phi_fixed<Activation::poly, 1>(p, s, ex), g = dphi_fixed<Activation::poly, 1>(p, s, ex);
-          if (a.degree == 2) f = phi_fixed<Activation::poly, 2>(p, s, ex), g = dphi_fixed<Activation::poly, 2>(p, s, ex);
-          if (a.degree == 3) f = phi_fixed<Activation::poly, 3>(p, s, ex), g = dphi_fixed<Activation::poly, 3>(p, s, ex);
-          EXPECT_DOUBLE_EQ((phi_fixed<Activation::poly, 0>(p, s, ex)), phi_elementwise(p, s));
-          break;
-        case Activation::relu:
-          f = phi_fixed<Activation::relu, 0>(p, s, ex), g = dphi_fixed<Activation::relu, 0>(p, s, ex);
-          break;
-        case Activation::sigmoid:
-          f = phi_fixed<Activation::sigmoid, 0>(p, s, ex), g = dphi_fixed<Activation::sigmoid, 0>(p, s, ex);
-          break;
-        default: break;
-      }
+      dispatch_activation(a, [&](auto tag, auto deg) {
+        constexpr Activation A = decltype(tag)::value;
+        constexpr int32_t Deg = decltype(deg)::value;
+        f = phi_fixed<A, Deg>(p, s, ex), g = dphi_fixed<A, Deg>(p, s, ex);
+        EXPECT_DOUBLE_EQ((phi_fixed<A, 0>(p, s, ex)), phi_elementwise(p, s)) << act_name(a);
+      });
       EXPECT_DOUBLE_EQ(f, phi_elementwise(p, s)) << act_name(a) << " s=" << s;
       EXPECT_DOUBLE_EQ(g, dphi_elementwise(p, s)) << act_name(a) << " s=" << s;
+      // ... and the registry's plain float64 reference, given the same (float) c and bias.
+      const ActivationInfo& info = activation_info(a.activation);
+      EXPECT_NEAR(f, info.ref_phi(s, p.c, a.degree, p.bias), 1e-12 * (1 + std::abs(f))) << act_name(a) << " s=" << s;
+      EXPECT_NEAR(g, info.ref_dphi(s, p.c, a.degree, p.bias), 1e-12 * (1 + std::abs(g))) << act_name(a) << " s=" << s;
     }
   }
 }

@@ -365,25 +365,12 @@ TEST_P(AttentionCuda, RefAndFusedMatchCpu) {
   }
 }
 
+// The registry's activations with their scales (kernels/activation.h), degrees 1 and 3.
 std::vector<std::pair<std::string, ActivationSpec>> activations() {
-  auto spec = [](Activation a, int32_t degree, ScaleKind s, double v = 1.0) {
-    ActivationSpec r;
-    r.activation = a;
-    r.degree = degree;
-    r.scale = s;
-    r.scale_value = v;
-    return r;
-  };
-  return {
-      {"softmax", spec(Activation::softmax, 1, ScaleKind::none)},
-      {"poly3_inv_sqrt_n", spec(Activation::poly, 3, ScaleKind::inv_sqrt_n)},
-      {"poly3_none", spec(Activation::poly, 3, ScaleKind::none)},
-      {"poly1_inv_n", spec(Activation::poly, 1, ScaleKind::inv_n)},
-      {"poly2_value", spec(Activation::poly, 2, ScaleKind::value, 1.0 / 14.0)},
-      {"relu_inv_n", spec(Activation::relu, 1, ScaleKind::inv_n)},
-      {"relu_none", spec(Activation::relu, 1, ScaleKind::none)},
-      {"sigmoid", spec(Activation::sigmoid, 1, ScaleKind::none)},
-  };
+  std::vector<std::pair<std::string, ActivationSpec>> v;
+  for (const ActivationSpec& a : registry_test_specs())
+    if (a.degree != 2) v.emplace_back(spec_token(a), a);
+  return v;
 }
 
 std::vector<Case> all_cases() {

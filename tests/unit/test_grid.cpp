@@ -11,6 +11,7 @@
 
 #include "coordinator/grid.h"
 #include "experiments/params.h"
+#include "kernels/activation.h"
 
 namespace attnsweep {
 namespace {
@@ -401,11 +402,13 @@ TEST(GridErrors, AllProblemsReportedTogether) {
     "resources": {"retries": -1, "gpus": 2},
     "descripton": "typo"
   })");
+  std::string registry_names;  // the registry's activations, in its order
+  for (const std::string& a : activation_names()) registry_names += (registry_names.empty() ? "" : ", ") + a;
   const std::vector<std::string> expected = {
       "grid.json: descripton: unknown key (did you mean \"description\"?)",
       "grid.json: axes.activaton: unknown key (did you mean \"activation\"?)",
-      "grid.json: axes.activation[1]: unknown value \"softmx\" (did you mean \"softmax\"?); expected one of softmax, "
-      "poly, relu, sigmoid",
+      "grid.json: axes.activation[1]: unknown value \"softmx\" (did you mean \"softmax\"?); expected one of " +
+          registry_names,
       "grid.json: axes.degree[1]: expected an integer in 1..16, got \"two\"",
       "grid.json: axes.degree[2]: expected an integer in 1..16, got 2.5",
       "grid.json: fixed.sead: unknown key (did you mean \"seed\"?)",
