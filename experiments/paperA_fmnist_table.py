@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The README's paper A Fashion-MNIST tables from an aggregated sweep.
+"""The paper A Fashion-MNIST tables of docs/results-paperA.md from an aggregated sweep.
 
 usage: /usr/bin/python3 experiments/paperA_fmnist_table.py DIR [--n 49]
 DIR is an `attnsweep run` + `attnsweep aggregate` directory of paperA_fmnist (or its

@@ -2,7 +2,7 @@
 # The tests: install, build with warnings as errors, run every unit and integration
 # test (CUDA tests report SKIPPED without a GPU); then the reliability stage: the unit
 # and fault tests again under ASan+UBSan (build-asan/), and a short fuzz run
-# (tests/fuzz/run.sh; README "Reliability").
+# (tests/fuzz/run.sh; docs/reliability.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

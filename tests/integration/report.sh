@@ -4,7 +4,7 @@
 # writes cells in the trained schema) each become one self-contained report.html;
 # headless Chromium renders the pages, and the screenshots must not be blank and must
 # show as many <img> as the script made figures. Bad files in runs/ are skipped and
-# listed; a second aggregate rereads nothing; the loading snippet of results/README.md
+# listed; a second aggregate rereads nothing; the loading snippet of docs/results-schema.md
 # (contract.md's h5py/pandas one, extended) runs on an aggregate; a Python without
 # matplotlib gives exit 2 naming the Debian packages.
 # SKIPPED (77) only when Chromium is missing and cannot be installed.
@@ -134,11 +134,11 @@ PY
 check "screenshot of the trained page" screenshot "$WORK/im/report.html" "$WORK/im.png"
 check "trained screenshot is not blank" not_blank "$WORK/im.png"
 
-# The loading snippet of results/README.md (contract.md's, extended) on this aggregate.
+# The loading snippet of docs/results-schema.md (contract.md's, extended) on this aggregate.
 $PY -c "import pandas" 2>/dev/null || fail "pandas is missing for $PY (Debian: python3-pandas; scripts/deps.sh installs it)"
 awk '/^## Loading/ { on = 1 } on && /^```python/ { grab = 1; next } grab && /^```/ { exit } grab { print }' \
-  "$SRC/results/README.md" | sed "s#DIR/#$WORK/im/#g" > snippet.py
-check "the loading snippet was found in results/README.md" grep -q "pd.DataFrame" snippet.py
+  "$SRC/docs/results-schema.md" | sed "s#DIR/#$WORK/im/#g" > snippet.py
+check "the loading snippet was found in docs/results-schema.md" grep -q "pd.DataFrame" snippet.py
 cat >> snippet.py <<'EOF'
 assert len(cells) == 8 and {"cell_id", "activation", "prompt_length", "seed", "test_accuracy"} <= set(cells.columns), cells.columns
 assert loss.shape == (8, 9), loss.shape

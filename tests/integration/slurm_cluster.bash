@@ -1,5 +1,5 @@
 # A real one-node Slurm (munge + slurmctld + slurmd, CPUs only) for the tests, as
-# ../shared/slurm-notes.md describes: scratch state, non-default ports, no systemd,
+# docs/slurm.md ("Tested here") describes: scratch state, non-default ports, no systemd,
 # no cgroups. Sourced after lib.bash. start_cluster / stop_cluster; stop runs on EXIT.
 SLURM_SCRATCH=$WORK/slurm
 start_cluster() {

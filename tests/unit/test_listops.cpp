@@ -243,7 +243,7 @@ TEST(Pde, ParameterDefaultsAndErrors) {
 namespace attnsweep {
 namespace {
 
-// The example grids load, and make the cells the README describes.
+// The example grids load, and make the cells docs/results-paperA.md describes.
 TEST(ListOpsPdeGrids, LoadWithTheirCellCounts) {
   const std::string dir = std::string(ATTNSWEEP_SOURCE_DIR) + "/experiments/grids/";
   const std::pair<const char*, size_t> grids[] = {{"lra_listops", 27},     {"lra_listops_small", 2},
