@@ -31,7 +31,7 @@ namespace attnsweep {
 
 // The ids are stored in no file (cells name activations by `name`), so the order is
 // free; `count` must stay last.
-enum class Activation : int32_t { softmax = 0, poly = 1, relu = 2, sigmoid = 3, count };
+enum class Activation : int32_t { softmax = 0, poly = 1, relu = 2, sigmoid = 3, relu2 = 4, count };
 constexpr int32_t kActivationCount = static_cast<int32_t>(Activation::count);
 
 // Scale c of the activations that take one: 1, 1/sqrt(N), 1/N, or a given number.
@@ -176,6 +176,25 @@ struct Phi<Activation::sigmoid> {
     const double y = ref_phi(s, c, p, b);
     return y * (1.0 - y);
   }
+};
+
+template <>
+struct Phi<Activation::relu2> {
+  static constexpr const char* name = "relu2";
+  static constexpr const char* label = "ReLU²";
+  static constexpr const char* formula = "c * max(s, 0)^2";
+  static constexpr bool elementwise = true, takes_degree = false, takes_scale = true, bias_log_n = false;
+  static constexpr const char* torch = "c * torch.relu(s) ** 2";
+  template <int32_t Deg, class T, class ExpFn>
+  static ATTN_HD T phi(const PhiParams& p, T s, ExpFn) {
+    return s > T(0) ? T(p.c) * (s * s) : T(0);
+  }
+  template <int32_t Deg, class T, class ExpFn>
+  static ATTN_HD T dphi(const PhiParams& p, T s, ExpFn) {
+    return s > T(0) ? T(2) * T(p.c) * s : T(0);
+  }
+  static double ref_phi(double s, double c, int32_t, double) { return s > 0 ? c * s * s : 0.0; }
+  static double ref_dphi(double s, double c, int32_t, double) { return s > 0 ? 2.0 * c * s : 0.0; }
 };
 
 template <Activation A>
