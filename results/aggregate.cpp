@@ -1,5 +1,7 @@
 #include "results/aggregate.h"
 
+#include <boost/math/distributions/students_t.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -504,53 +506,11 @@ void write_fits(h5::File& f, const std::vector<Fit>& fits) {
   g.write_dataset<int64_t>("n_max", shape, ints([](const Fit& x) { return x.n_max; }), "largest prompt_length used");
 }
 
-// Regularised incomplete beta I_x(a, b) by its continued fraction (Numerical Recipes 6.4).
-double incomplete_beta(double a, double b, double x) {
-  if (x <= 0) return 0;
-  if (x >= 1) return 1;
-  auto cf = [](double a, double b, double x) {
-    const double tiny = 1e-300;
-    double c = 1, d = 1 - (a + b) * x / (a + 1);
-    d = 1 / (std::abs(d) < tiny ? tiny : d);
-    double h = d;
-    for (int m = 1; m <= 300; ++m) {
-      double aa = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m));
-      d = 1 + aa * d;
-      c = 1 + aa / c;
-      d = 1 / (std::abs(d) < tiny ? tiny : d);
-      c = std::abs(c) < tiny ? tiny : c;
-      h *= d * c;
-      aa = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1));
-      d = 1 + aa * d;
-      c = 1 + aa / c;
-      d = 1 / (std::abs(d) < tiny ? tiny : d);
-      c = std::abs(c) < tiny ? tiny : c;
-      double del = d * c;
-      h *= del;
-      if (std::abs(del - 1) < 1e-15) break;
-    }
-    return h;
-  };
-  const double front =
-      std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x));
-  if (x < (a + 1) / (a + b + 2)) return front * cf(a, b, x) / a;
-  return 1 - front * cf(b, a, 1 - x) / b;
-}
-
 }  // namespace
 
 double student_t_quantile(double p, double dof) {
   if (!(p > 0 && p < 1) || !(dof > 0)) return kNaN;
-  if (p < 0.5) return -student_t_quantile(1 - p, dof);
-  // P(T > t) = I_{dof/(dof+t²)}(dof/2, 1/2) / 2; bisect on t (monotone).
-  const double tail = 1 - p;
-  double lo = 0, hi = 1;
-  while (incomplete_beta(dof / 2, 0.5, dof / (dof + hi * hi)) / 2 > tail) hi *= 2;
-  for (int i = 0; i < 200 && hi - lo > 1e-14 * hi; ++i) {
-    double mid = (lo + hi) / 2;
-    (incomplete_beta(dof / 2, 0.5, dof / (dof + mid * mid)) / 2 > tail ? lo : hi) = mid;
-  }
-  return (lo + hi) / 2;
+  return boost::math::quantile(boost::math::students_t_distribution<double>(dof), p);
 }
 
 Fit fit_loglog(const std::vector<double>& x, const std::vector<double>& y) {
