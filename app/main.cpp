@@ -51,6 +51,7 @@ const char* kUsage =
     "  report DIR                        DIR/report.html: figures, final metrics, counts\n"
     "  attention IN.h5 --out OUT.h5 ...  one attention forward + backward, for checking numerics\n"
     "  activations [--json]              the attention activations phi and what each takes\n"
+    "  schema                            the grid format as a JSON Schema (draft 2020-12), for editors\n"
     "\n"
     "exit codes: 0 finished, 1 cells failed, 2 bad usage or input, 75 interrupted (resumable)\n";
 
@@ -181,6 +182,18 @@ int cmd_activations(int argc, char** argv) {
   }
   std::printf("scales: none, inv_sqrt_n (1/sqrt(N)), inv_n (1/N) or a positive number; degrees %d..%d\n", kMinDegree,
               kMaxDegree);
+  return kExitOk;
+}
+
+int cmd_schema(int argc, char** argv) {
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help");
+  po::positional_options_description pos;
+  po::variables_map vm;
+  if (!parse("schema", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm, "attnsweep schema   (prints the grid format's JSON Schema; docs/grid-schema.json)", desc))
+    return kExitOk;
+  std::cout << grid_json_schema().dump(2) << "\n";
   return kExitOk;
 }
 
@@ -439,11 +452,12 @@ int main(int argc, char** argv) {
     if (cmd == "attention") return cmd_attention(argc - 1, argv + 1);
     if (cmd == "report") return cmd_report(argc - 1, argv + 1);
     if (cmd == "activations") return cmd_activations(argc - 1, argv + 1);
+    if (cmd == "schema") return cmd_schema(argc - 1, argv + 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnsweep %s: %s\n", cmd.c_str(), e.what());
     return 1;
   }
-  const std::string s = closest_match(cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit", "report", "activations"});
+  const std::string s = closest_match(cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit", "report", "activations", "schema"});
   std::fprintf(stderr, "attnsweep: %s: unknown command%s (see attnsweep --help)\n", cmd.c_str(),
                s.empty() ? "" : (" (did you mean \"" + s + "\"?)").c_str());
   return kExitUsage;

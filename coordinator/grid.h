@@ -54,4 +54,12 @@ std::string cell_id(const json& config);
 
 std::string sha256_hex(const std::string& data);
 
+// The grid format as a JSON Schema (draft 2020-12), generated from the parameter table
+// (experiments/params.cpp), the activation registry and the resources: every key with
+// its type, range and allowed values; unknown keys are errors. `attnsweep schema`
+// prints it; docs/grid-schema.json is its output. Cross-key rules (a prompt length a
+// task cannot make, which keys apply to which task: said in each key's description)
+// are left to `attnsweep plan`.
+json grid_json_schema();
+
 }  // namespace attnsweep
