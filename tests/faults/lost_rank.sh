@@ -1,17 +1,19 @@
 # A rank that stops answering or dies under `mpirun -np 4` (docs/lost-ranks.md).
 #   1. SIGSTOP of rank 2 mid-sweep: rank 0 declares it lost after --rank-timeout-s of
-#      silence, hands its cell to the others, every cell completes, and mpirun exits 75
-#      naming the rank and its host; events.jsonl, status.json and `attnsweep status`
-#      show the lost rank; the rerun has nothing left to do.
+#      silence, hands its cell to the others; SIGCONT then wakes it, and the result it
+#      sends late is ignored; every cell completes once, and mpirun exits 75 naming the
+#      rank and its host; events.jsonl, status.json and `attnsweep status` show the lost
+#      rank; the rerun has nothing left to do.
 #   2. SIGKILL of rank 2: Open MPI 4.1's mpirun aborts the whole job (exit 137); the
 #      rerun completes the rest. The cells lost to the abort are counted and printed.
 # No cell is counted twice, and every file under runs/ is a valid result, in both.
 source "$(dirname "$0")/../integration/lib.bash"
 command -v mpirun >/dev/null || fail "mpirun not found (openmpi-bin)"
-CELLS=40
 TIMEOUT=5  # --rank-timeout-s: heartbeats every 0.625 s
-$PY -c "import json; json.dump({'name': 'lost-rank', 'axes': {'task': ['synthetic'], 'seed': list(range($CELLS))},
-                                'fixed': {'seconds': 0.5}}, open('grid.json', 'w'))"
+grid() {  # grid FILE CELLS: that many cells of 0.5 s
+  $PY -c "import json; json.dump({'name': 'lost-rank', 'axes': {'task': ['synthetic'], 'seed': list(range($2))},
+                                  'fixed': {'seconds': 0.5}}, open('$1', 'w'))"
+}
 validate() {  # every file under runs/ is a valid, complete result
   $PY - "$1" <<'PY'
 import glob, sys, h5py
@@ -31,10 +33,13 @@ rank_pid() {
   done
 }
 # start_and_signal DIR SIGNAL: starts the sweep, waits for 8 results, signals rank 2.
+# A watchdog kills mpirun after 90 s (a rank 0 that never notices would wait for ever).
 start_and_signal() {
   mpirun -np 4 "$ATTNSWEEP" run grid.json --out "$1" --workers 1 --rank-timeout-s $TIMEOUT \
     >"$1.stdout" 2>"$1.stderr" &
   MPIRUN=$!
+  (sleep 90; kill -KILL $MPIRUN 2>/dev/null) >/dev/null 2>&1 &
+  WATCHDOG=$!
   for _ in $(seq 300); do
     [ "$(ls "$1"/runs/*.h5 2>/dev/null | wc -l)" -ge 8 ] && break
     sleep 0.1
@@ -43,6 +48,9 @@ start_and_signal() {
   test -n "$VICTIM" || fail "no rank 2 under mpirun $MPIRUN"
   kill -"$2" "$VICTIM"
   echo "SIG$2 to rank 2 (pid $VICTIM) with $(ls "$1"/runs/*.h5 | wc -l) of $CELLS cells done"
+}
+stop_watchdog() {  # the watchdog and its sleep
+  kill $(pgrep -P $WATCHDOG) $WATCHDOG 2>/dev/null || true
 }
 # finished_once DIR: every cell finished exactly once over all runs into DIR.
 finished_once() {
@@ -56,11 +64,19 @@ PY
 }
 
 # ---- 1. SIGSTOP: noticed, its cell reassigned, the run finishes and exits 75 -----------
+CELLS=72
+grid grid.json $CELLS
 start_and_signal stop STOP
+# Once rank 0 has declared it lost, wake it: what it sends now comes too late.
+for _ in $(seq 600); do
+  grep -q '"rank_lost"' stop/events.jsonl && break
+  sleep 0.1
+done
+kill -CONT "$VICTIM"
 set +e; wait $MPIRUN; RC=$?; set -e
-ERR=$(cat stop.stderr)
-echo "$ERR" | grep attnsweep | tail -3
-kill -CONT "$VICTIM" 2>/dev/null || true
+stop_watchdog
+kill -KILL "$VICTIM" 2>/dev/null || true
+grep attnsweep stop.stderr | tail -3
 check "mpirun exits 75 after losing a rank (got $RC)" test "$RC" = 75
 check "the message names rank 2 and its host" grep -q "rank 2 on host $(hostname) was lost" stop.stderr
 check "every cell completed, each finished once, rank 2 lost after $TIMEOUT s of silence" \
@@ -80,6 +96,11 @@ fin = collections.Counter(e["cell_id"] for e in ev if e["event"] == "finished")
 assert len(fin) == n and max(fin.values()) == 1, (len(fin), fin.most_common(1))
 for c in re:  # a reassigned cell finished on another rank
     assert [e["rank"] for e in ev if e["event"] == "finished" and e["cell_id"] == c] != [2], c
+# Woken by SIGCONT, rank 2 reports the cell it held: ignored, not counted.
+late = [e for e in ev[at:] if e["event"] == "ignored_result"]
+print("late results ignored:", [(e["cell_id"], e["rank"], e["reason"]) for e in late])
+if lost[0]["cells"]:
+    assert [e["cell_id"] for e in late if e["rank"] == 2] == lost[0]["cells"], late
 end = [e for e in ev if e["event"] == "sweep_finished"][-1]
 assert end["exit_code"] == 75 and end["complete"] == n and [l["rank"] for l in end["lost_ranks"]] == [2], end
 print(f"rank 2 lost after {lost[0]['silent_s']:.1f} s of silence; reassigned: {re}")
@@ -98,9 +119,12 @@ check "the rerun has nothing left to start" test "$(count_events stop started)" 
 check "$CELLS result files" test "$(ls stop/runs/*.h5 | wc -l)" = $CELLS
 
 # ---- 2. SIGKILL: mpirun aborts the job; the rerun completes the rest ---------------------
+CELLS=40
+grid grid.json $CELLS
 t0=$(date +%s.%N)
 start_and_signal kill KILL
 set +e; wait $MPIRUN; RC=$?; set -e
+stop_watchdog
 t1=$(date +%s.%N)
 echo "mpirun exit code after SIGKILL of a rank: $RC"
 check "mpirun does not exit 0 when a rank is killed (got $RC)" test "$RC" != 0
