@@ -10,9 +10,11 @@
 source "$(dirname "$0")/../integration/lib.bash"
 command -v mpirun >/dev/null || fail "mpirun not found (openmpi-bin)"
 TIMEOUT=5  # --rank-timeout-s: heartbeats every 0.625 s
-grid() {  # grid FILE CELLS: that many cells of 0.5 s
+grid() {  # grid FILE CELLS LONG: that many cells of 0.5 s, and LONG more of 6.5 s
   $PY -c "import json; json.dump({'name': 'lost-rank', 'axes': {'task': ['synthetic'], 'seed': list(range($2))},
-                                  'fixed': {'seconds': 0.5}}, open('$1', 'w'))"
+                                  'fixed': {'seconds': 0.5},
+                                  'include': [{'task': 'synthetic', 'seed': 1000 + i, 'seconds': 6.5}
+                                              for i in range($3)]}, open('$1', 'w'))"
 }
 validate() {  # every file under runs/ is a valid, complete result
   $PY - "$1" <<'PY'
@@ -64,12 +66,19 @@ PY
 }
 
 # ---- 1. SIGSTOP: noticed, its cell reassigned, the run finishes and exits 75 -----------
-CELLS=72
-grid grid.json $CELLS
+# Three cells longer than the rank timeout: a healthy rank running one stays alive
+# (its heartbeat thread speaks while its main loop has nothing to say).
+CELLS=51
+grid grid.json 48 3
 start_and_signal stop STOP
-# Once rank 0 has declared it lost, wake it: what it sends now comes too late.
+# Once rank 0 has declared it lost, and the child it was waiting for has ended, wake
+# it: the result it then sends comes too late.
 for _ in $(seq 600); do
   grep -q '"rank_lost"' stop/events.jsonl && break
+  sleep 0.1
+done
+for _ in $(seq 100); do
+  test -z "$(ps -o stat= --ppid "$VICTIM" | grep -v Z || true)" && break
   sleep 0.1
 done
 kill -CONT "$VICTIM"
@@ -85,7 +94,7 @@ import collections, json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 n, timeout = int(sys.argv[2]), float(sys.argv[3])
 lost = [e for e in ev if e["event"] == "rank_lost"]
-assert len(lost) == 1 and lost[0]["rank"] == 2, lost
+assert len(lost) == 1 and lost[0]["rank"] == 2, lost  # only rank 2: none of the healthy ones
 # The liveness timeout itself, with a generous margin above it (a loaded machine).
 assert timeout <= lost[0]["silent_s"] < timeout + 30, lost[0]
 at = ev.index(lost[0])
@@ -120,7 +129,7 @@ check "$CELLS result files" test "$(ls stop/runs/*.h5 | wc -l)" = $CELLS
 
 # ---- 2. SIGKILL: mpirun aborts the job; the rerun completes the rest ---------------------
 CELLS=40
-grid grid.json $CELLS
+grid grid.json $CELLS 0
 t0=$(date +%s.%N)
 start_and_signal kill KILL
 set +e; wait $MPIRUN; RC=$?; set -e
