@@ -553,6 +553,14 @@ class Coordinator {
     lost_ranks_.push_back({{"rank", l.rank}, {"host", host}, {"silent_s", l.silent_s}, {"at", iso_utc_now()},
                            {"cells_reassigned", ids}});
     requests_[static_cast<size_t>(l.rank)] = 0;
+    // Should it wake (SIGCONT), it stops its children and waits in MPI_Finalize like the
+    // others instead of running on: Open MPI 4.1's mpirun then ends the job cleanly on
+    // rank 0's exit (with the lost rank still busy, it crashed with 139 in 1 of 6 runs).
+    // Small: sent at once, even to a stopped process.
+    if (!shutdown_sent_[static_cast<size_t>(l.rank)]) {
+      mpi_send(l.rank, kTagShutdown, json::object());
+      shutdown_sent_[static_cast<size_t>(l.rank)] = true;
+    }
     for (size_t i : l.cells) {
       sched_.on_result(i, Outcome::interrupted, now, "rank lost");
       rd_.append_event({{"event", "reassigned"}, {"cell_id", grid_.cells[i].id}, {"rank", l.rank}, {"host", host},
@@ -748,6 +756,8 @@ std::vector<std::pair<size_t, CellState>> prepare_dir(const Grid& grid, const Ru
 
   // Temporaries of a run that was killed (we hold the lock: no writer is alive).
   remove_stale_temporaries(rd.dir() + "/runs");
+  // Half-written checkpoints too (a killed or lost rank's); a complete one is resumed.
+  remove_stale_temporaries(rd.dir() + "/checkpoints");
   std::vector<std::pair<size_t, CellState>> finished;
   for (size_t i = 0; i < grid.cells.size(); ++i) {
     const Cell& c = grid.cells[i];

@@ -3,7 +3,8 @@
 #      silence, hands its cell to the others; SIGCONT then wakes it, and the result it
 #      sends late is ignored; every cell completes once, and mpirun exits 75 naming the
 #      rank and its host; events.jsonl, status.json and `attnsweep status` show the lost
-#      rank; the rerun has nothing left to do.
+#      rank; the rerun has nothing left to do, and removes what a rank killed mid-write
+#      leaves (a temporary result, a half-written checkpoint).
 #   2. SIGKILL of rank 2: Open MPI 4.1's mpirun aborts the whole job (exit 137); the
 #      rerun completes the rest. The cells lost to the abort are counted and printed.
 # No cell is counted twice, and every file under runs/ is a valid result, in both.
@@ -122,8 +123,14 @@ check "attnsweep status shows the lost rank" grep -q "lost rank 2 on host $(host
 sleep 1
 check "no process of the first run is left" test -z "$(pgrep -f "$ATTNSWEEP (run|train)" || true)"
 check "every file under runs/ is valid" validate stop
+# What a rank killed mid-write leaves: a temporary result and a half-written checkpoint.
+cells=(stop/cells/*.json); id=$(basename "${cells[0]}" .json)
+echo partial > stop/runs/$id.h5.tmp.999999
+echo partial > stop/checkpoints/$id.ckpt.tmp.999999
 run_rc mpirun -np 4 "$ATTNSWEEP" run grid.json --out stop --workers 1 --rank-timeout-s $TIMEOUT
 check "the rerun exits 0 (got $RC)" test "$RC" = 0
+check "the rerun removed the temporary result and checkpoint" \
+  test ! -e stop/runs/$id.h5.tmp.999999 -a ! -e stop/checkpoints/$id.ckpt.tmp.999999
 check "the rerun has nothing left to start" test "$(count_events stop started)" = 0
 check "$CELLS result files" test "$(ls stop/runs/*.h5 | wc -l)" = $CELLS
 
