@@ -199,7 +199,8 @@ Resources read_resources(const ordered_json& obj, Problems& problems) {
   Resources r;
   if (!obj.is_object()) {
     problems.add("resources",
-                 "expected an object with gpus_per_cell, timeout_s, retries, rank_timeout_s, got " + describe_value(to_plain(obj)));
+                 "expected an object with gpus_per_cell, timeout_s, retries, rank_timeout_s, got " +
+                     describe_value(to_plain(obj)));
     return r;
   }
   std::vector<std::string> known;

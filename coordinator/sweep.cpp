@@ -896,7 +896,8 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
       code = worker_loop(local, rank, 0);
     } else {
       if (rank == 1)
-        std::fprintf(stderr, "attnsweep: MPI gives no MPI_THREAD_MULTIPLE: heartbeats come from the ranks' main loops\n");
+        std::fprintf(stderr,
+                     "attnsweep: MPI gives no MPI_THREAD_MULTIPLE: heartbeats come from the ranks' main loops\n");
       code = worker_loop(local, rank, every);
     }
     return finish(code);
