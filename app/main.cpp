@@ -208,6 +208,9 @@ int cmd_run(int argc, char** argv) {
       "threads", po::value(&opt.threads), "threads per cell (default: cores / slots)")(
       "retries", po::value(&opt.retries), "retries of a failed cell (default: the grid's resources.retries, else 2)")(
       "timeout-s", po::value(&opt.timeout_s), "kill an attempt after this many seconds (default: the grid's, else none)")(
+      "rank-timeout-s", po::value(&opt.rank_timeout_s),
+      "under mpirun/srun: a rank silent this long (no heartbeat) is lost, its cells go to other ranks and the run "
+      "exits 75 at the end (default: the grid's resources.rank_timeout_s, else 180; at least 1)")(
       "backoff-s", po::value(&opt.backoff_s)->default_value(2.0), "delay before the first retry, doubling after")(
       "progress-every-s", po::value(&opt.progress_every_s)->default_value(30.0),
       "seconds between progress lines when stderr is not a terminal")(
@@ -229,6 +232,10 @@ int cmd_run(int argc, char** argv) {
   if (vm.count("retries") && !in_range("run", "--retries", opt.retries, 0, kMaxRetries)) return kExitUsage;
   if (vm.count("timeout-s") && !(std::isfinite(opt.timeout_s) && opt.timeout_s > 0)) {
     std::fprintf(stderr, "attnsweep run: --timeout-s: expected a number > 0, got %g\n", opt.timeout_s);
+    return kExitUsage;
+  }
+  if (vm.count("rank-timeout-s") && !(std::isfinite(opt.rank_timeout_s) && opt.rank_timeout_s >= 1)) {
+    std::fprintf(stderr, "attnsweep run: --rank-timeout-s: expected a number >= 1, got %g\n", opt.rank_timeout_s);
     return kExitUsage;
   }
   if (!(std::isfinite(opt.backoff_s) && opt.backoff_s >= 0)) {

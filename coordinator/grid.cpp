@@ -185,10 +185,12 @@ std::optional<json> resolve(const Values& values, const std::string& missing_pre
 // Grid-level settings, validated with the same machinery as cell parameters.
 const std::vector<ParamSpec>& resource_specs() {
   static const std::vector<ParamSpec> specs = [] {
-    std::vector<ParamSpec> v(3);
+    std::vector<ParamSpec> v(4);
     v[0].name = "gpus_per_cell", v[0].type = ParamType::integer, v[0].min = 1, v[0].max = 1024;
     v[1].name = "timeout_s", v[1].type = ParamType::number, v[1].min = 0;
     v[2].name = "retries", v[2].type = ParamType::integer, v[2].min = 0, v[2].max = 100;
+    // At least 1 s: a rank sends a heartbeat every rank_timeout_s / 8 (liveness.h).
+    v[3].name = "rank_timeout_s", v[3].type = ParamType::number, v[3].min = 1;
     return v;
   }();
   return specs;
@@ -198,7 +200,8 @@ Resources read_resources(const ordered_json& obj, Problems& problems) {
   Resources r;
   if (!obj.is_object()) {
     problems.add("resources",
-                 "expected an object with gpus_per_cell, timeout_s, retries, got " + describe_value(to_plain(obj)));
+                 "expected an object with gpus_per_cell, timeout_s, retries, rank_timeout_s, got " +
+                     describe_value(to_plain(obj)));
     return r;
   }
   std::vector<std::string> known;
@@ -222,6 +225,7 @@ Resources read_resources(const ordered_json& obj, Problems& problems) {
     if (key == "gpus_per_cell") r.gpus_per_cell = v.get<int>();
     if (key == "timeout_s") r.timeout_s = v.get<double>();
     if (key == "retries") r.retries = v.get<int>();
+    if (key == "rank_timeout_s") r.rank_timeout_s = v.get<double>();
   }
   return r;
 }

@@ -23,6 +23,7 @@ struct Resources {
   int gpus_per_cell = 1;
   double timeout_s = 0;   // 0: no timeout
   int retries = -1;       // -1: not given in the grid (the CLI default applies)
+  double rank_timeout_s = 0;  // 0: not given (the CLI's, else 180 s): a rank silent this long is lost
 };
 
 struct Cell {

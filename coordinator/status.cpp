@@ -96,7 +96,8 @@ int print_status(const std::string& dir, bool as_json) {
               {"pending", pending},
               {"rate_cells_per_s", st.value("rate_cells_per_s", 0.0)},
               {"eta_s", active && st.contains("eta_s") ? st["eta_s"] : json(nullptr)},
-              {"failed_cells", failed}};
+              {"failed_cells", failed},
+              {"lost_ranks", st.contains("lost_ranks") ? st["lost_ranks"] : json::array()}};
   if (as_json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -109,6 +110,12 @@ int print_status(const std::string& dir, bool as_json) {
     std::printf("  %.2f cells/s, ETA %s\n", out["rate_cells_per_s"].get<double>(),
                 eta.is_number() ? (std::to_string(std::lround(eta.get<double>())) + " s").c_str() : "?");
   }
+  // Ranks the last run stopped hearing from (heartbeats, docs/lost-ranks.md).
+  for (const json& l : out["lost_ranks"])
+    std::printf("  lost rank %d on host %s: silent for %.1f s, %zu cell%s reassigned\n", l.value("rank", -1),
+                l.value("host", std::string("?")).c_str(), l.value("silent_s", 0.0),
+                l.value("cells_reassigned", json::array()).size(),
+                l.value("cells_reassigned", json::array()).size() == 1 ? "" : "s");
   for (const json& f : failed) {
     const std::string id = f.value("cell_id", "");
     std::printf("  failed %s: %s\n", id.c_str(), f.value("reason", "").c_str());

@@ -20,6 +20,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "coordinator/heartbeat.h"
+#include "coordinator/liveness.h"
 #include "coordinator/messages.h"
 #include "coordinator/process.h"
 #include "coordinator/rundir.h"
@@ -359,11 +361,17 @@ RankSetup setup_rank(const RunOptions& opt) {
 class Coordinator {
  public:
   Coordinator(const Grid& grid, const RunOptions& opt, RunDir& rd, int world, LocalSlots& local, int retries,
-              double timeout_s)
+              double timeout_s, double rank_timeout_s, std::vector<std::string> hosts)
       : grid_(grid), opt_(opt), rd_(rd), world_(world), local_(local),
         sched_(costs(grid), SchedulerConfig{retries, opt.backoff_s, 60.0}, slots_of(grid)), timeout_s_(timeout_s),
-        requests_(static_cast<size_t>(world), 0), shutdown_sent_(static_cast<size_t>(world), false),
-        bye_(static_cast<size_t>(world), false), tty_(::isatty(2) != 0) {}
+        live_(world, rank_timeout_s, now_s()), hosts_(std::move(hosts)), requests_(static_cast<size_t>(world), 0),
+        shutdown_sent_(static_cast<size_t>(world), false), bye_(static_cast<size_t>(world), false),
+        tty_(::isatty(2) != 0) {
+    hosts_.resize(static_cast<size_t>(world), "?");
+  }
+
+  // True when a rank was lost: run_sweep then must not wait for it in MPI_Finalize.
+  bool lost_a_rank() const { return live_.any_lost(); }
 
   void mark_finished(size_t i, CellState s) {
     sched_.mark_finished(i, s);
@@ -373,6 +381,7 @@ class Coordinator {
   int run() {
     t0_ = now_s();
     last_line_ = t0_;
+    live_ = Liveness(world_, live_.timeout_s(), t0_);
     rd_.append_event({{"event", "sweep_started"}, {"grid", grid_.name}, {"cells", grid_.cells.size()},
                       {"already_done", resumed_}, {"ranks", world_}, {"host", hostname()}, {"pid", ::getpid()}});
     bool stopping = false, finishing = false;
@@ -388,7 +397,10 @@ class Coordinator {
         shutdown_all();
       }
       for (const AttemptResult& r : local_.poll(now)) handle(r, now);
-      if (world_ > 1) drain_messages(now, stopping || finishing);
+      if (world_ > 1) {
+        drain_messages(now, stopping || finishing);
+        for (const LostRank& l : live_.check(now)) on_rank_lost(l, now);
+      }
       if (!stopping && !finishing) assign(now);
       if (!stopping && !finishing && sched_.all_terminal()) {
         finishing = true;
@@ -404,15 +416,25 @@ class Coordinator {
       wait_for_event(wait);
     }
     const bool interrupted = stopping && !sched_.all_terminal();
-    const int code = interrupted ? 75 : (sched_.count(CellState::failed) > 0 ? 1 : 0);
-    report(now_s(), true, interrupted ? "interrupted" : "finished");
+    // A lost rank may still hold a child writing a result, and the job must requeue to
+    // confirm every cell: resumable, whatever the cells did.
+    const bool lost = live_.any_lost();
+    const int code = interrupted || lost ? 75 : (sched_.count(CellState::failed) > 0 ? 1 : 0);
+    report(now_s(), true, interrupted ? "interrupted" : lost ? "lost_ranks" : "finished");
+    for (const json& l : lost_ranks_)
+      std::fprintf(stderr,
+                   "attnsweep: rank %d on host %s was lost (silent for %.1f s, --rank-timeout-s %g); its cells were "
+                   "reassigned; exiting 75 (resumable) so that the job requeues: a rerun checks every cell\n",
+                   l["rank"].get<int>(), l["host"].get<std::string>().c_str(), l["silent_s"].get<double>(),
+                   live_.timeout_s());
     rd_.append_event({{"event", "sweep_finished"},
                       {"complete", sched_.count(CellState::complete)},
                       {"diverged", sched_.count(CellState::diverged)},
                       {"failed", sched_.count(CellState::failed)},
                       {"pending", sched_.count(CellState::pending)},
                       {"exit_code", code},
-                      {"signal", stop_signal}});
+                      {"signal", stop_signal},
+                      {"lost_ranks", lost_ranks_}});
     return code;
   }
 
@@ -453,13 +475,14 @@ class Coordinator {
       if (auto fail = local_.launch(a, now)) handle(*fail, now);
     }
     for (int r = 1; r < world_; ++r) {
-      while (requests_[r] > 0 && !shutdown_sent_[r]) {
+      while (requests_[r] > 0 && !shutdown_sent_[r] && !live_.lost(r)) {
         const auto i = sched_.next(now, requests_[r]);
         if (!i) break;
         const Assignment a = next_assignment(*i);
         started(a, r);
         mpi_send(r, kTagAssign, {{"index", a.index}, {"id", a.id}, {"attempt", a.attempt}, {"timeout_s", a.timeout_s},
                                  {"slots", a.slots}});
+        live_.assigned(r, a.index, a.attempt);
         requests_[r] -= a.slots;
       }
     }
@@ -467,12 +490,27 @@ class Coordinator {
 
   void drain_messages(double now, bool stopping) {
     while (auto m = mpi_poll(MPI_ANY_SOURCE)) {
+      // Whatever a lost rank says later is ignored: its cells went to other ranks.
+      const bool alive = live_.heard(m->source, now);
       switch (m->tag) {
+        case kTagHeartbeat: break;
         case kTagRequest:
-          if (!stopping) ++requests_[m->source];
+          if (!stopping && alive) ++requests_[m->source];
           break;
-        case kTagResult: handle(result_from_json(m->payload), now); break;
+        case kTagResult: {
+          const AttemptResult r = result_from_json(m->payload);
+          if (live_.take_result(m->source, r.index, r.attempt)) {
+            handle(r, now);
+          } else {
+            rd_.append_event({{"event", "ignored_result"}, {"cell_id", r.id}, {"attempt", r.attempt},
+                              {"rank", m->source}, {"host", hosts_[m->source]}, {"outcome", outcome_name(r.outcome)},
+                              {"reason", alive ? "not an attempt this rank holds" : "the rank was lost"}});
+          }
+          break;
+        }
         case kTagBye:
+          if (!alive) break;
+          live_.retire(m->source);
           bye_[m->source] = true;
           requests_[m->source] = 0;
           if (!shutdown_sent_[m->source]) {  // a rank that stopped on its own signal
@@ -488,7 +526,7 @@ class Coordinator {
 
   void shutdown_all() {
     for (int r = 1; r < world_; ++r)
-      if (!shutdown_sent_[r]) {
+      if (!shutdown_sent_[r] && !live_.lost(r)) {
         mpi_send(r, kTagShutdown, json::object());
         shutdown_sent_[r] = true;
       }
@@ -496,8 +534,38 @@ class Coordinator {
 
   bool all_bye() const {
     for (int r = 1; r < world_; ++r)
-      if (!bye_[r]) return false;
+      if (!bye_[r] && !live_.lost(r)) return false;
     return true;
+  }
+
+  // A rank silent for longer than --rank-timeout-s: no more work for it, and the cells
+  // it held go back to the scheduler (their attempt given back, as for a preemption).
+  void on_rank_lost(const LostRank& l, double now) {
+    const std::string& host = hosts_[static_cast<size_t>(l.rank)];
+    json ids = json::array();
+    for (size_t i : l.cells) ids.push_back(grid_.cells[i].id);
+    std::fprintf(stderr, "%sattnsweep: rank %d on host %s lost: silent for %.1f s (--rank-timeout-s %g); %zu cell%s it "
+                 "ran go to other ranks\n",
+                 tty_ ? "\n" : "", l.rank, host.c_str(), l.silent_s, live_.timeout_s(), l.cells.size(),
+                 l.cells.size() == 1 ? "" : "s");
+    rd_.append_event({{"event", "rank_lost"}, {"rank", l.rank}, {"host", host}, {"silent_s", l.silent_s},
+                      {"rank_timeout_s", live_.timeout_s()}, {"cells", ids}});
+    lost_ranks_.push_back({{"rank", l.rank}, {"host", host}, {"silent_s", l.silent_s}, {"at", iso_utc_now()},
+                           {"cells_reassigned", ids}});
+    requests_[static_cast<size_t>(l.rank)] = 0;
+    // Should it wake (SIGCONT), it stops its children and waits in MPI_Finalize like the
+    // others instead of running on: Open MPI 4.1's mpirun then ends the job cleanly on
+    // rank 0's exit (with the lost rank still busy, it crashed with 139 in 1 of 6 runs).
+    // Small: sent at once, even to a stopped process.
+    if (!shutdown_sent_[static_cast<size_t>(l.rank)]) {
+      mpi_send(l.rank, kTagShutdown, json::object());
+      shutdown_sent_[static_cast<size_t>(l.rank)] = true;
+    }
+    for (size_t i : l.cells) {
+      sched_.on_result(i, Outcome::interrupted, now, "rank lost");
+      rd_.append_event({{"event", "reassigned"}, {"cell_id", grid_.cells[i].id}, {"rank", l.rank}, {"host", host},
+                        {"reason", "rank " + std::to_string(l.rank) + " on " + host + " lost"}});
+    }
   }
 
   void handle(const AttemptResult& r, double now) {
@@ -553,7 +621,8 @@ class Coordinator {
                  {"ranks", world_},
                  {"host", hostname()},
                  {"pid", ::getpid()},
-                 {"failed_cells", failed_cells}};
+                 {"failed_cells", failed_cells},
+                 {"lost_ranks", lost_ranks_}};
       try {
         rd_.write_status(st);
       } catch (const std::exception& e) {
@@ -587,6 +656,9 @@ class Coordinator {
   LocalSlots& local_;
   Scheduler sched_;
   double timeout_s_;
+  Liveness live_;
+  std::vector<std::string> hosts_;  // per rank
+  json lost_ranks_ = json::array();
   std::vector<int> requests_;
   std::vector<bool> shutdown_sent_, bye_;
   bool tty_;
@@ -596,11 +668,18 @@ class Coordinator {
 };
 
 // ---- ranks > 0: slots only ------------------------------------------------------------
-int worker_loop(LocalSlots& local, int rank) {
+// heartbeat_every_s > 0: no heartbeat thread (MPI without MPI_THREAD_MULTIPLE), so
+// this loop sends them itself, and a hung file system silences it.
+int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
   int outstanding = 0;
   bool stopping = false, shutdown = false, bye_sent = false;
+  double next_beat = 0;
   for (;;) {
     const double now = now_s();
+    if (heartbeat_every_s > 0 && now >= next_beat && !bye_sent) {
+      MPI_Send(nullptr, 0, MPI_CHAR, 0, kTagHeartbeat, MPI_COMM_WORLD);
+      next_beat = now + heartbeat_every_s;
+    }
     if (g_signal.load() != 0 && !stopping) {
       stopping = true;
       local.forward(SIGTERM);
@@ -677,6 +756,8 @@ std::vector<std::pair<size_t, CellState>> prepare_dir(const Grid& grid, const Ru
 
   // Temporaries of a run that was killed (we hold the lock: no writer is alive).
   remove_stale_temporaries(rd.dir() + "/runs");
+  // Half-written checkpoints too (a killed or lost rank's); a complete one is resumed.
+  remove_stale_temporaries(rd.dir() + "/checkpoints");
   std::vector<std::pair<size_t, CellState>> finished;
   for (size_t i = 0; i < grid.cells.size(); ++i) {
     const Cell& c = grid.cells[i];
@@ -718,13 +799,13 @@ bool launched_by_mpi() {
 
 int run_sweep(const Grid& grid, const RunOptions& opt) {
   const bool mpi = launched_by_mpi();
-  int rank = 0, world = 1;
+  int rank = 0, world = 1, thread_level = MPI_THREAD_SINGLE;
   if (mpi) {
     // A rank whose launcher dies (kill -9 of mpirun) stops like one that is signalled,
     // instead of running on as an orphan beside the rerun.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // MULTIPLE: a rank's heartbeat thread sends beside its main loop (heartbeat.h).
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
   }
@@ -750,6 +831,9 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   RunDir rd(opt.out_dir);
   const int retries = opt.retries >= 0 ? opt.retries : (grid.resources.retries >= 0 ? grid.resources.retries : 2);
   const double timeout_s = opt.timeout_s >= 0 ? opt.timeout_s : grid.resources.timeout_s;
+  const double rank_timeout_s = opt.rank_timeout_s > 0               ? opt.rank_timeout_s
+                                : grid.resources.rank_timeout_s > 0 ? grid.resources.rank_timeout_s
+                                                                    : kDefaultRankTimeoutS;
 
   // Rank 0 prepares the directory; everyone learns whether to go on.
   int setup_code = 0;
@@ -789,15 +873,51 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
     return finish(setup_code);
   }
 
+  // Rank 0 names a lost rank by its host.
+  std::vector<std::string> hosts{hostname()};
+  if (mpi) {
+    constexpr int kHostLen = 256;
+    char mine[kHostLen] = {};
+    std::snprintf(mine, sizeof mine, "%s", hosts[0].c_str());
+    std::vector<char> all(rank == 0 ? static_cast<size_t>(world) * kHostLen : 0);
+    MPI_Gather(mine, kHostLen, MPI_CHAR, all.data(), kHostLen, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      hosts.clear();
+      for (int r = 0; r < world; ++r) hosts.emplace_back(&all[static_cast<size_t>(r) * kHostLen]);
+    }
+  }
+
   LocalSlots local(rd, rs.slots, rs.gpus, rs.device, rs.threads, rank);
-  if (rank != 0) return finish(worker_loop(local, rank));
+  if (rank != 0) {
+    const double every = heartbeat_interval_s(rank_timeout_s);
+    int code = 0;
+    if (thread_level >= MPI_THREAD_MULTIPLE) {
+      Heartbeat beat(every);
+      code = worker_loop(local, rank, 0);
+    } else {
+      if (rank == 1)
+        std::fprintf(stderr,
+                     "attnsweep: MPI gives no MPI_THREAD_MULTIPLE: heartbeats come from the ranks' main loops\n");
+      code = worker_loop(local, rank, every);
+    }
+    return finish(code);
+  }
 
   std::fprintf(stderr, "attnsweep: %s: %zu cells (%zu already done), %d rank%s, %d %s slot%s per rank, %d thread%s per cell\n",
                grid.name.c_str(), grid.cells.size(), finished.size(), world, world == 1 ? "" : "s", rs.slots,
                rs.device.c_str(), rs.slots == 1 ? "" : "s", rs.threads, rs.threads == 1 ? "" : "s");
-  Coordinator coord(grid, opt, rd, world, local, retries, timeout_s);
+  Coordinator coord(grid, opt, rd, world, local, retries, timeout_s, rank_timeout_s, hosts);
   for (const auto& [i, s] : finished) coord.mark_finished(i, s);
-  return finish(coord.run());
+  const int code = coord.run();
+  if (mpi && coord.lost_a_rank()) {
+    // MPI_Finalize would wait for the lost rank for ever. Everything is written: leave
+    // without it. Open MPI 4.1's mpirun then ends the job and exits with this code (75);
+    // MPI_Abort instead made it crash (exit 139) tearing down a stopped rank
+    // (docs/lost-ranks.md).
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  return finish(code);
 }
 
 }  // namespace attnsweep

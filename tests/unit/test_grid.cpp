@@ -195,6 +195,23 @@ TEST(Grid, ResourcesDefaults) {
   EXPECT_EQ(g.resources.retries, -1);
 }
 
+TEST(Grid, RankTimeoutIsAResource) {
+  Grid g = parse_grid(R"({"fixed": {"task": "synthetic"}, "resources": {"rank_timeout_s": 600}})", "g.json");
+  EXPECT_EQ(g.resources.rank_timeout_s, 600.0);
+  EXPECT_EQ(parse_grid(R"({"fixed": {"task": "synthetic"}})", "g.json").resources.rank_timeout_s, 0.0);  // not given
+  for (const char* bad : {R"("soon")", "0.5", "-3"}) {
+    try {
+      parse_grid(std::string(R"({"fixed": {"task": "synthetic"}, "resources": {"rank_timeout_s": )") + bad + "}}",
+                 "g.json");
+      ADD_FAILURE() << "accepted rank_timeout_s " << bad;
+    } catch (const InputError& e) {
+      ASSERT_EQ(e.problems.size(), 1u);
+      EXPECT_NE(e.problems[0].find("g.json: resources.rank_timeout_s: expected a number"), std::string::npos)
+          << e.problems[0];
+    }
+  }
+}
+
 TEST(Grid, GpusPerCellIsTheDefaultOfDevices) {
   // resources.gpus_per_cell sets `devices` of every training cell that does not set its
   // own; cells of tasks that do not train (norm_probe) drop the key as any other.
