@@ -25,6 +25,7 @@
 #include "results/aggregate.h"
 #include "slurm/submit.h"
 #include "worker/cpu_env.h"
+#include "coordinator/train_command.h"
 #include "worker/run_cell.h"
 
 namespace po = boost::program_options;
@@ -350,7 +351,7 @@ int cmd_train(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
   opt.stop = &g_train_stop;
-  return run_cell(cell_id(config), config, out, opt);
+  return train_cell_to_file(cell_id(config), config, out, opt);
 }
 
 int cmd_aggregate(int argc, char** argv) {

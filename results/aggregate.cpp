@@ -29,7 +29,7 @@
 #include <csignal>
 #include <cstring>
 
-#include "results/atomic_file.h"
+#include "worker/atomic_file.h"
 #include "results/cell_file.h"
 #include "results/h5.h"
 

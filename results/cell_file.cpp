@@ -16,7 +16,7 @@
 
 #include <zlib.h>
 
-#include "results/atomic_file.h"
+#include "worker/atomic_file.h"
 #include "results/h5.h"
 
 #ifndef ATTNSWEEP_VERSION

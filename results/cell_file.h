@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/cell_result.h"
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -18,27 +20,6 @@ class File;
 }
 
 using json = nlohmann::json;
-
-struct ResultDataset {
-  std::string path;                 // e.g. "/train/loss", "/probe/attn_fro"
-  std::vector<uint64_t> shape;      // product == data size
-  std::variant<std::vector<float>, std::vector<double>, std::vector<int64_t>> data;
-  std::string description;          // stored as the dataset's `description` attribute
-};
-
-struct CellResult {
-  std::string cell_id;
-  json config;                         // effective config (stored as canonical JSON text)
-  std::string status = "complete";     // complete | diverged
-  int64_t diverged_at_step = -1;
-  std::string device = "cpu";
-  double wall_seconds = 0;
-  std::string started, finished;       // ISO 8601 UTC
-  std::map<std::string, double> final_metrics;  // attributes of /final
-  std::vector<ResultDataset> datasets;
-  // More root attributes (host, gpu_name, gpu_uuid, slurm_job_id, ...): where it ran.
-  std::map<std::string, std::string> provenance;
-};
 
 // Writes `path` atomically (PATH.tmp.<pid> -> fsync -> rename -> fsync dir).
 // Throws std::runtime_error with the HDF5 error context on failure; leaves no file.

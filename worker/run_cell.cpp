@@ -12,7 +12,6 @@
 
 #include "experiments/task.h"
 #include "kernels/device.h"
-#include "results/cell_file.h"
 #include "worker/trainer.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -28,8 +27,7 @@ std::string iso_utc_now() {
   return buf;
 }
 
-int run_cell(const std::string& cell_id, const json& config, const std::string& out_path,
-             const RunCellOptions& opt) {
+int run_cell(const std::string& cell_id, const json& config, const RunCellOptions& opt, CellResult* result) {
   const int threads = opt.threads > 0 ? opt.threads : 1;
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
@@ -42,7 +40,8 @@ int run_cell(const std::string& cell_id, const json& config, const std::string& 
   ctx.checkpoint_path = opt.checkpoint;
   ctx.train = train_cell;
 
-  CellResult res;
+  CellResult& res = *result;
+  res = CellResult{};
   res.cell_id = cell_id;
   res.config = config;
   res.device = opt.device;
@@ -78,26 +77,7 @@ int run_cell(const std::string& cell_id, const json& config, const std::string& 
   res.status = out.status;
   res.diverged_at_step = out.diverged_at_step;
   res.final_metrics = out.final_metrics;
-  for (TaskSeries& s : out.series) {
-    ResultDataset d;
-    d.path = s.path;
-    d.shape = s.shape;
-    d.data = std::move(s.data);
-    d.description = s.description;
-    res.datasets.push_back(std::move(d));
-  }
-  try {
-    write_cell_file(out_path, res);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "attnsweep train: cell %s: cannot write %s: %s\n", cell_id.c_str(), out_path.c_str(),
-                 e.what());
-    return 1;
-  }
-  if (!opt.checkpoint.empty()) {
-    std::error_code ec;  // the result is durable now: the checkpoint has done its job
-    std::filesystem::remove(opt.checkpoint, ec);
-  }
-  std::printf("cell %s %s in %.3f s\n", cell_id.c_str(), res.status.c_str(), res.wall_seconds);
+  res.datasets = std::move(out.series);
   return 0;
 }
 

@@ -1,10 +1,13 @@
-// One cell on one device, in this process: run the task, write the result file.
+// One cell on one device, in this process: run the task, return its result (the caller
+// writes it: coordinator/train_command.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <string>
+
+#include "worker/cell_result.h"
 
 namespace attnsweep {
 
@@ -21,11 +24,10 @@ struct RunCellOptions {
   std::string checkpoint;
 };
 
-// Exit status of `attnsweep train`: 0 result written (complete or diverged),
-// 75 interrupted by a signal (no result written; a training task leaves its
-// checkpoint), 1 failure (message on stderr).
-int run_cell(const std::string& cell_id, const json& config, const std::string& out_path,
-             const RunCellOptions& opt);
+// Runs the cell. Returns 0 with *result filled (complete or diverged), 75 when
+// interrupted by a signal (a training task leaves its checkpoint), 1 on a failure
+// (message on stderr): the exit statuses of `attnsweep train`.
+int run_cell(const std::string& cell_id, const json& config, const RunCellOptions& opt, CellResult* result);
 
 // "2026-11-29T16:02:11Z"
 std::string iso_utc_now();

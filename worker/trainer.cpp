@@ -15,7 +15,7 @@
 
 #include "experiments/rng.h"
 #include "kernels/device.h"
-#include "results/atomic_file.h"
+#include "worker/atomic_file.h"
 #include "worker/cuda_trainer.h"
 
 extern "C" int openblas_get_num_threads(void);

@@ -22,6 +22,7 @@
 #include "results/h5.h"
 #include "tests/unit/trainer_test_util.h"
 #include "worker/cpu_env.h"
+#include "coordinator/train_command.h"
 #include "worker/run_cell.h"
 #include "worker/trainer.h"
 
@@ -377,7 +378,7 @@ TEST_F(TrainerTest, RunCellStopAndResumeGiveTheSameFile) {
   c["batch"] = 32;
   RunCellOptions opt;
   opt.threads = 1;  // 2 threads of a spinning OpenMP runtime crawl on a shared 2-core machine
-  ASSERT_EQ(run_cell("cellA", c, path("a.h5"), opt), 0);
+  ASSERT_EQ(train_cell_to_file("cellA", c, path("a.h5"), opt), 0);
 
   std::atomic<int> stop{0};
   opt.stop = &stop;
@@ -387,14 +388,14 @@ TEST_F(TrainerTest, RunCellStopAndResumeGiveTheSameFile) {
     while (!done && !fs::exists(opt.checkpoint)) std::this_thread::sleep_for(std::chrono::microseconds(200));
     stop = SIGTERM;
   });
-  const int rc = run_cell("cellA", c, path("b.h5"), opt);
+  const int rc = train_cell_to_file("cellA", c, path("b.h5"), opt);
   done = true;
   watcher.join();
   ASSERT_EQ(rc, 75) << "the run finished before the stop: make the cell longer";
   EXPECT_FALSE(fs::exists(path("b.h5")));
   EXPECT_TRUE(fs::exists(opt.checkpoint));
   stop = 0;
-  ASSERT_EQ(run_cell("cellA", c, path("b.h5"), opt), 0);
+  ASSERT_EQ(train_cell_to_file("cellA", c, path("b.h5"), opt), 0);
   EXPECT_FALSE(fs::exists(opt.checkpoint));
   EXPECT_EQ(datasets_of(path("a.h5")), datasets_of(path("b.h5")));
 }
@@ -410,7 +411,7 @@ TEST_F(TrainerTest, RunCellDivergedCellExitsZeroWithItsTrajectory) {
   c["steps"] = 100;
   c["eval_batches"] = 1;
   RunCellOptions opt;
-  ASSERT_EQ(run_cell("cellD", c, path("d.h5"), opt), 0);
+  ASSERT_EQ(train_cell_to_file("cellD", c, path("d.h5"), opt), 0);
   h5::File f = h5::File::open_read(path("d.h5"));
   EXPECT_EQ(f.attribute_string("status"), "diverged");
   EXPECT_GE(f.attribute_int64("diverged_at_step"), 0);

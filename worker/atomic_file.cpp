@@ -1,4 +1,4 @@
-#include "results/atomic_file.h"
+#include "worker/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,5 +1,7 @@
-// Durable "write to a temporary name, then rename" for files under a results
-// directory: a reader (or a resumed run) sees either no file or a complete one.
+// Durable "write to a temporary name, then rename": a reader (or a resumed run) sees
+// either no file or a complete one. The one atomic-write helper of result files,
+// checkpoints and run-directory files (here, in worker/, the lowest layer that writes
+// files, so that results/ and coordinator/ above it share it).
 #pragma once
 
 #include <string>
