@@ -1,0 +1,55 @@
+// Tensor-core attention forward: the entry point (kernels in attention_mma.cuh; one
+// instantiation file per (d, type): attention_mma_fwd_d*_*.cu).
+#include "kernels/cuda/attention_mma.cuh"
+
+#include <stdexcept>
+
+namespace attnsweep {
+
+bool attention_cuda_mma_supported(const AttentionShape& sh, CudaDType dtype) {
+  return (dtype == CudaDType::bf16 || dtype == CudaDType::f16) && sh.d == sh.dv && (sh.d == 64 || sh.d == 128);
+}
+
+void attention_forward_cuda_mma(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
+                                const void* K, const void* V, const float* key_mask, void* O, float* lse,
+                                double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws, cudaStream_t stream) {
+  if (!attention_cuda_mma_supported(sh, dtype))
+    throw std::invalid_argument("attention (CUDA mma): needs bf16 or fp16 and d = dv in {64, 128}");
+  const int64_t BH = sh.B * sh.H;
+  if (BH == 0 || sh.Nq == 0) return;
+  if (sh.Nk == 0) throw std::invalid_argument("attention (CUDA mma): Nk == 0 is not supported");
+  for (const void* p : {Q, K, V, static_cast<const void*>(O)})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      throw std::invalid_argument("attention (CUDA mma): Q, K, V, O must be 16-byte aligned");
+  const bool norms = spec.collect_norms && attn_fro && jac_fro;
+  cuda::Carver sizing(nullptr);
+  sizing.take<double>(BH * sh.Nq);
+  sizing.take<double>(BH * sh.Nq);
+  sizing.take<int32_t>(sh.B * sh.Nk);
+  cuda::Carver carve(ws->reserve(sizing.used()));
+  double* row_attn = carve.take<double>(BH * sh.Nq);
+  double* row_jac = carve.take<double>(BH * sh.Nq);
+  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
+
+  cuda::mma::FwdArgs a;
+  a.act = spec.act;
+  a.mask = cuda::make_mask(spec, sh, key_mask, prefix, stream);
+  a.H = sh.H;
+  a.scale = cuda::score_scale(spec, sh);
+  a.Q = Q;
+  a.K = K;
+  a.V = V;
+  a.O = O;
+  a.lse = lse;
+  a.row_attn = row_attn;
+  a.row_jac = row_jac;
+  const int64_t blocks = (sh.Nq + cuda::mma::kBM - 1) / cuda::mma::kBM * BH;
+  const bool bf16 = dtype == CudaDType::bf16;
+  if (sh.d == 64)
+    (bf16 ? cuda::mma::forward_d64_bf16 : cuda::mma::forward_d64_f16)(a, norms, blocks, stream);
+  else
+    (bf16 ? cuda::mma::forward_d128_bf16 : cuda::mma::forward_d128_f16)(a, norms, blocks, stream);
+  if (norms) cuda::launch_norm_reduce(row_attn, row_jac, BH, sh.Nq, attn_fro, jac_fro, stream);
+}
+
+}  // namespace attnsweep
