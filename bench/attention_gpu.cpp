@@ -9,7 +9,8 @@
 //        attention_gpu --mma [--quick]: the tensor-core forward (attention_forward_cuda_mma,
 //        bf16 and fp16) against the fused CUDA-core forward (bf16) at d = 64, 128,
 //        N = 1024, 4096, 16384, softmax / poly3 / relu / sigmoid, norms on and off;
-//        the same shapes as bench/attention_gpu_torch.py's SDPA rows.
+//        the same shapes as bench/attention_gpu_torch.py's SDPA rows; and the tensor-core
+//        backward (attention_backward_cuda_mma, bf16) against the fused backward.
 #ifdef ATTNSWEEP_HAVE_CUDA
 
 #include "kernels/attention.h"
@@ -125,8 +126,9 @@ int run_mma(bool quick) {
   check(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
   std::printf("tensor-core forward (mma) vs the fused CUDA-core forward (bf16), same shapes\n");
-  std::printf("%4s %6s %3s %3s %-18s %-5s %9s %8s %9s %8s %9s %8s %7s\n", "d", "N", "B", "H", "activation", "norms",
-              "mma_bf16", "TF", "mma_f16", "TF", "fused", "TF", "x");
+  std::printf("%4s %6s %3s %3s %-18s %-5s %9s %8s %9s %8s %9s %8s %7s %9s %9s %7s\n", "d", "N", "B", "H",
+              "activation", "norms", "mma_bf16", "TF", "mma_f16", "TF", "fused", "TF", "x", "bwd_mma", "bwd_fus",
+              "bwd_x");
   std::vector<Act> acts(4);
   acts[0] = {"softmax", {}};
   acts[1] = {"poly3_inv_sqrt_n", {Activation::poly, 3, ScaleKind::inv_sqrt_n, 1.0}};
@@ -145,6 +147,8 @@ int run_mma(bool quick) {
       const int64_t elems = sh.B * sh.H * N * d;
       Buf Qb(elems * 2), Kb(elems * 2), Vb(elems * 2), Qh(elems * 2), Kh(elems * 2), Vh(elems * 2), O(elems * 2);
       Buf lse(sh.B * sh.H * N * 4), attn(sh.B * sh.H * 8), jac(sh.B * sh.H * 8);
+      Buf dO(elems * 2), dQ(elems * 2), dK(elems * 2), dV(elems * 2);
+      fill_random(dO.p, elems, true, 4);
       fill_random(Qb.p, elems, true, 1);
       fill_random(Kb.p, elems, true, 2);
       fill_random(Vb.p, elems, true, 3);
@@ -171,15 +175,28 @@ int run_mma(bool quick) {
           const double fb = time_ms([&] {
             attention_forward_cuda(spec, sh, CudaDType::bf16, Qb.p, Kb.p, Vb.p, nullptr, O.p, L, A, J, ws, nullptr);
           });
-          std::printf("%4lld %6lld %3lld %3lld %-18s %-5s %9.3f %8.2f %9.3f %8.2f %9.3f %8.2f %7.2f\n",
+          // Backward (bf16, from the fused forward's O and lse, just computed): once per activation.
+          double bm = NAN, bfu = NAN;
+          if (norms) {
+            bm = time_ms([&] {
+              attention_backward_cuda_mma(spec, sh, CudaDType::bf16, Qb.p, Kb.p, Vb.p, nullptr, O.p, dO.p, L, dQ.p,
+                                          dK.p, dV.p, ws, nullptr);
+            });
+            bfu = time_ms([&] {
+              attention_backward_cuda(spec, sh, CudaDType::bf16, Qb.p, Kb.p, Vb.p, nullptr, O.p, dO.p, L, dQ.p, dK.p,
+                                      dV.p, ws, nullptr);
+            });
+          }
+          std::printf("%4lld %6lld %3lld %3lld %-18s %-5s %9.3f %8.2f %9.3f %8.2f %9.3f %8.2f %7.2f %9.3f %9.3f %7.2f\n",
                       static_cast<long long>(d), static_cast<long long>(N), static_cast<long long>(sh.B),
                       static_cast<long long>(sh.H), act.name, norms ? "on" : "off", mb, flop / (mb * 1e9), mh,
-                      flop / (mh * 1e9), fb, flop / (fb * 1e9), fb / mb);
+                      flop / (mh * 1e9), fb, flop / (fb * 1e9), fb / mb, bm, bfu, bfu / bm);
           std::fflush(stdout);
         }
     }
   attention_cuda_workspace_destroy(ws);
-  std::printf("ms per forward; TF: TFLOP/s (4 B H N^2 d); x: fused bf16 ms / mma bf16 ms\n");
+  std::printf("ms per forward; TF: TFLOP/s (4 B H N^2 d); x: fused bf16 ms / mma bf16 ms; bwd_*: ms per backward "
+              "(bf16, mma and fused), bwd_x = fused / mma\n");
   return 0;
 }
 

@@ -80,4 +80,12 @@ void attention_forward_cuda_mma(const AttentionSpec& spec, const AttentionShape&
                                 float* lse, double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws,
                                 cudaStream_t stream);
 
+// Backward on tensor cores (issue #19 step 4, compiled only so far): bf16, d = dv in
+// {64, 128}, the arguments of attention_backward_cuda; deterministic (no atomics).
+// Not reached from attention_backward_cuda until checked on a GPU.
+void attention_backward_cuda_mma(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype,
+                                 const void* Q, const void* K, const void* V, const float* key_mask, const void* O,
+                                 const void* dO, const float* lse, void* dQ, void* dK, void* dV,
+                                 AttentionCudaWorkspace* ws, cudaStream_t stream);
+
 }  // namespace attnsweep

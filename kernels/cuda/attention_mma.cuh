@@ -44,9 +44,11 @@
 // Causal: the block stops at the key tile of its last row's key_end; the diagonal tiles
 // are masked per element by key_end(i).
 //
-// Not yet done (issue #19): the tensor-core backward (the existing fused CUDA-core
-// backward computes dQ, dK, dV from this forward's O and lse), fp16 backward, the
-// Hopper wgmma/TMA path, a smem-staged coalesced O store, d = 8/16/32.
+// The backward on tensor cores is attention_mma_bwd.cuh (bf16; compiled only, reached
+// through attention_backward_cuda_mma); the fused CUDA-core backward also runs from this
+// forward's O and lse. Not yet done (issue #19): fp16 backward, the Hopper wgmma/TMA
+// path (sm_90a), a shared-memory-staged coalesced O store, d = 8/16/32 on tensor cores,
+// making these the default of attention_forward_cuda / attention_backward_cuda (bf16).
 //
 // Resources, measured (CUDA 13.0 ptxas -v, sm_90, and cuobjdump -res-usage of the built
 // library; tests/sass/check_mma_sass.sh prints them per kernel): every one of the 56

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The tensor-core attention kernels' machine code, read on any machine (no GPU needed):
 # fails unless every kernel whose name matches PATTERN (default mma_forward_kernel) in the
-# built library LIB contains HMMA instructions, has a zero stack frame and zero local
+# built library LIB (default pattern: the 56 forward and 28 backward kernels) contains HMMA instructions, has a zero stack frame and zero local
 # memory (cuobjdump -res-usage: STACK:0, LOCAL:0) and no LDL / STL instruction (a spill
-# shows as both), and unless there are EXPECT (default 56) such kernels. Prints the
+# shows as both), and unless there are EXPECT (default 84) such kernels. Prints the
 # registers and HMMA count of each. Then checks that the check can fail: the CUDA-core
 # fused forward (fused_forward_kernel) must be rejected (it has no HMMA).
 #   LIB=build/kernels/libattnsweep_kernels.a bash tests/sass/check_mma_sass.sh
@@ -14,8 +14,8 @@
 set -uo pipefail
 CUOBJDUMP_WHEELS=(nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37)
 lib=${LIB:?LIB= the library or object to read}
-pattern=${PATTERN:-mma_forward_kernel}
-expect=${EXPECT:-56}
+pattern=${PATTERN:-'mma_(forward|dkdv|dq)_kernel'}
+expect=${EXPECT:-84}
 build=${BUILD:-$(dirname "$lib")/..}
 
 find_cuobjdump() {

@@ -636,6 +636,84 @@ TEST(AttentionCudaMma, BackwardFromMmaForward) {
   }
 }
 
+// The tensor-core backward (attention_backward_cuda_mma, bf16) from the tensor-core
+// forward's O and lse, against the CPU: the tolerances of the fused bf16 path, gradients
+// poisoned first, two runs bit-identical (no atomics).
+struct MmaBwdCase {
+  std::string act_name;
+  ActivationSpec act;
+  int64_t Nq, Nk, d;
+  bool key_mask, causal;
+};
+
+class AttentionCudaMmaBwd : public ::testing::TestWithParam<MmaBwdCase> {};
+
+TEST_P(AttentionCudaMmaBwd, BackwardMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  const MmaBwdCase& c = GetParam();
+  static Workspace ws = make_workspace();
+  const Case base{c.act_name, c.act, c.Nq, c.Nk, c.d, c.d, c.key_mask, c.causal};
+  const Inputs in = make_inputs(base, true);
+  const AttentionShape& s = in.shape;
+  const bool softmax = c.act.activation == Activation::softmax;
+  const Outputs cpu = run_cpu(in);
+  std::unique_ptr<DeviceBuffer<float>> mask;
+  if (!in.mask.empty()) mask = std::make_unique<DeviceBuffer<float>>(in.mask);
+  const float* m = mask ? mask->get() : nullptr;
+  DeviceBuffer<uint16_t> Q(to_bf16(in.Q)), K(to_bf16(in.K)), V(to_bf16(in.V)), dO(to_bf16(in.dO));
+  DeviceBuffer<uint16_t> O(s.B * s.H * s.Nq * s.dv);
+  DeviceBuffer<float> lse(s.B * s.H * s.Nq);
+  attention_forward_cuda_mma(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), m, O.get(), lse.get(), nullptr,
+                             nullptr, ws.get(), nullptr);
+  auto backward = [&](std::vector<float>& gq, std::vector<float>& gk, std::vector<float>& gv) {
+    DeviceBuffer<uint16_t> dQ(std::vector<uint16_t>(in.Q.size(), 0xffffu));
+    DeviceBuffer<uint16_t> dK(std::vector<uint16_t>(in.K.size(), 0xffffu));
+    DeviceBuffer<uint16_t> dV(std::vector<uint16_t>(in.V.size(), 0xffffu));
+    attention_backward_cuda_mma(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), m, O.get(), dO.get(),
+                                lse.get(), dQ.get(), dK.get(), dV.get(), ws.get(), nullptr);
+    gq = from_bf16(dQ.download());
+    gk = from_bf16(dK.download());
+    gv = from_bf16(dV.download());
+  };
+  std::vector<float> gq, gk, gv, gq2, gk2, gv2;
+  backward(gq, gk, gv);
+  std::vector<double> allow_dQ, allow_dK;
+  if (c.act.activation == Activation::relu) relu_kink_allowance(in, allow_dQ, allow_dK);
+  const double floor = softmax && s.Nk == 1 ? grad_floor(in) : 1e-6;
+  expect_close("mma dQ", gq, cpu.dQ, kTolBf16, floor, allow_dQ);
+  expect_close("mma dK", gk, cpu.dK, kTolBf16, floor, allow_dK);
+  expect_close("mma dV", gv, cpu.dV, kTolBf16);
+  backward(gq2, gk2, gv2);
+  EXPECT_EQ(0, std::memcmp(gq.data(), gq2.data(), gq.size() * sizeof(float))) << "dQ not bit-identical";
+  EXPECT_EQ(0, std::memcmp(gk.data(), gk2.data(), gk.size() * sizeof(float))) << "dK not bit-identical";
+  EXPECT_EQ(0, std::memcmp(gv.data(), gv2.data(), gv.size() * sizeof(float))) << "dV not bit-identical";
+}
+
+std::vector<MmaBwdCase> mma_bwd_cases() {
+  std::vector<MmaBwdCase> cases;
+  auto acts = activations();
+  ActivationSpec p4;
+  p4.activation = Activation::poly;
+  p4.degree = 4;
+  p4.scale = ScaleKind::inv_n;
+  acts.push_back({"poly4_inv_n", p4});
+  for (const auto& [name, act] : acts)
+    for (int64_t d : {64, 128}) {
+      cases.push_back({name, act, 129, 129, d, false, false});
+      cases.push_back({name, act, 129, 129, d, true, true});
+      cases.push_back({name, act, 300, 513, d, true, true});
+      cases.push_back({name, act, 300, 7, d, false, true});
+      cases.push_back({name, act, 1000, 1000, d, false, false});
+    }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCudaMmaBwd, ::testing::ValuesIn(mma_bwd_cases()),
+                         [](const ::testing::TestParamInfo<MmaBwdCase>& info) {
+                           const MmaBwdCase& c = info.param;
+                           return case_name({c.act_name, c.act, c.Nq, c.Nk, c.d, c.d, c.key_mask, c.causal});
+                         });
+
 // fp16 reaches the tensor-core forward through attention_forward_cuda; shapes it does not
 // cover, and the fp16 backward, are refused.
 TEST(AttentionCudaMma, F16Routing) {
