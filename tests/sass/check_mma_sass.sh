@@ -80,9 +80,11 @@ if ! grep -q 'Function : .*fused_forward_kernel' "$tmp/sass.txt"; then
   echo "PASS: $expect tensor-core kernels with HMMA, no stack, no local memory (no fused kernels in LIB: no self-check)"
   exit 0
 fi
-echo "== self-check: the CUDA-core fused forward must be rejected"
-if check fused_forward_kernel 32 > "$tmp/neg.txt"; then
+echo "== self-check: the CUDA-core fused forward must be rejected (for having no HMMA)"
+nfused=$(grep -c 'Function : .*fused_forward_kernel' "$tmp/sass.txt")
+if check fused_forward_kernel "$nfused" > "$tmp/neg.txt"; then
   cat "$tmp/neg.txt"; echo "FAIL: the check accepted kernels without HMMA"; exit 1
 fi
+grep -q 'HMMA 0 ' "$tmp/neg.txt" || { cat "$tmp/neg.txt"; echo "FAIL: the self-check failed for another reason"; exit 1; }
 head -3 "$tmp/neg.txt"
 echo "PASS: $expect tensor-core kernels with HMMA, no stack, no local memory; the check rejects non-mma kernels"
