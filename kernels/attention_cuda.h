@@ -12,8 +12,11 @@
 //               or fp16, d = dv in {64, 128} (kernels/cuda/attention_mma.cuh). The same
 //               outputs as the fused forward; its O and lse feed attention_backward_cuda
 //               (bf16). attention_forward_cuda takes it for fp16 (the only fp16 path);
-//               bf16 through attention_forward_cuda stays on the fused kernels until
-//               the tensor-core kernels have been checked on a GPU.
+//               bf16 through attention_forward_cuda / attention_backward_cuda stays on
+//               the fused kernels until the tensor-core kernels have been checked on a
+//               GPU, unless ATTNSWEEP_CUDA_MMA=1 (read once; then bf16 at d = dv in
+//               {64, 128} takes the tensor-core forward and backward, so the whole
+//               AttentionCuda suite can be run against them).
 // Both are deterministic: the norms are reduced from per-row partials in a fixed order
 // by a second kernel, and the backward uses no atomics.
 // Layouts as attention.h: Q [B,H,Nq,d], K [B,H,Nk,d], V [B,H,Nk,dv], O/dO [B,H,Nq,dv],
@@ -74,6 +77,8 @@ void attention_backward_cuda(const AttentionSpec& spec, const AttentionShape& sh
 // The arguments of attention_forward_cuda; dtype bf16 or f16 (Q, K, V, O), pointers
 // 16-byte aligned; throws std::invalid_argument where !attention_cuda_mma_supported.
 bool attention_cuda_mma_supported(const AttentionShape& shape, CudaDType dtype);
+// ATTNSWEEP_CUDA_MMA=1 in the environment and dtype bf16 and supported.
+bool attention_cuda_mma_opted_in(const AttentionShape& shape, CudaDType dtype);
 
 void attention_forward_cuda_mma(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype,
                                 const void* Q, const void* K, const void* V, const float* key_mask, void* O,

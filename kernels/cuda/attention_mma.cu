@@ -4,12 +4,22 @@
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/attention_mma_bwd.cuh"
 
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 namespace attnsweep {
 
 bool attention_cuda_mma_supported(const AttentionShape& sh, CudaDType dtype) {
   return (dtype == CudaDType::bf16 || dtype == CudaDType::f16) && sh.d == sh.dv && (sh.d == 64 || sh.d == 128);
+}
+
+bool attention_cuda_mma_opted_in(const AttentionShape& sh, CudaDType dtype) {
+  static const bool on = [] {
+    const char* v = std::getenv("ATTNSWEEP_CUDA_MMA");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on && dtype == CudaDType::bf16 && attention_cuda_mma_supported(sh, dtype);
 }
 
 void attention_forward_cuda_mma(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
