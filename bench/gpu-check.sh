@@ -19,7 +19,8 @@
 #      their tests (*AttentionCudaMma*: forward bf16/fp16, backward bf16), then
 #      attention_gpu --mma (mma forward bf16 / fp16 and mma backward against the fused
 #      kernels, d = 64, 128, N = 1k, 4k, 16k) and the SDPA FlashAttention-2 rows of
-#      attention_gpu_torch.py --sdpa-only, all within MMA_BUDGET_S (default 230 s).
+#      attention_gpu_torch.py --sdpa-only, then (time left) the AttentionCuda suite at
+#      d = 64, 128 with ATTNSWEEP_CUDA_MMA=1, all within MMA_BUDGET_S (default 230 s).
 #      Run it first on a fresh machine: STAGES=7 bash bench/gpu-check.sh
 # Every log goes to $OUT (or ./gpu-check-out); summary.txt holds the gist. Stages 4-5
 # are skipped once BUDGET_S (default 330 s) has passed. QUICK=1 drops N = 16384 from the
@@ -222,6 +223,18 @@ if stage 7; then
     cat "$out/attention_sdpa.log" >> "$summary"
   else
     say "skipped: SDPA baseline (past MMA_BUDGET_S)"
+  fi
+  # With what is left: the existing AttentionCuda suite (bf16 at d = 64, 128) through
+  # attention_forward_cuda / attention_backward_cuda with the tensor-core kernels switched in.
+  l=$(left7)
+  if [ "$l" -gt 20 ]; then
+    ATTNSWEEP_CUDA_MMA=1 ab timeout "$l" "$bin/unit_tests" --gtest_brief=1 \
+      --gtest_filter='Shapes/AttentionCuda.*_d64*:Shapes/AttentionCuda.*_d128*:AttentionCudaDeterminism.*' \
+      > "$out/mma_via_suite.log" 2>&1
+    rc=$?
+    grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED' "$out/mma_via_suite.log" | head -20 | tee -a "$summary"
+    say "AttentionCuda suite with ATTNSWEEP_CUDA_MMA=1 exit $rc (124: cut at MMA_BUDGET_S)"
+    [ "$rc" -ne 124 ] && [ "$tests_rc" -eq 0 ] && tests_rc=$rc
   fi
   say "7. done in $((SECONDS - t7)) s"
 fi
