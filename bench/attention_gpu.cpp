@@ -6,6 +6,11 @@
 // FLOPs: forward 4 B H N^2 d; backward 2.5x forward (FA2's convention; the kernels here
 // recompute S in both backward kernels, so they execute more than that).
 // Usage: attention_gpu [--quick]   (--quick: N = 1024, 4096 only)
+//        attention_gpu --mma [--quick]: the tensor-core forward (attention_forward_cuda_mma,
+//        bf16 and fp16) against the fused CUDA-core forward (bf16) at d = 64, 128,
+//        N = 1024, 4096, 16384, softmax / poly3 / relu / sigmoid, norms on and off;
+//        the same shapes as bench/attention_gpu_torch.py's SDPA rows; and the tensor-core
+//        backward (attention_backward_cuda_mma, bf16) against the fused backward.
 #ifdef ATTNSWEEP_HAVE_CUDA
 
 #include "kernels/attention.h"
@@ -87,6 +92,113 @@ struct Act {
   const char* name;
   ActivationSpec spec;
 };
+
+// N(0,1) as IEEE half (round to nearest even; |x| < 8 here, never subnormal-relevant
+// for timing).
+void fill_random_f16(void* dst, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> h(n);
+  for (auto& x : h) {
+    const float f = normal(rng);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a < 0x38800000u) {  // below 2^-14: flush (timing data only)
+      x = static_cast<uint16_t>(sign);
+      continue;
+    }
+    uint32_t v = (((a >> 23) - 112) << 10) | ((a >> 13) & 0x3ffu);
+    const uint32_t rest = a & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (v & 1u))) ++v;
+    x = static_cast<uint16_t>(sign | v);
+  }
+  check(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice), "upload");
+}
+
+int run_mma(bool quick) {
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  std::printf("tensor-core forward (mma) vs the fused CUDA-core forward (bf16), same shapes\n");
+  std::printf("%4s %6s %3s %3s %-18s %-5s %9s %8s %9s %8s %9s %8s %7s %9s %9s %7s\n", "d", "N", "B", "H",
+              "activation", "norms", "mma_bf16", "TF", "mma_f16", "TF", "fused", "TF", "x", "bwd_mma", "bwd_fus",
+              "bwd_x");
+  std::vector<Act> acts(4);
+  acts[0] = {"softmax", {}};
+  acts[1] = {"poly3_inv_sqrt_n", {Activation::poly, 3, ScaleKind::inv_sqrt_n, 1.0}};
+  acts[2] = {"relu_inv_n", {Activation::relu, 1, ScaleKind::inv_n, 1.0}};
+  acts[3] = {"sigmoid", {Activation::sigmoid, 1, ScaleKind::none, 1.0}};
+  AttentionCudaWorkspace* ws = attention_cuda_workspace_create();
+  std::vector<int64_t> lengths = {1024, 4096, 16384};
+  if (quick) lengths.pop_back();
+  for (const int64_t d : {64, 128})
+    for (const int64_t N : lengths) {
+      AttentionShape sh;
+      sh.B = 16384 / N;
+      sh.H = 2048 / d;
+      sh.Nq = sh.Nk = N;
+      sh.d = sh.dv = d;
+      const int64_t elems = sh.B * sh.H * N * d;
+      Buf Qb(elems * 2), Kb(elems * 2), Vb(elems * 2), Qh(elems * 2), Kh(elems * 2), Vh(elems * 2), O(elems * 2);
+      Buf lse(sh.B * sh.H * N * 4), attn(sh.B * sh.H * 8), jac(sh.B * sh.H * 8);
+      Buf dO(elems * 2), dQ(elems * 2), dK(elems * 2), dV(elems * 2);
+      fill_random(dO.p, elems, true, 4);
+      fill_random(Qb.p, elems, true, 1);
+      fill_random(Kb.p, elems, true, 2);
+      fill_random(Vb.p, elems, true, 3);
+      fill_random_f16(Qh.p, elems, 1);
+      fill_random_f16(Kh.p, elems, 2);
+      fill_random_f16(Vh.p, elems, 3);
+      const double flop = 4.0 * sh.B * sh.H * double(N) * N * d;
+      for (const Act& act : acts)
+        for (const bool norms : {true, false}) {
+          AttentionSpec spec;
+          spec.act = act.spec;
+          spec.collect_norms = norms;
+          float* L = static_cast<float*>(lse.p);
+          double* A = static_cast<double*>(attn.p);
+          double* J = static_cast<double*>(jac.p);
+          const double mb = time_ms([&] {
+            attention_forward_cuda_mma(spec, sh, CudaDType::bf16, Qb.p, Kb.p, Vb.p, nullptr, O.p, L, A, J, ws,
+                                       nullptr);
+          });
+          const double mh = time_ms([&] {
+            attention_forward_cuda_mma(spec, sh, CudaDType::f16, Qh.p, Kh.p, Vh.p, nullptr, O.p, L, A, J, ws,
+                                       nullptr);
+          });
+          const double fb = time_ms([&] {
+            attention_forward_cuda(spec, sh, CudaDType::bf16, Qb.p, Kb.p, Vb.p, nullptr, O.p, L, A, J, ws, nullptr);
+          });
+          // Backward (bf16, from the fused forward's O and lse, just computed): once per activation.
+          double bm = NAN, bfu = NAN;
+          if (norms) {
+            bm = time_ms([&] {
+              attention_backward_cuda_mma(spec, sh, CudaDType::bf16, Qb.p, Kb.p, Vb.p, nullptr, O.p, dO.p, L, dQ.p,
+                                          dK.p, dV.p, ws, nullptr);
+            });
+            bfu = time_ms([&] {
+              attention_backward_cuda(spec, sh, CudaDType::bf16, Qb.p, Kb.p, Vb.p, nullptr, O.p, dO.p, L, dQ.p, dK.p,
+                                      dV.p, ws, nullptr);
+            });
+          }
+          std::printf("%4lld %6lld %3lld %3lld %-18s %-5s %9.3f %8.2f %9.3f %8.2f %9.3f %8.2f %7.2f %9.3f %9.3f %7.2f\n",
+                      static_cast<long long>(d), static_cast<long long>(N), static_cast<long long>(sh.B),
+                      static_cast<long long>(sh.H), act.name, norms ? "on" : "off", mb, flop / (mb * 1e9), mh,
+                      flop / (mh * 1e9), fb, flop / (fb * 1e9), fb / mb, bm, bfu, bfu / bm);
+          std::fflush(stdout);
+        }
+    }
+  attention_cuda_workspace_destroy(ws);
+  std::printf("ms per forward; TF: TFLOP/s (4 B H N^2 d); x: fused bf16 ms / mma bf16 ms; bwd_*: ms per backward "
+              "(bf16, mma and fused), bwd_x = fused / mma\n");
+  return 0;
+}
 
 int run(bool quick) {
   int n_dev = 0;
@@ -175,9 +287,13 @@ int run(bool quick) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false, mma = false;
+  for (int i = 1; i < argc; ++i) {
+    quick |= std::string(argv[i]) == "--quick";
+    mma |= std::string(argv[i]) == "--mma";
+  }
   try {
-    return run(quick);
+    return mma ? run_mma(quick) : run(quick);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_gpu: %s\n", e.what());
     return 1;

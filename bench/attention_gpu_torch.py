@@ -11,6 +11,8 @@ H * d = 2048), measured on the GPU machine (PyTorch 2.11, H200):
 FLOPs as in attention_gpu.cpp: forward 4 B H N^2 d, backward 2.5x forward; the
 fwd+bwd column is 3.5x forward over the fwd+bwd time. Prints "SKIPPED: ..." and exits 0
 without torch or a CUDA device. Usage: attention_gpu_torch.py [--quick] [--no-compile]
+[--sdpa-only] (--sdpa-only: the sdpa_flash rows only, bf16 and fp16: the baseline of
+attention_gpu --mma, issue #19)
 """
 import math
 import sys
@@ -20,6 +22,7 @@ import time
 def main():
     quick = "--quick" in sys.argv
     use_compile = "--no-compile" not in sys.argv
+    sdpa_only = "--sdpa-only" in sys.argv
     try:
         import torch
         import torch.nn.functional as F
@@ -81,11 +84,13 @@ def main():
     for d in (64, 128):
         for n in lengths:
             b, h = 16384 // n, 2048 // d
-            for dtype_name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+            dtypes = ((("bf16", torch.bfloat16), ("fp16", torch.float16)) if sdpa_only else
+                      (("bf16", torch.bfloat16), ("fp32", torch.float32)))
+            for dtype_name, dtype in dtypes:
                 q, k, v, do = (torch.randn(b, h, n, d, device=dev, dtype=dtype, requires_grad=True)
                                for _ in range(4))
                 do = do.detach()
-                if dtype == torch.bfloat16 and sdpa_kernel is not None:
+                if dtype != torch.float32 and sdpa_kernel is not None:
                     def sdpa():
                         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                             return F.scaled_dot_product_attention(q, k, v)
@@ -99,7 +104,7 @@ def main():
                             return sdpa()
 
                     report("sdpa_flash", dtype_name, d, n, b, h, "softmax", sdpa_fwd, sdpa_fb)
-                for act in ("poly3_inv_sqrt_n", "relu_inv_n"):
+                for act in (() if sdpa_only else ("poly3_inv_sqrt_n", "relu_inv_n")):
                     def fwd(fn=eager, act=act):
                         with torch.no_grad():
                             return fn(act, q, k, v)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, on the build machine, the binaries bench/gpu-check.sh runs on the GPU machine,
-# and pack them with the shared libraries they load into .gpubin/ (ignored by git), so
+# and pack them with the shared libraries they load into .gpubin/ (in .gitignore), so
 # that the GPU machine, which has none of our Debian packages and little time, does not
 # have to build (shared/device/README.md). gpu-check.sh falls back to building there
 # (with .devdeps carried) when a bundled binary does not load.
@@ -10,7 +10,6 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build=${BUILD_DIR:-build-gpu}
-grep -qx '/.gpubin/' .git/info/exclude 2>/dev/null || echo '/.gpubin/' >> .git/info/exclude
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSWEEP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 ninja -C "$build" unit_tests attention_gpu trainer_cpu attnsweep
 bins=("$build/tests/unit_tests" "$build/bench/attention_gpu" "$build/bench/trainer_cpu" "$build/attnsweep")

@@ -14,7 +14,14 @@
 #   3. training samples/s on the GPU next to PyTorch eager (and torch.compile) on the
 #      same GPU: the reference cell, the image cells at N = 16 and 196, a larger cell;
 #   4. every other CUDA test (attention kernels, ops);
-#   5. the fused-attention benchmark and its PyTorch baselines.
+#   5. the fused-attention benchmark and its PyTorch baselines;
+#   7. (issue #19, only when asked: STAGES=7, under 4 minutes) the tensor-core kernels:
+#      their tests (*AttentionCudaMma*: forward bf16/fp16, backward bf16), then
+#      attention_gpu --mma (mma forward bf16 / fp16 and mma backward against the fused
+#      kernels, d = 64, 128, N = 1k, 4k, 16k) and the SDPA FlashAttention-2 rows of
+#      attention_gpu_torch.py --sdpa-only, then (time left) the AttentionCuda suite at
+#      d = 64, 128 with ATTNSWEEP_CUDA_MMA=1, all within MMA_BUDGET_S (default 230 s).
+#      Run it first on a fresh machine: STAGES=7 bash bench/gpu-check.sh
 # Every log goes to $OUT (or ./gpu-check-out); summary.txt holds the gist. Stages 4-5
 # are skipped once BUDGET_S (default 330 s) has passed. QUICK=1 drops N = 16384 from the
 # attention benchmarks. Exit status: that of the CUDA tests (setup/build failures: 2).
@@ -154,7 +161,7 @@ fi
 
 if stage 4 && in_budget "attention and ops tests"; then
   say "4. the other CUDA tests (attention kernels, ops)"
-  ab timeout 200 "$bin/unit_tests" --gtest_filter='*Cuda*-CudaModel*:CudaTrainer*:CudaCollective*:OpsCuda.ModelOps*:OpsCuda.Scale*' \
+  ab timeout 200 "$bin/unit_tests" --gtest_filter='*Cuda*-CudaModel*:CudaTrainer*:CudaCollective*:OpsCuda.ModelOps*:OpsCuda.Scale*:*AttentionCudaMma*' \
     --gtest_brief=1 --gtest_output="xml:$out/other_cuda.xml" > "$out/other_cuda.log" 2>&1
   rc=$?
   grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$out/other_cuda.log" | head -40 | tee -a "$summary"
@@ -174,6 +181,64 @@ if stage 5 && in_budget "attention PyTorch baselines"; then
   say "attention_gpu_torch exit $?"
   tail -40 "$out/attention_gpu_torch.log" >> "$summary"
 fi
+# 7. The tensor-core kernels (issue #19): tests, then their benchmark against the fused
+# kernels and SDPA. Each step under its own timeout, all inside MMA_BUDGET_S.
+if stage 7; then
+  t7=$SECONDS
+  mma_budget=${MMA_BUDGET_S:-230}
+  left7() { echo $(( mma_budget - (SECONDS - t7) )); }
+  say "7. tensor-core attention: tests (*AttentionCudaMma*)"
+  ab timeout 110 "$bin/unit_tests" --gtest_filter='*AttentionCudaMma*:HalfFloatHost*' --gtest_brief=1 \
+    --gtest_output="xml:$out/mma_tests.xml" > "$out/mma_tests.log" 2>&1
+  rc=$?
+  grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$out/mma_tests.log" | head -40 | tee -a "$summary"
+  grep -m 30 -B2 -A6 'Failure' "$out/mma_tests.log" >> "$summary"
+  say "mma tests exit $rc"
+  [ "$tests_rc" -eq 0 ] && tests_rc=$rc
+  if [ "$rc" -ne 0 ] && command -v compute-sanitizer > /dev/null && [ "$(left7)" -gt 60 ]; then
+    say "compute-sanitizer memcheck + racecheck on one mma case"
+    ab timeout 40 compute-sanitizer --tool memcheck --print-limit 20 "$bin/unit_tests" \
+      --gtest_filter='Shapes/AttentionCudaMma.ForwardMatchesCpu/softmax_q129_k129_d64_mask_causal_bf16' \
+      > "$out/mma_memcheck.log" 2>&1
+    grep -E '=========|FAILED|OK \]' "$out/mma_memcheck.log" | head -30 | tee -a "$summary"
+    ab timeout 40 compute-sanitizer --tool racecheck --print-limit 20 "$bin/unit_tests" \
+      --gtest_filter='Shapes/AttentionCudaMma.ForwardMatchesCpu/relu_none_q300_k7_d128_f16' \
+      > "$out/mma_racecheck.log" 2>&1
+    grep -E '=========|FAILED|OK \]' "$out/mma_racecheck.log" | head -30 | tee -a "$summary"
+  fi
+  l=$(left7)
+  if [ "$l" -gt 20 ]; then
+    say "7. attention_gpu --mma"
+    ab timeout $(( l < 100 ? l : 100 )) "$bin/attention_gpu" --mma "${quick[@]}" > "$out/attention_mma.log" 2>&1
+    say "attention_gpu --mma exit $?"
+    cat "$out/attention_mma.log" >> "$summary"
+  else
+    say "skipped: attention_gpu --mma (past MMA_BUDGET_S)"
+  fi
+  l=$(left7)
+  if [ "$l" -gt 10 ]; then
+    timeout $(( l < 45 ? l : 45 )) python3 bench/attention_gpu_torch.py --sdpa-only "${quick[@]}" \
+      > "$out/attention_sdpa.log" 2>&1
+    say "attention_gpu_torch --sdpa-only exit $?"
+    cat "$out/attention_sdpa.log" >> "$summary"
+  else
+    say "skipped: SDPA baseline (past MMA_BUDGET_S)"
+  fi
+  # With what is left: the existing AttentionCuda suite (bf16 at d = 64, 128) through
+  # attention_forward_cuda / attention_backward_cuda with the tensor-core kernels switched in.
+  l=$(left7)
+  if [ "$l" -gt 20 ]; then
+    ATTNSWEEP_CUDA_MMA=1 ab timeout "$l" "$bin/unit_tests" --gtest_brief=1 \
+      --gtest_filter='Shapes/AttentionCuda.*_d64*:Shapes/AttentionCuda.*_d128*:AttentionCudaDeterminism.*' \
+      > "$out/mma_via_suite.log" 2>&1
+    rc=$?
+    grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED' "$out/mma_via_suite.log" | head -20 | tee -a "$summary"
+    say "AttentionCuda suite with ATTNSWEEP_CUDA_MMA=1 exit $rc (124: cut at MMA_BUDGET_S)"
+    [ "$rc" -ne 124 ] && [ "$tests_rc" -eq 0 ] && tests_rc=$rc
+  fi
+  say "7. done in $((SECONDS - t7)) s"
+fi
+
 # 6. Whole sweeps on the GPU slot (attnsweep run, no mpirun: one slot per visible GPU),
 # timed, aggregated: SWEEP_GRIDS (default paperB_icl_cpu): names under experiments/grids/
 # or paths to grid files.

@@ -8,6 +8,15 @@
 //               bfloat16 inputs with float32 accumulation; falls back to the
 //               materialising path where it has no specialisation (d not in
 //               {16, 32, 64, 128}, or dv != d).
+//   *_cuda_mma  tensor cores (mma.sync m16n8k16, issue #19 step 1): forward only, bf16
+//               or fp16, d = dv in {64, 128} (kernels/cuda/attention_mma.cuh). The same
+//               outputs as the fused forward; its O and lse feed attention_backward_cuda
+//               (bf16). attention_forward_cuda takes it for fp16 (the only fp16 path);
+//               bf16 through attention_forward_cuda / attention_backward_cuda stays on
+//               the fused kernels until the tensor-core kernels have been checked on a
+//               GPU, unless ATTNSWEEP_CUDA_MMA=1 (read once; then bf16 at d = dv in
+//               {64, 128} takes the tensor-core forward and backward, so the whole
+//               AttentionCuda suite can be run against them).
 // Both are deterministic: the norms are reduced from per-row partials in a fixed order
 // by a second kernel, and the backward uses no atomics.
 // Layouts as attention.h: Q [B,H,Nq,d], K [B,H,Nk,d], V [B,H,Nk,dv], O/dO [B,H,Nq,dv],
@@ -27,7 +36,9 @@
 namespace attnsweep {
 
 // Element type of Q, K, V, O, dO, dQ, dK, dV in the fused path (accumulation is float32).
-enum class CudaDType : int32_t { f32 = 0, bf16 = 1 };
+// f16 (__half): the tensor-core forward only (attention_forward_cuda_mma); the fused
+// backward and the materialising fallback reject it.
+enum class CudaDType : int32_t { f32 = 0, bf16 = 1, f16 = 2 };
 
 // cuBLAS handle and scratch memory, grown on demand. One per stream (not thread-safe).
 struct AttentionCudaWorkspace;
@@ -61,5 +72,25 @@ void attention_backward_cuda(const AttentionSpec& spec, const AttentionShape& sh
                              const void* Q, const void* K, const void* V, const float* key_mask,
                              const void* O, const void* dO, const float* lse, void* dQ, void* dK, void* dV,
                              AttentionCudaWorkspace* ws, cudaStream_t stream);
+
+// ---- tensor-core path (forward) ---------------------------------------------------------
+// The arguments of attention_forward_cuda; dtype bf16 or f16 (Q, K, V, O), pointers
+// 16-byte aligned; throws std::invalid_argument where !attention_cuda_mma_supported.
+bool attention_cuda_mma_supported(const AttentionShape& shape, CudaDType dtype);
+// ATTNSWEEP_CUDA_MMA=1 in the environment and dtype bf16 and supported.
+bool attention_cuda_mma_opted_in(const AttentionShape& shape, CudaDType dtype);
+
+void attention_forward_cuda_mma(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype,
+                                const void* Q, const void* K, const void* V, const float* key_mask, void* O,
+                                float* lse, double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws,
+                                cudaStream_t stream);
+
+// Backward on tensor cores (issue #19 step 4, compiled only so far): bf16, d = dv in
+// {64, 128}, the arguments of attention_backward_cuda; deterministic (no atomics).
+// Not reached from attention_backward_cuda until checked on a GPU.
+void attention_backward_cuda_mma(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype,
+                                 const void* Q, const void* K, const void* V, const float* key_mask, const void* O,
+                                 const void* dO, const float* lse, void* dQ, void* dK, void* dV,
+                                 AttentionCudaWorkspace* ws, cudaStream_t stream);
 
 }  // namespace attnsweep

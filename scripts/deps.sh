@@ -8,7 +8,8 @@ PKGS=(cmake ninja-build g++ pkg-config
       libopenblas-dev libgtest-dev libgmock-dev
       python3-h5py python3-numpy python3-pandas python3-torch python3-jsonschema python3-matplotlib python3-pil chromium time
       dataset-fashion-mnist slurmctld slurmd slurm-client munge
-      clang-14 libclang-rt-14-dev libomp-14-dev)  # tests/fuzz (libFuzzer, clang's OpenMP)
+      clang-14 libclang-rt-14-dev libomp-14-dev  # tests/fuzz (libFuzzer, clang's OpenMP)
+      python3-venv)  # tests/sass: the cuobjdump wheel's venv
 missing=()
 for p in "${PKGS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -16,4 +17,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# tests/sass/check_mma_sass.sh reads the CUDA kernels' machine code with cuobjdump, which
+# the Debian CUDA toolkit and CUDA 13's nvcc-only installs lack: the pinned PyPI wheels
+# (cuobjdump -sass runs nvdisasm), in a venv the test looks in (SASS_VENV, default /opt/attnsweep-sass-venv here).
+if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  venv=${SASS_VENV:-/opt/attnsweep-sass-venv}
+  if ! ls "$venv"/lib/python3*/site-packages/nvidia/cu*/bin/nvdisasm > /dev/null 2>&1; then
+    echo "attnsweep: installing nvidia-cuda-cuobjdump and -nvdisasm into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37
+  fi
 fi

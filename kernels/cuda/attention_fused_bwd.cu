@@ -13,6 +13,12 @@ void attention_backward_cuda(const AttentionSpec& spec, const AttentionShape& sh
                              const void* K, const void* V, const float* key_mask, const void* O, const void* dO,
                              const float* lse, void* dQ, void* dK, void* dV, AttentionCudaWorkspace* ws,
                              cudaStream_t stream) {
+  if (dtype == CudaDType::f16)
+    throw std::invalid_argument("attention backward (CUDA): fp16 is not implemented (issue #19: tensor-core backward)");
+  if (attention_cuda_mma_opted_in(sh, dtype)) {
+    attention_backward_cuda_mma(spec, sh, dtype, Q, K, V, key_mask, O, dO, lse, dQ, dK, dV, ws, stream);
+    return;
+  }
   const int64_t BH = sh.B * sh.H;
   const bool softmax = spec.act.activation == Activation::softmax;
   if (!attention_cuda_fused_supported(sh)) {

@@ -16,6 +16,11 @@ bool attention_cuda_fused_supported(const AttentionShape& sh) {
 void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
                             const void* K, const void* V, const float* key_mask, void* O, float* lse,
                             double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws, cudaStream_t stream) {
+  // fp16: only the tensor-core path has it (it throws where unsupported); bf16 by opt-in.
+  if (dtype == CudaDType::f16 || attention_cuda_mma_opted_in(sh, dtype)) {
+    attention_forward_cuda_mma(spec, sh, dtype, Q, K, V, key_mask, O, lse, attn_fro, jac_fro, ws, stream);
+    return;
+  }
   const int64_t BH = sh.B * sh.H;
   if (!attention_cuda_fused_supported(sh)) {
     if (dtype == CudaDType::f32) {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -433,6 +434,289 @@ TEST(AttentionCudaNorms, SoftmaxBoundsHoldOnPeakedScores) {
     EXPECT_LE(o.jac_fro[i], std::sqrt(257.0) / 2 * (1 + 1e-6));
     EXPECT_GT(o.attn_fro[i], 0.0);
   }
+}
+
+// ---- tensor-core forward (attention_forward_cuda_mma, issue #19) ------------------------
+// Against the CPU reference on the same rounded inputs, for every activation (and a poly
+// degree the kernels have no specialisation for), bf16 and fp16, d = 64 and 128, no mask /
+// causal / key mask (with a batch item that attends nothing) / both, partial tiles and
+// Nq != Nk (causal rows that attend nothing when Nk < Nq). Outputs are poisoned (NaN)
+// first, so every element must be written. ||O - O_cpu||_F / ||O_cpu||_F <= 1e-2 (bf16),
+// 2e-3 (fp16); norms within 1e-3 relative; lse; two runs bit-identical.
+
+// IEEE half on the host: round to nearest even (normal and subnormal range; the tests'
+// values are far from overflow).
+uint16_t to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const float a = std::fabs(f);
+  if (!(a < 65520.0f)) return static_cast<uint16_t>(sign | (a != a ? 0x7e00u : 0x7c00u));
+  if (a < 6.103515625e-05f) {  // subnormal: multiples of 2^-24
+    const float q = std::nearbyint(a * 16777216.0f);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(q));
+  }
+  uint32_t ua;
+  std::memcpy(&ua, &a, 4);
+  const uint32_t exp = (ua >> 23) - 127 + 15, man = ua & 0x7fffffu;
+  uint32_t h = (exp << 10) | (man >> 13);
+  const uint32_t rest = man & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // carries into the exponent correctly
+  return static_cast<uint16_t>(sign | h);
+}
+float from_f16(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(man), -24);
+  } else if (exp == 31) {
+    f = man ? NAN : INFINITY;
+  } else {
+    const uint32_t u = ((exp - 15 + 127) << 23) | (man << 13);
+    std::memcpy(&f, &u, 4);
+  }
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u |= sign;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Host-only (no GPU needed; runs in the CPU suite): the fp16 helpers the mma tests use.
+TEST(HalfFloatHost, RoundTrip) {
+  for (float x : {0.0f, 1.0f, -2.5f, 65504.0f, 1e-7f, 3.14159f, -1e-3f})
+    EXPECT_NEAR(from_f16(to_f16(x)), x, 1e-3 * std::fabs(x) + 6e-8) << x;
+  EXPECT_EQ(to_f16(1.0009765625f), 0x3c01);  // 1 + 2^-10: exact
+  EXPECT_EQ(to_f16(1.00048828125f), 0x3c00); // 1 + 2^-11: a tie, to even
+  EXPECT_EQ(to_f16(5.9604645e-08f), 0x0001);  // 2^-24: the smallest subnormal
+  EXPECT_EQ(to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(to_f16(-2.0f), 0xc000);
+}
+
+struct MmaCase {
+  std::string act_name;
+  ActivationSpec act;
+  int64_t Nq, Nk, d;
+  bool key_mask, causal;
+  bool f16;
+};
+
+std::string mma_case_name(const MmaCase& c) {
+  Case base{c.act_name, c.act, c.Nq, c.Nk, c.d, c.d, c.key_mask, c.causal};
+  return case_name(base) + (c.f16 ? "_f16" : "_bf16");
+}
+
+struct MmaOut {
+  std::vector<float> O, lse;
+  std::vector<double> attn_fro, jac_fro;
+};
+
+// Inputs rounded to the kernel's type (both sides see the same values).
+Inputs make_mma_inputs(const MmaCase& c) {
+  Inputs in = make_inputs({c.act_name, c.act, c.Nq, c.Nk, c.d, c.d, c.key_mask, c.causal}, false);
+  for (auto* v : {&in.Q, &in.K, &in.V})
+    for (float& x : *v) x = c.f16 ? from_f16(to_f16(x)) : from_bf16(to_bf16(x));
+  return in;
+}
+
+MmaOut run_mma(const Inputs& in, bool f16, AttentionCudaWorkspace* ws) {
+  const AttentionShape& s = in.shape;
+  auto enc = [&](const std::vector<float>& x) {
+    std::vector<uint16_t> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = f16 ? to_f16(x[i]) : to_bf16(x[i]);
+    return r;
+  };
+  const int64_t nO = s.B * s.H * s.Nq * s.dv, nrow = s.B * s.H * s.Nq, nbh = s.B * s.H;
+  std::unique_ptr<DeviceBuffer<float>> mask;
+  if (!in.mask.empty()) mask = std::make_unique<DeviceBuffer<float>>(in.mask);
+  DeviceBuffer<uint16_t> Q(enc(in.Q)), K(enc(in.K)), V(enc(in.V));
+  // Poison: 0xffff is a NaN in bf16 and in fp16; NaN for lse and the norms.
+  DeviceBuffer<uint16_t> O(std::vector<uint16_t>(nO, 0xffffu));
+  DeviceBuffer<float> lse(std::vector<float>(nrow, NAN));
+  DeviceBuffer<double> attn(std::vector<double>(nbh, NAN)), jac(std::vector<double>(nbh, NAN));
+  attention_forward_cuda_mma(in.spec, s, f16 ? CudaDType::f16 : CudaDType::bf16, Q.get(), K.get(), V.get(),
+                             mask ? mask->get() : nullptr, O.get(), lse.get(), attn.get(), jac.get(), ws, nullptr);
+  MmaOut o;
+  const std::vector<uint16_t> oh = O.download();
+  o.O.resize(oh.size());
+  for (size_t i = 0; i < oh.size(); ++i) o.O[i] = f16 ? from_f16(oh[i]) : from_bf16(oh[i]);
+  o.lse = lse.download();
+  o.attn_fro = attn.download();
+  o.jac_fro = jac.download();
+  return o;
+}
+
+class AttentionCudaMma : public ::testing::TestWithParam<MmaCase> {};
+
+TEST_P(AttentionCudaMma, ForwardMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  const MmaCase& c = GetParam();
+  const bool softmax = c.act.activation == Activation::softmax;
+  static Workspace ws = make_workspace();  // one for all cases: cuBLAS start-up is slow
+  const Inputs in = make_mma_inputs(c);
+  const AttentionShape& s = in.shape;
+  std::vector<float> O(s.B * s.H * s.Nq * s.dv), lse(s.B * s.H * s.Nq);
+  std::vector<double> attn(s.B * s.H), jac(s.B * s.H);
+  attention_forward_cpu(in.spec, s, in.Q.data(), in.K.data(), in.V.data(), in.mask.empty() ? nullptr : in.mask.data(),
+                        O.data(), lse.data(), attn.data(), jac.data());
+  const MmaOut got = run_mma(in, c.f16, ws.get());
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < O.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got.O[i])) << "O[" << i << "] = " << got.O[i] << " (unwritten or overflow)";
+    num += (static_cast<double>(got.O[i]) - O[i]) * (static_cast<double>(got.O[i]) - O[i]);
+    den += static_cast<double>(O[i]) * O[i];
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  EXPECT_LE(rel, c.f16 ? 2e-3 : 1e-2) << "||O - O_cpu|| / ||O_cpu||";
+  if (softmax) expect_lse_close("lse", got.lse, lse, 1e-3);
+  expect_norms_close("attn_fro", got.attn_fro, attn, 1e-3, 1e-3);
+  expect_norms_close("jac_fro", got.jac_fro, jac, 1e-3, 1e-3);
+  const MmaOut again = run_mma(in, c.f16, ws.get());
+  EXPECT_EQ(0, std::memcmp(got.O.data(), again.O.data(), got.O.size() * sizeof(float))) << "O not bit-identical";
+  EXPECT_EQ(0, std::memcmp(got.attn_fro.data(), again.attn_fro.data(), got.attn_fro.size() * sizeof(double)));
+  EXPECT_EQ(0, std::memcmp(got.jac_fro.data(), again.jac_fro.data(), got.jac_fro.size() * sizeof(double)));
+}
+
+std::vector<MmaCase> mma_cases() {
+  auto acts = activations();
+  ActivationSpec p4;
+  p4.activation = Activation::poly;
+  p4.degree = 4;  // run-time degree: no specialisation
+  p4.scale = ScaleKind::inv_n;
+  acts.push_back({"poly4_inv_n", p4});
+  std::vector<MmaCase> cases;
+  const std::vector<std::pair<int64_t, int64_t>> lengths = {{129, 129}, {1000, 1000}, {7, 300}, {300, 7}};
+  for (const auto& [name, act] : acts)
+    for (const auto& [nq, nk] : lengths)
+      for (int64_t d : {64, 128})
+        for (int m = 0; m < 4; ++m)
+          for (bool f16 : {false, true}) cases.push_back({name, act, nq, nk, d, (m & 1) != 0, (m & 2) != 0, f16});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCudaMma, ::testing::ValuesIn(mma_cases()),
+                         [](const ::testing::TestParamInfo<MmaCase>& info) { return mma_case_name(info.param); });
+
+// The mma forward's O and lse drive the existing fused backward (bf16): the gradients
+// match the CPU's as the fused forward's do.
+TEST(AttentionCudaMma, BackwardFromMmaForward) {
+  SKIP_WITHOUT_DEVICE();
+  Workspace ws = make_workspace();
+  for (const auto& [name, act] : activations()) {
+    const Case c{name, act, 300, 513, 64, 64, true, true};
+    const Inputs in = make_inputs(c, true);
+    const AttentionShape& s = in.shape;
+    const Outputs cpu = run_cpu(in);
+    DeviceBuffer<uint16_t> Q(to_bf16(in.Q)), K(to_bf16(in.K)), V(to_bf16(in.V)), dO(to_bf16(in.dO));
+    DeviceBuffer<uint16_t> O(s.B * s.H * s.Nq * s.dv), dQ(in.Q.size()), dK(in.K.size()), dV(in.V.size());
+    DeviceBuffer<float> mask(in.mask), lse(s.B * s.H * s.Nq);
+    attention_forward_cuda_mma(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), mask.get(), O.get(),
+                               lse.get(), nullptr, nullptr, ws.get(), nullptr);
+    attention_backward_cuda(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), mask.get(), O.get(), dO.get(),
+                            lse.get(), dQ.get(), dK.get(), dV.get(), ws.get(), nullptr);
+    std::vector<double> allow_dQ, allow_dK;
+    if (act.activation == Activation::relu) relu_kink_allowance(in, allow_dQ, allow_dK);
+    expect_close(name + " O", from_bf16(O.download()), cpu.O, kTolBf16);
+    expect_close(name + " dQ", from_bf16(dQ.download()), cpu.dQ, kTolBf16, 1e-6, allow_dQ);
+    expect_close(name + " dK", from_bf16(dK.download()), cpu.dK, kTolBf16, 1e-6, allow_dK);
+    expect_close(name + " dV", from_bf16(dV.download()), cpu.dV, kTolBf16);
+  }
+}
+
+// The tensor-core backward (attention_backward_cuda_mma, bf16) from the tensor-core
+// forward's O and lse, against the CPU: the tolerances of the fused bf16 path, gradients
+// poisoned first, two runs bit-identical (no atomics).
+struct MmaBwdCase {
+  std::string act_name;
+  ActivationSpec act;
+  int64_t Nq, Nk, d;
+  bool key_mask, causal;
+};
+
+class AttentionCudaMmaBwd : public ::testing::TestWithParam<MmaBwdCase> {};
+
+TEST_P(AttentionCudaMmaBwd, BackwardMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  const MmaBwdCase& c = GetParam();
+  static Workspace ws = make_workspace();
+  const Case base{c.act_name, c.act, c.Nq, c.Nk, c.d, c.d, c.key_mask, c.causal};
+  const Inputs in = make_inputs(base, true);
+  const AttentionShape& s = in.shape;
+  const bool softmax = c.act.activation == Activation::softmax;
+  const Outputs cpu = run_cpu(in);
+  std::unique_ptr<DeviceBuffer<float>> mask;
+  if (!in.mask.empty()) mask = std::make_unique<DeviceBuffer<float>>(in.mask);
+  const float* m = mask ? mask->get() : nullptr;
+  DeviceBuffer<uint16_t> Q(to_bf16(in.Q)), K(to_bf16(in.K)), V(to_bf16(in.V)), dO(to_bf16(in.dO));
+  DeviceBuffer<uint16_t> O(s.B * s.H * s.Nq * s.dv);
+  DeviceBuffer<float> lse(s.B * s.H * s.Nq);
+  attention_forward_cuda_mma(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), m, O.get(), lse.get(), nullptr,
+                             nullptr, ws.get(), nullptr);
+  auto backward = [&](std::vector<float>& gq, std::vector<float>& gk, std::vector<float>& gv) {
+    DeviceBuffer<uint16_t> dQ(std::vector<uint16_t>(in.Q.size(), 0xffffu));
+    DeviceBuffer<uint16_t> dK(std::vector<uint16_t>(in.K.size(), 0xffffu));
+    DeviceBuffer<uint16_t> dV(std::vector<uint16_t>(in.V.size(), 0xffffu));
+    attention_backward_cuda_mma(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), m, O.get(), dO.get(),
+                                lse.get(), dQ.get(), dK.get(), dV.get(), ws.get(), nullptr);
+    gq = from_bf16(dQ.download());
+    gk = from_bf16(dK.download());
+    gv = from_bf16(dV.download());
+  };
+  std::vector<float> gq, gk, gv, gq2, gk2, gv2;
+  backward(gq, gk, gv);
+  std::vector<double> allow_dQ, allow_dK;
+  if (c.act.activation == Activation::relu) relu_kink_allowance(in, allow_dQ, allow_dK);
+  const double floor = softmax && s.Nk == 1 ? grad_floor(in) : 1e-6;
+  expect_close("mma dQ", gq, cpu.dQ, kTolBf16, floor, allow_dQ);
+  expect_close("mma dK", gk, cpu.dK, kTolBf16, floor, allow_dK);
+  expect_close("mma dV", gv, cpu.dV, kTolBf16);
+  backward(gq2, gk2, gv2);
+  EXPECT_EQ(0, std::memcmp(gq.data(), gq2.data(), gq.size() * sizeof(float))) << "dQ not bit-identical";
+  EXPECT_EQ(0, std::memcmp(gk.data(), gk2.data(), gk.size() * sizeof(float))) << "dK not bit-identical";
+  EXPECT_EQ(0, std::memcmp(gv.data(), gv2.data(), gv.size() * sizeof(float))) << "dV not bit-identical";
+}
+
+std::vector<MmaBwdCase> mma_bwd_cases() {
+  std::vector<MmaBwdCase> cases;
+  auto acts = activations();
+  ActivationSpec p4;
+  p4.activation = Activation::poly;
+  p4.degree = 4;
+  p4.scale = ScaleKind::inv_n;
+  acts.push_back({"poly4_inv_n", p4});
+  for (const auto& [name, act] : acts)
+    for (int64_t d : {64, 128}) {
+      cases.push_back({name, act, 129, 129, d, false, false});
+      cases.push_back({name, act, 129, 129, d, true, true});
+      cases.push_back({name, act, 300, 513, d, true, true});
+      cases.push_back({name, act, 300, 7, d, false, true});
+      cases.push_back({name, act, 1000, 1000, d, false, false});
+    }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCudaMmaBwd, ::testing::ValuesIn(mma_bwd_cases()),
+                         [](const ::testing::TestParamInfo<MmaBwdCase>& info) {
+                           const MmaBwdCase& c = info.param;
+                           return case_name({c.act_name, c.act, c.Nq, c.Nk, c.d, c.d, c.key_mask, c.causal});
+                         });
+
+// fp16 reaches the tensor-core forward through attention_forward_cuda; shapes it does not
+// cover, and the fp16 backward, are refused.
+TEST(AttentionCudaMma, F16Routing) {
+  SKIP_WITHOUT_DEVICE();
+  Workspace ws = make_workspace();
+  AttentionSpec spec;
+  AttentionShape sh;
+  sh.Nq = sh.Nk = 16;
+  sh.d = sh.dv = 32;
+  DeviceBuffer<uint16_t> X(sh.Nq * sh.d), O(sh.Nq * sh.d);
+  EXPECT_THROW(attention_forward_cuda(spec, sh, CudaDType::f16, X.get(), X.get(), X.get(), nullptr, O.get(), nullptr,
+                                      nullptr, nullptr, ws.get(), nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(attention_backward_cuda(spec, sh, CudaDType::f16, X.get(), X.get(), X.get(), nullptr, O.get(), O.get(),
+                                       nullptr, O.get(), O.get(), O.get(), ws.get(), nullptr),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -1,0 +1,112 @@
+// Tensor-core attention forward: the entry point (kernels in attention_mma.cuh; one
+// instantiation file per (d, type): attention_mma_fwd_d*_*.cu), and the backward
+// (attention_mma_bwd.cuh, attention_mma_bwd_d*_bf16.cu).
+#include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/attention_mma_bwd.cuh"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace attnsweep {
+
+bool attention_cuda_mma_supported(const AttentionShape& sh, CudaDType dtype) {
+  return (dtype == CudaDType::bf16 || dtype == CudaDType::f16) && sh.d == sh.dv && (sh.d == 64 || sh.d == 128);
+}
+
+bool attention_cuda_mma_opted_in(const AttentionShape& sh, CudaDType dtype) {
+  static const bool on = [] {
+    const char* v = std::getenv("ATTNSWEEP_CUDA_MMA");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on && dtype == CudaDType::bf16 && attention_cuda_mma_supported(sh, dtype);
+}
+
+void attention_forward_cuda_mma(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
+                                const void* K, const void* V, const float* key_mask, void* O, float* lse,
+                                double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws, cudaStream_t stream) {
+  if (!attention_cuda_mma_supported(sh, dtype))
+    throw std::invalid_argument("attention (CUDA mma): needs bf16 or fp16 and d = dv in {64, 128}");
+  const int64_t BH = sh.B * sh.H;
+  if (BH == 0 || sh.Nq == 0) return;
+  if (sh.Nk == 0) throw std::invalid_argument("attention (CUDA mma): Nk == 0 is not supported");
+  for (const void* p : {Q, K, V, static_cast<const void*>(O)})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      throw std::invalid_argument("attention (CUDA mma): Q, K, V, O must be 16-byte aligned");
+  const bool norms = spec.collect_norms && attn_fro && jac_fro;
+  cuda::Carver sizing(nullptr);
+  sizing.take<double>(BH * sh.Nq);
+  sizing.take<double>(BH * sh.Nq);
+  sizing.take<int32_t>(sh.B * sh.Nk);
+  cuda::Carver carve(ws->reserve(sizing.used()));
+  double* row_attn = carve.take<double>(BH * sh.Nq);
+  double* row_jac = carve.take<double>(BH * sh.Nq);
+  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
+
+  cuda::mma::FwdArgs a;
+  a.act = spec.act;
+  a.mask = cuda::make_mask(spec, sh, key_mask, prefix, stream);
+  a.H = sh.H;
+  a.scale = cuda::score_scale(spec, sh);
+  a.Q = Q;
+  a.K = K;
+  a.V = V;
+  a.O = O;
+  a.lse = lse;
+  a.row_attn = row_attn;
+  a.row_jac = row_jac;
+  const int64_t blocks = (sh.Nq + cuda::mma::kBM - 1) / cuda::mma::kBM * BH;
+  const bool bf16 = dtype == CudaDType::bf16;
+  if (sh.d == 64)
+    (bf16 ? cuda::mma::forward_d64_bf16 : cuda::mma::forward_d64_f16)(a, norms, blocks, stream);
+  else
+    (bf16 ? cuda::mma::forward_d128_bf16 : cuda::mma::forward_d128_f16)(a, norms, blocks, stream);
+  if (norms) cuda::launch_norm_reduce(row_attn, row_jac, BH, sh.Nq, attn_fro, jac_fro, stream);
+}
+
+void attention_backward_cuda_mma(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
+                                 const void* K, const void* V, const float* key_mask, const void* O, const void* dO,
+                                 const float* lse, void* dQ, void* dK, void* dV, AttentionCudaWorkspace* ws,
+                                 cudaStream_t stream) {
+  if (dtype != CudaDType::bf16 || !attention_cuda_mma_supported(sh, dtype))
+    throw std::invalid_argument("attention backward (CUDA mma): needs bf16 and d = dv in {64, 128}");
+  const int64_t BH = sh.B * sh.H;
+  if (BH == 0) return;
+  if (sh.Nq == 0 || sh.Nk == 0) throw std::invalid_argument("attention backward (CUDA mma): Nq == 0 or Nk == 0");
+  const bool softmax = spec.act.activation == Activation::softmax;
+  if (softmax && (!lse || !O)) throw std::invalid_argument("attention backward (CUDA mma): softmax needs lse and O");
+  for (const void* p : {Q, K, V, dO, static_cast<const void*>(dQ), static_cast<const void*>(dK),
+                        static_cast<const void*>(dV)})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      throw std::invalid_argument("attention backward (CUDA mma): tensors must be 16-byte aligned");
+  cuda::Carver sizing(nullptr);
+  sizing.take<float>(BH * sh.Nq);
+  sizing.take<int32_t>(sh.B * sh.Nk);
+  cuda::Carver carve(ws->reserve(sizing.used()));
+  float* dsum = carve.take<float>(BH * sh.Nq);
+  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
+
+  cuda::mma::BwdArgs a;
+  a.act = spec.act;
+  a.mask = cuda::make_mask(spec, sh, key_mask, prefix, stream);
+  a.H = sh.H;
+  a.scale = cuda::score_scale(spec, sh);
+  a.Q = Q;
+  a.K = K;
+  a.V = V;
+  a.dO = dO;
+  a.lse = softmax ? lse : nullptr;
+  a.Dsum = softmax ? dsum : nullptr;
+  a.dQ = dQ;
+  a.dK = dK;
+  a.dV = dV;
+  if (sh.d == 64) {
+    if (softmax) cuda::mma::dsum_d64_bf16(O, dO, dsum, BH * sh.Nq, stream);
+    cuda::mma::backward_d64_bf16(a, BH, sh.Nq, sh.Nk, stream);
+  } else {
+    if (softmax) cuda::mma::dsum_d128_bf16(O, dO, dsum, BH * sh.Nq, stream);
+    cuda::mma::backward_d128_bf16(a, BH, sh.Nq, sh.Nk, stream);
+  }
+}
+
+}  // namespace attnsweep

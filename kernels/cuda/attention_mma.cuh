@@ -1,0 +1,502 @@
+// Tensor-core attention forward (issue #19, step 1): FlashAttention-2 style on
+// mma.sync.aligned.m16n8k16 (bf16 or fp16 operands, fp32 accumulators), ldmatrix
+// (.trans for V), cp.async double-buffered K/V tiles, the Q tile in registers.
+//
+// STATUS: COMPILED ONLY, NEVER RUN ON A GPU. Nothing here has executed; the fragment
+// layouts, the ldmatrix addressing and the masking were checked by reading against the
+// PTX ISA, not by running. tests/unit/test_attention_cuda.cpp (AttentionCudaMma*) is the
+// check for the first GPU session; tests/sass/check_mma_sass.sh (a ctest that runs on
+// CPU machines) checks that these kernels contain HMMA and spill nothing.
+//
+// What it computes: exactly what fused_forward_kernel (attention_fused.cuh) computes,
+// for Q, K, V, O of type bf16 or fp16, d = dv in {64, 128}:
+//   s_ij = (q_i . k_j) * scale; live(i, j) = j < key_end(i) and key_mask[b, j] != 0;
+//   n_i = the row's attended key count (MaskInfo::n_attended), phi resolved per row with
+//   resolve_phi(act, n_i) (the N of the scale and of the sigmoid bias);
+//   softmax:      O_i = sum_j exp(s_ij - m_i) v_j / sum_j exp(s_ij - m_i) (online
+//                 rescaling, exp2 with log2(e) folded into the scale), lse_i in natural
+//                 units (-inf for an empty row, whose O row is 0);
+//   element-wise: O_i = sum_j phi(s_ij) v_j (no normalisation, no rescaling);
+//   dead (i, j): contribute 0 to O and to both norms.
+// Norms (template flag): per thread fp32 sums (softmax: running sum p~^2, p~^3 rescaled
+// like l; element-wise: phi^2 and phi'^2 of live entries), reduced over the 4 lanes of a
+// quad by xor-shuffles (1 then 2: every lane gets the same bits), written per row as
+// float64 and reduced by launch_norm_reduce in a fixed order: deterministic.
+// phi is evaluated in fp32 on the fp32 scores; P is rounded to the input type for the
+// P V product (fp16: |phi| must stay below 65504, true for softmax, sigmoid, and for
+// poly / relu at the scores the trainer sees; bf16 has float32's range).
+//
+// Design. 4 warps (128 threads) own BM = 64 query rows, 16 per warp (one m16 tile); keys
+// stream in tiles of BN = 64. Per warp and key tile: S (16 x 64) = 8 n-tiles of m16n8k16
+// over d/16 k-steps (Q fragments in registers, loaded once with ldmatrix.x4; K
+// fragments by ldmatrix.x4 from shared memory: two n-tiles x two k-halves per call); the
+// S accumulators become the A operand of P V directly (the C fragment of n-tiles 2k and
+// 2k+1 is the A fragment of k-step k: FA2's register reuse, no shared-memory round
+// trip); V fragments by ldmatrix.x4.trans. Row statistics live in the 4 lanes of a quad
+// (C fragment rows groupID and groupID + 8).
+// Shared memory (element type T, rows padded by 8 elements = 16 bytes, so the 8 row
+// addresses of every ldmatrix 8x8 matrix fall in 8 distinct 16-byte bank groups):
+//   Qs[64][d+8], Ks[2][64][d+8], Vs[2][64][d+8], key-mask flags kok[2][64] (float).
+//   d = 64: 46,592 bytes; d = 128: 87,552 bytes (dynamic, above 48 KB by attribute).
+// Pipeline: cp.async.cg 16-byte copies (zero-filled beyond the last row: a partial tile
+// holds zeros, never stale data, so P = 0 times V = 0), one commit group per tile, two
+// stages: tile t+1 is in flight while tile t is computed.
+// Causal: the block stops at the key tile of its last row's key_end; the diagonal tiles
+// are masked per element by key_end(i).
+//
+// The backward on tensor cores is attention_mma_bwd.cuh (bf16; compiled only, reached
+// through attention_backward_cuda_mma); the fused CUDA-core backward also runs from this
+// forward's O and lse. Not yet done (issue #19): fp16 backward, the Hopper wgmma/TMA
+// path (sm_90a), a shared-memory-staged coalesced O store, d = 8/16/32 on tensor cores,
+// making these the default of attention_forward_cuda / attention_backward_cuda (bf16).
+//
+// Resources, measured (CUDA 13.0 ptxas -v, sm_90, and cuobjdump -res-usage of the built
+// library; tests/sass/check_mma_sass.sh prints them per kernel): every one of the 56
+// kernels has 0 bytes stack frame, 0 spill stores / loads, no LDL/STL, HMMA.16816.F32.*
+// 64 (d = 64) or 128 (d = 128) per key-tile iteration, LDSM (ldmatrix) and LDGSTS
+// (cp.async.cg 16 bytes). Registers per thread (bf16 and fp16 identical), norms off / on:
+//                      d = 64      d = 128
+//   softmax            133 / 124   175 / 168
+//   poly degree 1      80 / 113    167 / 178
+//   poly degree 2      80 / 99     167 / 176
+//   poly degree 3      80 / 99     164 / 177
+//   poly, run-time deg 128 / 128   218 / 225
+//   relu               91 / 113    179 / 174
+//   sigmoid            148 / 142   215 / 220
+// At 128 threads a block, <= 255 registers and 87.5 KB of shared memory (d = 128), two
+// blocks (8 warps) fit an SM; d = 64 (<= 148 registers, 46 KB): three to four.
+// A build with -DATTNSWEEP_MMA_MIN_BLOCKS=8 (64 registers) spills 1-1.2 KB of stack per
+// kernel (~700 LDL/STL): the SASS test fails on it, as it must (seen 2026-12-01).
+// Build time (nvcc -O3 sm_90, 14 kernels a file): attention_mma_fwd_d64_bf16.cu 7.9 s and
+// attention_mma_fwd_d128_bf16.cu 8.4 s on an idle core; with both cores of the build
+// machine busy 26 s (d64_f16) and 34 s (d128_f16), attention_mma.cu (host entry) 10.5 s.
+// About 35 s of one core in all; the four instantiation files build in parallel.
+#pragma once
+
+#include "kernels/cuda/attention_common.cuh"
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+
+namespace attnsweep::cuda::mma {
+
+// Minimum resident blocks per SM in __launch_bounds__: 1 (the compiler may use up to 255
+// registers). A build with -DATTNSWEEP_MMA_MIN_BLOCKS=8 caps the kernels at 64 registers
+// and forces spills: how tests/sass/check_mma_sass.sh was seen to fail.
+#ifndef ATTNSWEEP_MMA_MIN_BLOCKS
+#define ATTNSWEEP_MMA_MIN_BLOCKS 1
+#endif
+
+inline constexpr int kWarps = 4;
+inline constexpr int kThreads = 32 * kWarps;
+inline constexpr int kBM = 16 * kWarps;  // query rows per block
+inline constexpr int kBN = 64;           // keys per tile
+
+template <int D>
+struct Geom {
+  static_assert(D % 16 == 0 && D >= 16);
+  static constexpr int LD = D + 8;  // padded row stride, elements
+  static constexpr size_t smem_bytes(size_t elem) {
+    return (size_t(kBM) * LD + 4 * size_t(kBN) * LD) * elem + 2 * size_t(kBN) * sizeof(float);
+  }
+};
+
+struct FwdArgs {
+  ActivationSpec act;
+  MaskInfo mask;
+  int64_t H;
+  float scale;
+  const void* Q;
+  const void* K;
+  const void* V;
+  void* O;
+  float* lse;
+  double* row_attn;
+  double* row_jac;
+};
+
+// ---- PTX wrappers ---------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; src_bytes = 0 zero-fills the destination.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// c (16x8 f32) += a (16x16 row) * b (16x8 col).
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as one 32-bit register of T pairs: lo in the low half (the lower column).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+__device__ __forceinline__ float ex2(float x) {  // 2^x; ex2(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  return v;
+}
+
+// ROWS x D tile (global row stride D) into shared (row stride LD) by 16-byte cp.async;
+// rows at and beyond `valid` are zero-filled (their source address is row 0's, valid).
+template <int D, int ROWS, class T>
+__device__ __forceinline__ void async_tile(T* __restrict__ dst, const T* __restrict__ src, int valid) {
+  constexpr int CH = D / 8;  // 16-byte chunks per row
+  constexpr int LD = Geom<D>::LD;
+  static_assert(ROWS * CH % kThreads == 0);
+#pragma unroll
+  for (int it = 0; it < ROWS * CH / kThreads; ++it) {
+    const int idx = it * kThreads + static_cast<int>(threadIdx.x);
+    const int r = idx / CH, c = idx % CH;
+    const bool ok = r < valid;
+    cp_async16(dst + r * LD + c * 8, src + static_cast<int64_t>(ok ? r : 0) * D + c * 8, ok ? 16 : 0);
+  }
+}
+
+// ---- the kernel -------------------------------------------------------------------------
+
+template <Activation A, int Deg, int D, class T, bool Norms>
+__global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_forward_kernel(FwdArgs a) {
+  constexpr int LD = Geom<D>::LD;
+  constexpr int NT = kBN / 8;   // n-tiles of S per warp
+  constexpr int KQ = D / 16;    // k-steps of Q K^T
+  constexpr int OT = D / 8;     // n-tiles of O per warp
+  constexpr bool kSoftmax = A == Activation::softmax;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* Qs = reinterpret_cast<T*>(smem_raw);
+  T* Ks = Qs + kBM * LD;          // [2][kBN][LD]
+  T* Vs = Ks + 2 * kBN * LD;      // [2][kBN][LD]
+  float* kok = reinterpret_cast<float*>(Vs + 2 * kBN * LD);  // [2][kBN]
+
+  const MaskInfo& mask = a.mask;
+  const int64_t Nq = mask.Nq, Nk = mask.Nk;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tq = lane & 3;  // groupID, thread in group
+  const int64_t nqb = (Nq + kBM - 1) / kBM;
+  const int64_t qb = blockIdx.x % nqb, bh = blockIdx.x / nqb, b = bh / a.H;
+  const int64_t q0 = qb * kBM;
+  const int qrows = static_cast<int>(Nq - q0 < kBM ? Nq - q0 : kBM);
+  const T* Qg = static_cast<const T*>(a.Q) + (bh * Nq + q0) * D;
+  const T* Kg = static_cast<const T*>(a.K) + bh * Nk * D;
+  const T* Vg = static_cast<const T*>(a.V) + bh * Nk * D;
+  const bool has_mask = mask.key_mask != nullptr;
+
+  // Keys beyond the last row's causal limit contribute nothing.
+  int64_t kend = Nk;
+  if (mask.causal) {
+    const int64_t e = mask.key_end(q0 + qrows - 1);
+    kend = e < 0 ? 0 : e;
+  }
+  const int ntiles = static_cast<int>((kend + kBN - 1) / kBN);
+
+  auto issue_tile = [&](int t) {
+    const int64_t k0 = int64_t(t) * kBN;
+    const int st = t & 1;
+    const int krows = static_cast<int>(Nk - k0 < kBN ? Nk - k0 : kBN);
+    async_tile<D, kBN>(Ks + st * kBN * LD, Kg + k0 * D, krows);
+    async_tile<D, kBN>(Vs + st * kBN * LD, Vg + k0 * D, krows);
+    if (has_mask)
+      for (int j = threadIdx.x; j < kBN; j += kThreads)
+        kok[st * kBN + j] = (j < krows && mask.key_allowed(b, k0 + j)) ? 1.0f : 0.0f;
+  };
+
+  async_tile<D, kBM>(Qs, Qg, qrows);
+  cp_async_commit();  // group: Q
+  if (ntiles > 0) issue_tile(0);
+  cp_async_commit();  // group: tile 0
+
+  // This thread's two rows: h = 0 -> groupID, h = 1 -> groupID + 8 of the warp's 16.
+  PhiParams pp[2];
+  int64_t end[2];
+  float m[2], l[2], n1[2], n2[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t i = q0 + warp * 16 + g + 8 * h;
+    int64_t n = 0;
+    end[h] = 0;
+    if (i < Nq) {
+      n = mask.n_attended(b, i);
+      end[h] = n > 0 ? mask.key_end(i) : 0;
+    }
+    pp[h] = resolve_phi(a.act, n);
+    m[h] = -INFINITY;
+    l[h] = n1[h] = n2[h] = 0.0f;
+  }
+  float o[OT][4];
+#pragma unroll
+  for (int j = 0; j < OT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+
+  cp_async_wait<1>();  // Q has landed (tile 0 may still be in flight)
+  __syncthreads();
+  uint32_t qf[KQ][4];
+#pragma unroll
+  for (int kk = 0; kk < KQ; ++kk)
+    ldmatrix_x4(qf[kk], Qs + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk * 16 + (lane >> 4) * 8);
+
+  const float kLog2e = 1.4426950408889634f;
+  const float sc = kSoftmax ? a.scale * kLog2e : a.scale;
+  auto exp_fn = [](float v) { return __expf(v); };
+
+  for (int t = 0; t < ntiles; ++t) {
+    if (t + 1 < ntiles) issue_tile(t + 1);
+    cp_async_commit();   // possibly empty: keeps one group per iteration
+    cp_async_wait<1>();  // tile t has landed
+    __syncthreads();
+    const int st = t & 1;
+    const T* Kst = Ks + st * kBN * LD;
+    const T* Vst = Vs + st * kBN * LD;
+    const float* kst = kok + st * kBN;
+    const int64_t k0 = int64_t(t) * kBN;
+
+    // S = Q K^T (16 x 64 per warp).
+    float s[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk) {
+#pragma unroll
+      for (int nn = 0; nn < NT / 2; ++nn) {
+        uint32_t kf[4];
+        ldmatrix_x4(kf, Kst + (nn * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+        mma16816<T>(s[2 * nn], qf[kk], kf[0], kf[1]);
+        mma16816<T>(s[2 * nn + 1], qf[kk], kf[2], kf[3]);
+      }
+    }
+
+    // phi, masks, row statistics. Element e of n-tile j: row h = e >> 1, key column
+    // 8 j + 2 tq + (e & 1); live iff column < lim[h] (the row's key_end and Nk, relative
+    // to this tile) and the key mask allows it.
+    int lim[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = end[h] - k0;
+      lim[h] = r < 0 ? 0 : (r > kBN ? kBN : static_cast<int>(r));
+    }
+    auto live = [&](int j, int e) {
+      const int col = 8 * j + 2 * tq + (e & 1);
+      return col < lim[e >> 1] && (!has_mask || kst[col] != 0.0f);
+    };
+    if constexpr (kSoftmax) {
+      // Dead entries become -inf, so ex2 gives them 0.
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = live(j, e) ? s[j][e] * sc : -INFINITY;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = m[h];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+        const float m_new = quad_max(mx);
+        // Nothing live so far in this row: m stays -inf, p = ex2(-inf - 0) = 0 and
+        // alpha = 1 (no inf - inf).
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float alpha = m_new == -INFINITY ? 1.0f : ex2(m[h] - m_new);
+        float ps = 0.0f, p2 = 0.0f, p3 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            const float p = ex2(s[j][e] - m_use);
+            s[j][e] = p;
+            ps += p;
+            if constexpr (Norms) {
+              p2 = fmaf(p, p, p2);
+              p3 = fmaf(p * p, p, p3);
+            }
+          }
+        l[h] = fmaf(l[h], alpha, ps);
+        if constexpr (Norms) {
+          n1[h] = fmaf(n1[h], alpha * alpha, p2);
+          n2[h] = fmaf(n2[h], alpha * alpha * alpha, p3);
+        }
+#pragma unroll
+        for (int j = 0; j < OT; ++j) {
+          o[j][2 * h] *= alpha;
+          o[j][2 * h + 1] *= alpha;
+        }
+        m[h] = m_new;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const bool ok = live(j, e);
+          const float x = s[j][e] * sc;
+          const float p = ok ? phi_fixed<A, Deg>(pp[h], x, exp_fn) : 0.0f;
+          if constexpr (Norms) {
+            const float gd = ok ? dphi_fixed<A, Deg>(pp[h], x, exp_fn) : 0.0f;
+            n1[h] = fmaf(p, p, n1[h]);    // ||phi(S)||^2
+            n2[h] = fmaf(gd, gd, n2[h]);  // ||phi'(S)||^2: the Jacobian is diagonal
+          }
+          s[j][e] = p;
+        }
+    }
+
+    // O += P V: the C fragments of n-tiles 2k, 2k+1 are the A fragment of k-step k.
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, Vst + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dn * 16 + (lane >> 4) * 8);
+        mma16816<T>(o[2 * dn], pa, vf[0], vf[1]);
+        mma16816<T>(o[2 * dn + 1], pa, vf[2], vf[3]);
+      }
+    }
+    __syncthreads();  // stage st is free for tile t + 2
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: quad reductions (outside any row-dependent branch), O, lse, row norms.
+  T* Og = static_cast<T*>(a.O) + (bh * Nq + q0) * D;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = warp * 16 + g + 8 * h;
+    float inv = 1.0f;
+    double attn = 0.0, jac = 0.0;
+    if constexpr (kSoftmax) {
+      const float z = quad_sum(l[h]);
+      inv = z > 0.0f ? 1.0f / z : 0.0f;
+      if constexpr (Norms) {
+        const float a2 = quad_sum(n1[h]), a3 = quad_sum(n2[h]);
+        if (z > 0.0f) {
+          const RowNormSq rn = softmax_row_norms_from_sums(z, a2, a3);
+          attn = rn.attn;
+          jac = rn.jac;
+        }
+      }
+      if (a.lse && row < qrows && tq == 0)
+        a.lse[bh * Nq + q0 + row] = z > 0.0f ? m[h] * 0.6931471805599453f + logf(z) : -INFINITY;
+    } else if constexpr (Norms) {
+      attn = quad_sum(n1[h]);
+      jac = quad_sum(n2[h]);
+    }
+    if (row < qrows) {
+      T* orow = Og + static_cast<int64_t>(row) * D + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < OT; ++j)
+        *reinterpret_cast<uint32_t*>(orow + 8 * j) = pack2<T>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+      if constexpr (Norms) {
+        if (tq == 0) {
+          a.row_attn[bh * Nq + q0 + row] = attn;
+          a.row_jac[bh * Nq + q0 + row] = jac;
+        }
+      }
+    }
+  }
+}
+
+// ---- host side ------------------------------------------------------------------------
+
+template <Activation A, int Deg, int D, class T, bool Norms>
+void launch_forward(const FwdArgs& args, int64_t blocks, cudaStream_t stream) {
+  if (blocks <= 0) return;
+  if (blocks > (int64_t{1} << 31) - 1) throw std::invalid_argument("attention (CUDA mma): grid too large");
+  const size_t smem = Geom<D>::smem_bytes(sizeof(T));
+  auto kernel = mma_forward_kernel<A, Deg, D, T, Norms>;
+  ATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(args);
+  ATTN_CUDA_CHECK_LAUNCH();
+}
+
+// Every variant of one (D, T): softmax, poly of degree 1, 2, 3 and any other degree
+// (run-time), relu, sigmoid; norms on or off. One of these per .cu file.
+template <int D, class T>
+void forward_variants(const FwdArgs& args, bool norms, int64_t blocks, cudaStream_t stream) {
+  auto with_norms = [&](auto a_tag, auto deg_tag) {
+    constexpr Activation A = decltype(a_tag)::value;
+    constexpr int Deg = decltype(deg_tag)::value;
+    if (norms)
+      launch_forward<A, Deg, D, T, true>(args, blocks, stream);
+    else
+      launch_forward<A, Deg, D, T, false>(args, blocks, stream);
+  };
+  using AS = std::integral_constant<Activation, Activation::softmax>;
+  using AP = std::integral_constant<Activation, Activation::poly>;
+  using AR = std::integral_constant<Activation, Activation::relu>;
+  using AG = std::integral_constant<Activation, Activation::sigmoid>;
+  using D0 = std::integral_constant<int, 0>;
+  switch (args.act.activation) {
+    case Activation::softmax: with_norms(AS{}, D0{}); break;
+    case Activation::poly:
+      switch (args.act.degree) {
+        case 1: with_norms(AP{}, std::integral_constant<int, 1>{}); break;
+        case 2: with_norms(AP{}, std::integral_constant<int, 2>{}); break;
+        case 3: with_norms(AP{}, std::integral_constant<int, 3>{}); break;
+        default: with_norms(AP{}, D0{}); break;
+      }
+      break;
+    case Activation::relu: with_norms(AR{}, D0{}); break;
+    case Activation::sigmoid: with_norms(AG{}, D0{}); break;
+  }
+}
+
+// Defined one per file (attention_mma_fwd_d{64,128}_{bf16,f16}.cu).
+void forward_d64_bf16(const FwdArgs& args, bool norms, int64_t blocks, cudaStream_t stream);
+void forward_d64_f16(const FwdArgs& args, bool norms, int64_t blocks, cudaStream_t stream);
+void forward_d128_bf16(const FwdArgs& args, bool norms, int64_t blocks, cudaStream_t stream);
+void forward_d128_f16(const FwdArgs& args, bool norms, int64_t blocks, cudaStream_t stream);
+
+}  // namespace attnsweep::cuda::mma

@@ -1,0 +1,11 @@
+// Tensor-core attention forward, d = 64, f16: every activation variant of this
+// (d, type) (attention_mma.cuh). One (d, type) per file so that the build parallelises.
+#include "kernels/cuda/attention_mma.cuh"
+
+namespace attnsweep::cuda::mma {
+
+void forward_d64_f16(const FwdArgs& args, bool norms, int64_t blocks, cudaStream_t stream) {
+  forward_variants<64, __half>(args, norms, blocks, stream);
+}
+
+}  // namespace attnsweep::cuda::mma
