@@ -50,24 +50,27 @@
 // path (sm_90a), a shared-memory-staged coalesced O store, d = 8/16/32 on tensor cores,
 // making these the default of attention_forward_cuda / attention_backward_cuda (bf16).
 //
-// Resources, measured (CUDA 13.0 ptxas -v, sm_90, and cuobjdump -res-usage of the built
-// library; tests/sass/check_mma_sass.sh prints them per kernel): every one of the 56
-// kernels has 0 bytes stack frame, 0 spill stores / loads, no LDL/STL, HMMA.16816.F32.*
-// 64 (d = 64) or 128 (d = 128) per key-tile iteration, LDSM (ldmatrix) and LDGSTS
-// (cp.async.cg 16 bytes). Registers per thread (bf16 and fp16 identical), norms off / on:
+// Resources, measured (cuobjdump -res-usage of the built library, CUDA 13.0, sm_90,
+// 2026-12-01 after the registry dispatch: every registry activation, poly at degrees
+// 1..4 and run-time; tests/sass/check_mma_sass.sh prints them per kernel): each of the 72
+// forward kernels has 0 bytes stack frame, 0 spill stores / loads, no LDL/STL,
+// HMMA.16816.F32.* 64 (d = 64) or 128 (d = 128) per key-tile iteration, LDSM (ldmatrix)
+// and LDGSTS (cp.async.cg 16 bytes). Registers per thread (bf16 and fp16 identical),
+// norms off / on:
 //                      d = 64      d = 128
-//   softmax            133 / 124   175 / 168
-//   poly degree 1      80 / 113    167 / 178
-//   poly degree 2      80 / 99     167 / 176
-//   poly degree 3      80 / 99     164 / 177
-//   poly, run-time deg 128 / 128   218 / 225
-//   relu               91 / 113    179 / 174
-//   sigmoid            148 / 142   215 / 220
+//   softmax            157 / 162   226 / 238
+//   poly degree 1..4   144-148 / 184-196   213-216 / 255
+//   poly, run-time deg 158 / 166   218 / 225
+//   relu               156 / 194   224 / 255
+//   relu2              158 / 196   228 / 255
+//   sigmoid            157 / 164   215 / 220
+// d = 128 with norms sits at the 255-register limit (no spill yet): a larger tile or one
+// more live value there will spill, and the SASS test will say so.
 // At 128 threads a block, <= 255 registers and 87.5 KB of shared memory (d = 128), two
-// blocks (8 warps) fit an SM; d = 64 (<= 148 registers, 46 KB): three to four.
+// blocks (8 warps) fit an SM; d = 64 (<= 196 registers, 46 KB): two.
 // A build with -DATTNSWEEP_MMA_MIN_BLOCKS=8 (64 registers) spills 1-1.2 KB of stack per
 // kernel (~700 LDL/STL): the SASS test fails on it, as it must (seen 2026-12-01).
-// Build time (nvcc -O3 sm_90, 14 kernels a file): attention_mma_fwd_d64_bf16.cu 7.9 s and
+// Build time (nvcc -O3 sm_90, measured at 14 kernels a file, now 18): attention_mma_fwd_d64_bf16.cu 7.9 s and
 // attention_mma_fwd_d128_bf16.cu 8.4 s on an idle core; with both cores of the build
 // machine busy 26 s (d64_f16) and 34 s (d128_f16), attention_mma.cu (host entry) 10.5 s.
 // About 35 s of one core in all; the four instantiation files build in parallel.
@@ -461,8 +464,9 @@ void launch_forward(const FwdArgs& args, int64_t blocks, cudaStream_t stream) {
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
-// Every variant of one (D, T): softmax, poly of degree 1, 2, 3 and any other degree
-// (run-time), relu, sigmoid; norms on or off. One of these per .cu file.
+// Every variant of one (D, T): each activation of the registry (kernels/activation.h;
+// poly with degrees 1..kFixedDegrees fixed and any other at run time); norms on or off.
+// One of these per .cu file.
 template <int D, class T>
 void forward_variants(const FwdArgs& args, bool norms, int64_t blocks, cudaStream_t stream) {
   auto with_norms = [&](auto a_tag, auto deg_tag) {
@@ -473,24 +477,7 @@ void forward_variants(const FwdArgs& args, bool norms, int64_t blocks, cudaStrea
     else
       launch_forward<A, Deg, D, T, false>(args, blocks, stream);
   };
-  using AS = std::integral_constant<Activation, Activation::softmax>;
-  using AP = std::integral_constant<Activation, Activation::poly>;
-  using AR = std::integral_constant<Activation, Activation::relu>;
-  using AG = std::integral_constant<Activation, Activation::sigmoid>;
-  using D0 = std::integral_constant<int, 0>;
-  switch (args.act.activation) {
-    case Activation::softmax: with_norms(AS{}, D0{}); break;
-    case Activation::poly:
-      switch (args.act.degree) {
-        case 1: with_norms(AP{}, std::integral_constant<int, 1>{}); break;
-        case 2: with_norms(AP{}, std::integral_constant<int, 2>{}); break;
-        case 3: with_norms(AP{}, std::integral_constant<int, 3>{}); break;
-        default: with_norms(AP{}, D0{}); break;
-      }
-      break;
-    case Activation::relu: with_norms(AR{}, D0{}); break;
-    case Activation::sigmoid: with_norms(AG{}, D0{}); break;
-  }
+  dispatch_activation(args.act, with_norms);  // every activation of the registry
 }
 
 // Defined one per file (attention_mma_fwd_d{64,128}_{bf16,f16}.cu).

@@ -24,12 +24,13 @@
 // the per-query statistics (dkdv) or key flags (dq).
 //
 // Resources (ptxas / cuobjdump -res-usage, CUDA 13.0, sm_90; tests/sass/check_mma_sass.sh):
-// all 28 kernels 0 stack, 0 spills, no LDL/STL. Registers:
+// all 36 kernels (every registry activation; poly at degrees 1..4 and run-time) 0 stack,
+// 0 spills, no LDL/STL (2026-12-01). Registers:
 //                 dkdv d=64   dq d=64   dkdv d=128  dq d=128
 //   softmax       197         185       253         233
-//   poly 1/2/3    193-195     151-183   250-252     199-231
+//   poly 1..4     193-195     151-183   250-252     199-231
 //   poly run-time 205         183       255         231
-//   relu          193         183       247         231
+//   relu, relu2   193-195     183       247         231
 //   sigmoid       194         182       247         230
 // (poly degree 1: phi' = c does not depend on S, so the dQ kernel drops S = Q K^T.) The
 // d = 128 dK/dV kernel sits at the 255 cap: full unrolling of the Q K^T k-loop spilled
@@ -488,19 +489,9 @@ void launch_backward(const BwdArgs& args, int64_t BH, int64_t Nq, int64_t Nk, cu
 
 template <int D, class T>
 void backward_variants(const BwdArgs& args, int64_t BH, int64_t Nq, int64_t Nk, cudaStream_t stream) {
-  switch (args.act.activation) {
-    case Activation::softmax: launch_backward<Activation::softmax, 0, D, T>(args, BH, Nq, Nk, stream); break;
-    case Activation::poly:
-      switch (args.act.degree) {
-        case 1: launch_backward<Activation::poly, 1, D, T>(args, BH, Nq, Nk, stream); break;
-        case 2: launch_backward<Activation::poly, 2, D, T>(args, BH, Nq, Nk, stream); break;
-        case 3: launch_backward<Activation::poly, 3, D, T>(args, BH, Nq, Nk, stream); break;
-        default: launch_backward<Activation::poly, 0, D, T>(args, BH, Nq, Nk, stream); break;
-      }
-      break;
-    case Activation::relu: launch_backward<Activation::relu, 0, D, T>(args, BH, Nq, Nk, stream); break;
-    case Activation::sigmoid: launch_backward<Activation::sigmoid, 0, D, T>(args, BH, Nq, Nk, stream); break;
-  }
+  dispatch_activation(args.act, [&](auto a_tag, auto deg_tag) {
+    launch_backward<decltype(a_tag)::value, decltype(deg_tag)::value, D, T>(args, BH, Nq, Nk, stream);
+  });
 }
 
 // One per file (attention_mma_bwd_d{64,128}_bf16.cu); the softmax D_i of the same (d, T).
