@@ -79,7 +79,9 @@ struct Array {
   std::vector<float> data;
 };
 
-bool has_dataset(hid_t file, const char* name) { return H5Lexists(file, name, H5P_DEFAULT) > 0; }
+bool has_dataset(hid_t file, const char* name) {
+  return H5Lexists(file, name, H5P_DEFAULT) > 0;
+}
 
 // The innermost message of HDF5's error stack ("truncated file: eof = ...").
 herr_t innermost_error(unsigned n, const H5E_error2_t* e, void* out) {
@@ -129,8 +131,7 @@ Array read_array(hid_t file, const std::string& path, const char* name, const ch
   if (!ds.ok()) throw InputError(where + ": cannot open dataset: " + h5_error());
   H5Handle type(H5Dget_type(ds.get()), H5Tclose);
   const H5T_class_t cls = H5Tget_class(type.get());
-  if (cls != H5T_FLOAT)
-    throw InputError(where + ": expected float32 or float64 data, got " + type_class_name(cls));
+  if (cls != H5T_FLOAT) throw InputError(where + ": expected float32 or float64 data, got " + type_class_name(cls));
   H5Handle space(H5Dget_space(ds.get()), H5Sclose);
   const int r = H5Sget_simple_extent_ndims(space.get());
   if (r < 0) throw InputError(where + ": cannot read its shape: " + h5_error());
@@ -152,8 +153,7 @@ Array read_array(hid_t file, const std::string& path, const char* name, const ch
     throw InputError(where + ": cannot read: " + h5_error());
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(a.data[i]))
-      throw InputError(where + ": non-finite value (NaN or Inf, or beyond float32) at flat index " +
-                       std::to_string(i));
+      throw InputError(where + ": non-finite value (NaN or Inf, or beyond float32) at flat index " + std::to_string(i));
   return a;
 }
 
@@ -183,9 +183,12 @@ void check_not_truncated(const std::string& path) {
   // Byte offsets of "size of offsets" and of the base address; the end-of-file address
   // is the third address after the base address (v0, v1) or the second (v2, v3).
   size_t size_at = 0, base_at = 0, eof_index = 0;
-  if (version == 0 || version == 1) size_at = 13, base_at = version == 0 ? 24 : 28, eof_index = 2;
-  else if (version == 2 || version == 3) size_at = 9, base_at = 12, eof_index = 2;
-  else return;
+  if (version == 0 || version == 1)
+    size_at = 13, base_at = version == 0 ? 24 : 28, eof_index = 2;
+  else if (version == 2 || version == 3)
+    size_at = 9, base_at = 12, eof_index = 2;
+  else
+    return;
   const size_t w = b[size_at];
   if (w != 2 && w != 4 && w != 8) return;  // not a size HDF5 writes: let HDF5 report it
   const size_t need = base_at + (eof_index + 1) * w;
@@ -241,7 +244,8 @@ std::string join(const std::vector<std::string>& v, const char* sep, const char*
 ActivationSpec parse_activation(const std::string& act, int degree, const std::string& scale) {
   ActivationSpec a;
   const std::optional<Activation> id = activation_from_name(act);
-  if (!id) throw InputError("--activation: expected " + join(activation_names(), ", ", " or ") + ", got \"" + act + "\"");
+  if (!id)
+    throw InputError("--activation: expected " + join(activation_names(), ", ", " or ") + ", got \"" + act + "\"");
   a.activation = *id;
   // The range the grid accepts (kernels/activation.h).
   if (degree < kMinDegree || degree > kMaxDegree)
@@ -254,8 +258,8 @@ ActivationSpec parse_activation(const std::string& act, int degree, const std::s
     char* end = nullptr;
     const double v = std::strtod(scale.c_str(), &end);
     if (scale.empty() || end != scale.c_str() + scale.size() || !std::isfinite(v) || v <= 0)
-      throw InputError("--scale: expected " + join(scale_names(), ", ", ", ") + " or a positive number, got \"" + scale +
-                       "\"");
+      throw InputError("--scale: expected " + join(scale_names(), ", ", ", ") + " or a positive number, got \"" +
+                       scale + "\"");
     a.scale = ScaleKind::value;
     a.scale_value = v;
   }
@@ -303,8 +307,8 @@ void run_cuda(const AttentionSpec& spec, const AttentionShape& sh, const Array& 
       float* g_dq = static_cast<float*>(dev(dq.size() * sizeof(float)));
       float* g_dk = static_cast<float*>(dev(dk.size() * sizeof(float)));
       float* g_dv = static_cast<float*>(dev(dv.size() * sizeof(float)));
-      attention_backward_cuda(spec, sh, CudaDType::f32, g_q, g_k, g_v, g_mask, g_o, g_do, g_lse, g_dq, g_dk, g_dv,
-                              ws, nullptr);
+      attention_backward_cuda(spec, sh, CudaDType::f32, g_q, g_k, g_v, g_mask, g_o, g_do, g_lse, g_dq, g_dk, g_dv, ws,
+                              nullptr);
       down(dq, g_dq);
       down(dk, g_dk);
       down(dv, g_dv);
@@ -331,14 +335,14 @@ int run(int argc, char** argv) {
     if (i.takes_degree) with_degree.emplace_back(i.name);
     if (i.takes_scale) with_scale.emplace_back(i.name);
   }
-  const std::string degree_help = join(with_degree, "/", "/") + " degree p in " + std::to_string(kMinDegree) + ".." +
-                                  std::to_string(kMaxDegree);
-  const std::string scale_help = join(with_scale, "/", "/") + " scale: " + join(scale_names(), " | ", " | ") +
-                                 " | a number";
+  const std::string degree_help =
+      join(with_degree, "/", "/") + " degree p in " + std::to_string(kMinDegree) + ".." + std::to_string(kMaxDegree);
+  const std::string scale_help =
+      join(with_scale, "/", "/") + " scale: " + join(scale_names(), " | ", " | ") + " | a number";
   po::options_description opts("attnsweep attention IN.h5 --out OUT.h5 --activation A [options]");
   opts.add_options()("help,h", "this help")("out", po::value(&out_path), "output HDF5 file (required)")(
-      "activation", po::value(&act), act_help.c_str())(
-      "degree", po::value(&degree)->default_value(1), degree_help.c_str())(
+      "activation", po::value(&act), act_help.c_str())("degree", po::value(&degree)->default_value(1),
+                                                       degree_help.c_str())(
       "scale", po::value(&scale)->default_value("none"), scale_help.c_str())(
       "causal", "causal mask: query i attends keys j <= i + Nk - Nq")(
       "device", po::value(&device)->default_value("cpu"), "cpu | cuda");
@@ -426,8 +430,8 @@ int run(int argc, char** argv) {
     std::vector<double> attn(static_cast<size_t>(BH)), jac(static_cast<size_t>(BH));
     const float* m = have_mask ? mask.data.data() : nullptr;
     if (device == "cpu") {
-      attention_forward_cpu(spec, sh, q.data.data(), k.data.data(), v.data.data(), m, o.data(), lse.data(),
-                            attn.data(), jac.data());
+      attention_forward_cpu(spec, sh, q.data.data(), k.data.data(), v.data.data(), m, o.data(), lse.data(), attn.data(),
+                            jac.data());
       if (have_do)
         attention_backward_cpu(spec, sh, q.data.data(), k.data.data(), v.data.data(), m, o.data(), dO.data.data(),
                                lse.data(), dq.data(), dk.data(), dv.data());
@@ -470,4 +474,6 @@ int run(int argc, char** argv) {
 }  // namespace attnsweep
 
 // argv[0] is "attention"; called by app/main.cpp.
-int cmd_attention(int argc, char** argv) { return attnsweep::run(argc, argv); }
+int cmd_attention(int argc, char** argv) {
+  return attnsweep::run(argc, argv);
+}

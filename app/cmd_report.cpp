@@ -145,8 +145,7 @@ int cmd_report(int argc, char** argv) {
   const int rc = run_process({python, script, dir, ATTNSWEEP_VERSION, activation_registry_json().dump()});
   if (rc == 0) return kExitOk;
   if (rc == 3) {
-    std::fprintf(stderr,
-                 "attnsweep report: %s lacks matplotlib, h5py or numpy (Debian: apt-get install %s)\n",
+    std::fprintf(stderr, "attnsweep report: %s lacks matplotlib, h5py or numpy (Debian: apt-get install %s)\n",
                  python.c_str(), kDebianPackages);
     return kExitUsage;
   }

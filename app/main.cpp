@@ -19,13 +19,13 @@
 #include "coordinator/grid.h"
 #include "coordinator/status.h"
 #include "coordinator/sweep.h"
+#include "coordinator/train_command.h"
 #include "experiments/params.h"
 #include "kernels/activation.h"
 #include "kernels/device.h"
 #include "results/aggregate.h"
 #include "slurm/submit.h"
 #include "worker/cpu_env.h"
-#include "coordinator/train_command.h"
 #include "worker/run_cell.h"
 
 namespace po = boost::program_options;
@@ -39,7 +39,8 @@ namespace {
 constexpr int kExitOk = 0, kExitUsage = 2;
 
 const char* kUsage =
-    "attnsweep " ATTNSWEEP_VERSION ": sweeps of attention activations x prompt lengths, on MPI and Slurm\n"
+    "attnsweep " ATTNSWEEP_VERSION
+    ": sweeps of attention activations x prompt lengths, on MPI and Slurm\n"
     "\n"
     "usage: attnsweep COMMAND [ARGS] (attnsweep COMMAND --help for its options)\n"
     "\n"
@@ -89,7 +90,9 @@ void print_problems(const InputError& e) {
   for (const std::string& p : e.problems) std::fprintf(stderr, "%s\n", p.c_str());
 }
 
-std::string format_value(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string format_value(const json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
 
 // Worker slots per rank and threads per cell: beyond this it is a typo, not a machine.
 constexpr int kMaxSlotsOrThreads = 4096;
@@ -147,7 +150,8 @@ int cmd_plan(int argc, char** argv) {
   }
   if (vm.count("json")) {
     json cells = json::array();
-    for (const Cell& c : grid.cells) cells.push_back({{"id", c.id}, {"config", c.config}, {"est_cost_s", c.est_cost_s}});
+    for (const Cell& c : grid.cells)
+      cells.push_back({{"id", c.id}, {"config", c.config}, {"est_cost_s", c.est_cost_s}});
     std::cout << json({{"name", grid.name}, {"grid_hash", grid.hash}, {"cells", cells}}).dump(2) << "\n";
     return kExitOk;
   }
@@ -208,7 +212,8 @@ int cmd_run(int argc, char** argv) {
       "device", po::value(&opt.device)->default_value("auto"), "auto | cpu | cuda (auto: cuda when a GPU is visible)")(
       "threads", po::value(&opt.threads), "threads per cell (default: cores / slots)")(
       "retries", po::value(&opt.retries), "retries of a failed cell (default: the grid's resources.retries, else 2)")(
-      "timeout-s", po::value(&opt.timeout_s), "kill an attempt after this many seconds (default: the grid's, else none)")(
+      "timeout-s", po::value(&opt.timeout_s),
+      "kill an attempt after this many seconds (default: the grid's, else none)")(
       "rank-timeout-s", po::value(&opt.rank_timeout_s),
       "under mpirun/srun: a rank silent this long (no heartbeat) is lost, its cells go to other ranks and the run "
       "exits 75 at the end (default: the grid's resources.rank_timeout_s, else 180; at least 1)")(
@@ -271,8 +276,10 @@ int cmd_submit(int argc, char** argv) {
       "time", po::value(&opt.time)->default_value("24:00:00"), "wall-time limit of each job (HH:MM:SS or D-HH:MM:SS)")(
       "partition", po::value(&opt.partition), "Slurm partition")("account", po::value(&opt.account), "Slurm account")(
       "cpus-per-gpu", po::value(&opt.cpus_per_gpu)->default_value(8), "CPU cores per GPU")(
-      "cpus-per-node", po::value(&opt.cpus_per_node)->default_value(0), "CPU slots per node with --gpus-per-node 0 (default 2)")(
-      "grace-s", po::value(&opt.grace_s)->default_value(120), "seconds of warning before the time limit (--signal=B:USR1@grace)")(
+      "cpus-per-node", po::value(&opt.cpus_per_node)->default_value(0),
+      "CPU slots per node with --gpus-per-node 0 (default 2)")(
+      "grace-s", po::value(&opt.grace_s)->default_value(120),
+      "seconds of warning before the time limit (--signal=B:USR1@grace)")(
       "mpi", po::value(&opt.mpi)->default_value("pmix"), "srun --mpi plugin")(
       "retries", po::value(&opt.retries), "retries of a failed cell (default: the grid's, else 2)")(
       "timeout-s", po::value(&opt.timeout_s), "per-attempt timeout (default: the grid's, else none)")(
@@ -297,7 +304,9 @@ int cmd_submit(int argc, char** argv) {
 }
 
 std::atomic<int> g_train_stop{0};
-void on_train_signal(int sig) { g_train_stop.store(sig); }
+void on_train_signal(int sig) {
+  g_train_stop.store(sig);
+}
 
 int cmd_train(int argc, char** argv) {
   // Runtime settings that only take effect at process start (worker/cpu_env.h): set
@@ -316,14 +325,17 @@ int cmd_train(int argc, char** argv) {
   po::options_description desc("options");
   desc.add_options()("help,h", "this help")("cell", po::value(&cell_path)->required(), "the cell file")(
       "out", po::value(&out)->required(), "result file to write (atomically)")(
-      "device", po::value(&opt.device)->default_value("cpu"), "cpu | cuda | cuda:N (the first of the cell's `devices` GPUs)")(
+      "device", po::value(&opt.device)->default_value("cpu"),
+      "cpu | cuda | cuda:N (the first of the cell's `devices` GPUs)")(
       "threads", po::value(&opt.threads)->default_value(1), "threads")(
       "checkpoint", po::value(&opt.checkpoint), "checkpoint file: resumed from when valid, written on SIGTERM/SIGUSR1");
   po::positional_options_description pos;
   pos.add("cell", 1);
   po::variables_map vm;
   if (!parse("train", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep train CELL.json --out FILE.h5 [--device cpu|cuda[:N]] [--threads T] [--checkpoint PATH]", desc)) return kExitOk;
+  if (help(vm, "attnsweep train CELL.json --out FILE.h5 [--device cpu|cuda[:N]] [--threads T] [--checkpoint PATH]",
+           desc))
+    return kExitOk;
   try {
     cuda_device_index(opt.device);
   } catch (const std::invalid_argument&) {
@@ -396,15 +408,16 @@ int cmd_aggregate(int argc, char** argv) {
     }
     std::string common_text;
     for (const std::string& c : common) common_text += (common_text.empty() ? "" : " ") + c;
-    std::printf("log-log fits of each metric against prompt_length%s%s%s:\n", common.empty() ? "" : " (all groups: ",
-                common_text.c_str(), common.empty() ? "" : ")");
+    std::printf("log-log fits of each metric against prompt_length%s%s%s:\n",
+                common.empty() ? "" : " (all groups: ", common_text.c_str(), common.empty() ? "" : ")");
     std::printf("%-9s %-42s %8s %8s %7s %5s %11s\n", "metric", "group", "slope", "+-95%", "r2", "cells", "N range");
     for (const Fit& f : r.fits) {
       std::string g;
       for (const std::string& w : words(f.group))
         if (std::find(common.begin(), common.end(), w) == common.end()) g += (g.empty() ? "" : " ") + w;
       char range[48];
-      std::snprintf(range, sizeof range, "%lld..%lld", static_cast<long long>(f.n_min), static_cast<long long>(f.n_max));
+      std::snprintf(range, sizeof range, "%lld..%lld", static_cast<long long>(f.n_min),
+                    static_cast<long long>(f.n_max));
       std::printf("%-9s %-42s %8.3f %8.3f %7.4f %5lld %11s\n", f.metric.c_str(), g.empty() ? "-" : g.c_str(), f.slope,
                   f.slope_ci95, f.r2, static_cast<long long>(f.points), range);
     }
@@ -465,7 +478,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attnsweep %s: %s\n", cmd.c_str(), e.what());
     return 1;
   }
-  const std::string s = closest_match(cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit", "report", "activations", "schema"});
+  const std::string s = closest_match(
+      cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit", "report", "activations", "schema"});
   std::fprintf(stderr, "attnsweep: %s: unknown command%s (see attnsweep --help)\n", cmd.c_str(),
                s.empty() ? "" : (" (did you mean \"" + s + "\"?)").c_str());
   return kExitUsage;

@@ -44,9 +44,20 @@ json cell_config(int64_t k, int64_t steps, int64_t layers, int64_t heads) {
             {"heads", heads},  {"steps", steps},     {"lr", 1e-3}};
   switch (act) {
     case 0: c["activation"] = "softmax"; break;
-    case 1: c["activation"] = "poly"; c["degree"] = 3; c["scale"] = "inv_sqrt_n"; break;
-    case 2: c["activation"] = "poly"; c["degree"] = 3; c["scale"] = "none"; break;
-    default: c["activation"] = "relu"; c["scale"] = "inv_n"; break;
+    case 1:
+      c["activation"] = "poly";
+      c["degree"] = 3;
+      c["scale"] = "inv_sqrt_n";
+      break;
+    case 2:
+      c["activation"] = "poly";
+      c["degree"] = 3;
+      c["scale"] = "none";
+      break;
+    default:
+      c["activation"] = "relu";
+      c["scale"] = "inv_n";
+      break;
   }
   return c;
 }
@@ -58,7 +69,11 @@ void write_cell(const fs::path& dir, int64_t k, int64_t T, int64_t L, int64_t H)
   std::normal_distribution<float> noise(0.f, 1.f);
   const double logn = std::log2(double(n));
   // Final accuracy by activation and N (softmax and s^3/sqrt(N) best, unscaled s^3 worst).
-  const double acc_final = (act == 0 ? 0.88 : act == 1 ? 0.87 : act == 2 ? 0.74 : 0.83) - 0.012 * (logn - 4) * (act == 2 ? 3 : 1);
+  const double acc_final = (act == 0   ? 0.88
+                            : act == 1 ? 0.87
+                            : act == 2 ? 0.74
+                                       : 0.83) -
+                           0.012 * (logn - 4) * (act == 2 ? 3 : 1);
   const bool diverges = act == 2 && n == 256 && seed % 3 == 0;
   const int64_t div_step = diverges ? T / 2 : -1;
 
@@ -136,11 +151,16 @@ int main(int argc, char** argv) {
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const int64_t v = std::atoll(argv[i + 1]);
-    if (k == "--cells") cells = v;
-    else if (k == "--steps") steps = v;
-    else if (k == "--layers") layers = v;
-    else if (k == "--heads") heads = v;
-    else if (k == "--procs") procs = v;
+    if (k == "--cells")
+      cells = v;
+    else if (k == "--steps")
+      steps = v;
+    else if (k == "--layers")
+      layers = v;
+    else if (k == "--heads")
+      heads = v;
+    else if (k == "--procs")
+      procs = v;
     else {
       std::fprintf(stderr, "aggregate_gen: unknown option %s\n", k.c_str());
       return 2;
@@ -169,10 +189,14 @@ int main(int argc, char** argv) {
   }
   // One more cell that "failed": listed in status.json, no file.
   const std::string failed_id = hex_id(cell_config(cells, steps * 10, layers, heads).dump());
-  json manifest = {{"grid_name", "fake_trained_image"}, {"grid_hash", hex_id("grid" + std::to_string(cells))},
-                   {"cells", cells + 1}, {"attnsweep_version", ATTNSWEEP_VERSION}, {"written", "2024-05-01T10:00:00Z"}};
-  json status = {{"state", "finished"},
-                 {"failed_cells", json::array({{{"cell_id", failed_id}, {"reason", "exit 1 after 2 retries (fake)"}}})}};
+  json manifest = {{"grid_name", "fake_trained_image"},
+                   {"grid_hash", hex_id("grid" + std::to_string(cells))},
+                   {"cells", cells + 1},
+                   {"attnsweep_version", ATTNSWEEP_VERSION},
+                   {"written", "2024-05-01T10:00:00Z"}};
+  json status = {
+      {"state", "finished"},
+      {"failed_cells", json::array({{{"cell_id", failed_id}, {"reason", "exit 1 after 2 retries (fake)"}}})}};
   std::ofstream(dir / "manifest.json") << manifest.dump(2) << "\n";
   std::ofstream(dir / "status.json") << status.dump(2) << "\n";
   return rc;

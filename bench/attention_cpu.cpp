@@ -75,8 +75,8 @@ void bench_attention(const char* name, ActivationSpec act, int64_t N, Sgemm& sge
     spec.collect_norms = norms;
     attention_forward_cpu(spec, sh, q.data(), k.data(), v.data(), nullptr, O.data(), lse.data(), attn.data(),
                           jac.data());
-    attention_backward_cpu(spec, sh, q.data(), k.data(), v.data(), nullptr, O.data(), dO.data(), lse.data(),
-                           dQ.data(), dK.data(), dV.data());
+    attention_backward_cpu(spec, sh, q.data(), k.data(), v.data(), nullptr, O.data(), dO.data(), lse.data(), dQ.data(),
+                           dK.data(), dV.data());
   };
   // One phase: fn repeated for ~phase seconds (at least 3 calls), its best time. Calls are
   // grouped in phases, not alternated, because the threads of OpenBLAS and of OpenMP
@@ -113,9 +113,12 @@ void bench_attention(const char* name, ActivationSpec act, int64_t N, Sgemm& sge
 // (the cost of the norms, independent of the machine's load).
 int profile_once(bool norms, const std::string& act, int64_t N) {
   ActivationSpec a{Activation::softmax, 1, ScaleKind::none, 1.0};
-  if (act == "poly3_inv_sqrt_n") a = {Activation::poly, 3, ScaleKind::inv_sqrt_n, 1.0};
-  else if (act == "relu_inv_n") a = {Activation::relu, 1, ScaleKind::inv_n, 1.0};
-  else if (act != "softmax") return 2;
+  if (act == "poly3_inv_sqrt_n")
+    a = {Activation::poly, 3, ScaleKind::inv_sqrt_n, 1.0};
+  else if (act == "relu_inv_n")
+    a = {Activation::relu, 1, ScaleKind::inv_n, 1.0};
+  else if (act != "softmax")
+    return 2;
   AttentionShape sh;
   sh.H = 4;
   sh.Nq = sh.Nk = N;

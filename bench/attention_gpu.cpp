@@ -126,9 +126,8 @@ int run_mma(bool quick) {
   check(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
   std::printf("tensor-core forward (mma) vs the fused CUDA-core forward (bf16), same shapes\n");
-  std::printf("%4s %6s %3s %3s %-18s %-5s %9s %8s %9s %8s %9s %8s %7s %9s %9s %7s\n", "d", "N", "B", "H",
-              "activation", "norms", "mma_bf16", "TF", "mma_f16", "TF", "fused", "TF", "x", "bwd_mma", "bwd_fus",
-              "bwd_x");
+  std::printf("%4s %6s %3s %3s %-18s %-5s %9s %8s %9s %8s %9s %8s %7s %9s %9s %7s\n", "d", "N", "B", "H", "activation",
+              "norms", "mma_bf16", "TF", "mma_f16", "TF", "fused", "TF", "x", "bwd_mma", "bwd_fus", "bwd_x");
   std::vector<Act> acts(4);
   acts[0] = {"softmax", {}};
   acts[1] = {"poly3_inv_sqrt_n", {Activation::poly, 3, ScaleKind::inv_sqrt_n, 1.0}};
@@ -165,12 +164,10 @@ int run_mma(bool quick) {
           double* A = static_cast<double*>(attn.p);
           double* J = static_cast<double*>(jac.p);
           const double mb = time_ms([&] {
-            attention_forward_cuda_mma(spec, sh, CudaDType::bf16, Qb.p, Kb.p, Vb.p, nullptr, O.p, L, A, J, ws,
-                                       nullptr);
+            attention_forward_cuda_mma(spec, sh, CudaDType::bf16, Qb.p, Kb.p, Vb.p, nullptr, O.p, L, A, J, ws, nullptr);
           });
           const double mh = time_ms([&] {
-            attention_forward_cuda_mma(spec, sh, CudaDType::f16, Qh.p, Kh.p, Vh.p, nullptr, O.p, L, A, J, ws,
-                                       nullptr);
+            attention_forward_cuda_mma(spec, sh, CudaDType::f16, Qh.p, Kh.p, Vh.p, nullptr, O.p, L, A, J, ws, nullptr);
           });
           const double fb = time_ms([&] {
             attention_forward_cuda(spec, sh, CudaDType::bf16, Qb.p, Kb.p, Vb.p, nullptr, O.p, L, A, J, ws, nullptr);
@@ -187,16 +184,18 @@ int run_mma(bool quick) {
                                       dV.p, ws, nullptr);
             });
           }
-          std::printf("%4lld %6lld %3lld %3lld %-18s %-5s %9.3f %8.2f %9.3f %8.2f %9.3f %8.2f %7.2f %9.3f %9.3f %7.2f\n",
-                      static_cast<long long>(d), static_cast<long long>(N), static_cast<long long>(sh.B),
-                      static_cast<long long>(sh.H), act.name, norms ? "on" : "off", mb, flop / (mb * 1e9), mh,
-                      flop / (mh * 1e9), fb, flop / (fb * 1e9), fb / mb, bm, bfu, bfu / bm);
+          std::printf(
+              "%4lld %6lld %3lld %3lld %-18s %-5s %9.3f %8.2f %9.3f %8.2f %9.3f %8.2f %7.2f %9.3f %9.3f %7.2f\n",
+              static_cast<long long>(d), static_cast<long long>(N), static_cast<long long>(sh.B),
+              static_cast<long long>(sh.H), act.name, norms ? "on" : "off", mb, flop / (mb * 1e9), mh,
+              flop / (mh * 1e9), fb, flop / (fb * 1e9), fb / mb, bm, bfu, bfu / bm);
           std::fflush(stdout);
         }
     }
   attention_cuda_workspace_destroy(ws);
-  std::printf("ms per forward; TF: TFLOP/s (4 B H N^2 d); x: fused bf16 ms / mma bf16 ms; bwd_*: ms per backward "
-              "(bf16, mma and fused), bwd_x = fused / mma\n");
+  std::printf(
+      "ms per forward; TF: TFLOP/s (4 B H N^2 d); x: fused bf16 ms / mma bf16 ms; bwd_*: ms per backward "
+      "(bf16, mma and fused), bwd_x = fused / mma\n");
   return 0;
 }
 
@@ -274,8 +273,7 @@ int run(bool quick) {
             std::printf("%-5s %4lld %6lld %3lld %3lld %-18s %-5s %9.3f %8.2f %9.3f %8.2f %9.3f %9.3f %8.2f\n",
                         bf16 ? "bf16" : "fp32", static_cast<long long>(d), static_cast<long long>(N),
                         static_cast<long long>(sh.B), static_cast<long long>(sh.H), act.name, norms ? "on" : "off",
-                        f_ms, fwd_flop / (f_ms * 1e9), b_ms, 2.5 * fwd_flop / (b_ms * 1e9), rf_ms, rb_ms,
-                        rf_ms / f_ms);
+                        f_ms, fwd_flop / (f_ms * 1e9), b_ms, 2.5 * fwd_flop / (b_ms * 1e9), rf_ms, rb_ms, rf_ms / f_ms);
             std::fflush(stdout);
           }
       }

@@ -67,8 +67,7 @@ void time_steps(TrainerT& tr, const ModelConfig& mc, const TrainConfig& tc, int 
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double cpu = cpu_now() - c0;
   std::printf("%s,%s%s,%s,%.1f,%.4f,%.1f\n", who, act.c_str(), suffix.c_str(), where.c_str(),
-              static_cast<double>(B) * steps / s,
-              s / steps, static_cast<double>(B) * steps / cpu);
+              static_cast<double>(B) * steps / s, s / steps, static_cast<double>(B) * steps / cpu);
 }
 
 int main(int argc, char** argv) {

@@ -54,7 +54,9 @@ class Problems {
 std::string dotted(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;
 }
-std::string indexed(const std::string& prefix, size_t i) { return prefix + "[" + std::to_string(i) + "]"; }
+std::string indexed(const std::string& prefix, size_t i) {
+  return prefix + "[" + std::to_string(i) + "]";
+}
 
 // The grid is parsed order-preserving (axis order is expansion order); configs are plain json.
 json to_plain(const ordered_json& v) {
@@ -79,7 +81,9 @@ json to_plain(const ordered_json& v) {
   }
 }
 
-json to_plain(const json& v) { return v; }
+json to_plain(const json& v) {
+  return v;
+}
 
 std::vector<std::string> param_names() {
   std::vector<std::string> names;
@@ -199,9 +203,8 @@ const std::vector<ParamSpec>& resource_specs() {
 Resources read_resources(const ordered_json& obj, Problems& problems) {
   Resources r;
   if (!obj.is_object()) {
-    problems.add("resources",
-                 "expected an object with gpus_per_cell, timeout_s, retries, rank_timeout_s, got " +
-                     describe_value(to_plain(obj)));
+    problems.add("resources", "expected an object with gpus_per_cell, timeout_s, retries, rank_timeout_s, got " +
+                                  describe_value(to_plain(obj)));
     return r;
   }
   std::vector<std::string> known;
@@ -447,7 +450,9 @@ const std::vector<std::string> kTopLevelKeys = {"name",    "description", "axes"
 
 InputError::InputError(std::vector<std::string> p) : std::runtime_error(join_lines(p)), problems(std::move(p)) {}
 
-Grid load_grid(const std::string& path) { return parse_grid(read_text(path), path); }
+Grid load_grid(const std::string& path) {
+  return parse_grid(read_text(path), path);
+}
 
 Grid parse_grid(const std::string& text, const std::string& file_label) {
   const ordered_json root = parse_text(text, file_label);
@@ -606,7 +611,9 @@ std::string canonical_json(const json& config) {
   return config.dump();
 }
 
-std::string cell_id(const json& config) { return sha256_hex(canonical_json(config)).substr(0, 16); }
+std::string cell_id(const json& config) {
+  return sha256_hex(canonical_json(config)).substr(0, 16);
+}
 
 // SHA-256 (FIPS 180-4), written out so ids do not depend on which crypto library is installed.
 std::string sha256_hex(const std::string& data) {
@@ -670,15 +677,22 @@ json value_schema(const ParamSpec& spec) {
     if (spec.max < kUnbounded) o["maximum"] = spec.max;
   };
   switch (spec.type) {
-    case ParamType::integer: v["type"] = "integer"; bounds(v); break;
-    case ParamType::number: v["type"] = "number"; bounds(v); break;
+    case ParamType::integer:
+      v["type"] = "integer";
+      bounds(v);
+      break;
+    case ParamType::number:
+      v["type"] = "number";
+      bounds(v);
+      break;
     case ParamType::boolean: v["type"] = "boolean"; break;
     case ParamType::string:
       v["type"] = "string";
       if (!spec.choices.empty()) v["enum"] = spec.choices;
       break;
     case ParamType::scale:
-      v["anyOf"] = json::array({{{"type", "string"}, {"enum", spec.choices}}, {{"type", "number"}, {"exclusiveMinimum", 0}}});
+      v["anyOf"] =
+          json::array({{{"type", "string"}, {"enum", spec.choices}}, {{"type", "number"}, {"exclusiveMinimum", 0}}});
       break;
   }
   if (!spec.description.empty()) v["description"] = spec.description;

@@ -21,8 +21,8 @@ struct InputError : std::runtime_error {
 
 struct Resources {
   int gpus_per_cell = 1;
-  double timeout_s = 0;   // 0: no timeout
-  int retries = -1;       // -1: not given in the grid (the CLI default applies)
+  double timeout_s = 0;       // 0: no timeout
+  int retries = -1;           // -1: not given in the grid (the CLI default applies)
   double rank_timeout_s = 0;  // 0: not given (the CLI's, else 180 s): a rank silent this long is lost
 };
 
@@ -35,7 +35,7 @@ struct Cell {
 struct Grid {
   std::string file;
   std::string name;
-  json source;            // the grid as given
+  json source;  // the grid as given
   Resources resources;
   std::vector<Cell> cells;  // in expansion order, duplicates merged
   std::string hash;         // hash over the sorted cell ids (independent of formatting)

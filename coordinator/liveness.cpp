@@ -5,7 +5,9 @@
 
 namespace attnsweep {
 
-double heartbeat_interval_s(double rank_timeout_s) { return std::clamp(rank_timeout_s / 8.0, 0.05, 5.0); }
+double heartbeat_interval_s(double rank_timeout_s) {
+  return std::clamp(rank_timeout_s / 8.0, 0.05, 5.0);
+}
 
 Liveness::Liveness(int world, double timeout_s, double now)
     : ranks_(static_cast<size_t>(std::max(world, 1))), timeout_s_(timeout_s) {

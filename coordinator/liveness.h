@@ -22,8 +22,8 @@ constexpr double kDefaultRankTimeoutS = 180;
 
 struct LostRank {
   int rank = 0;
-  double silent_s = 0;         // silence when it was declared lost
-  std::vector<size_t> cells;   // the cells it held, given back (grid indices)
+  double silent_s = 0;        // silence when it was declared lost
+  std::vector<size_t> cells;  // the cells it held, given back (grid indices)
 };
 
 class Liveness {

@@ -11,8 +11,14 @@
 
 namespace attnsweep {
 
-enum MessageTag : int { kTagRequest = 11, kTagAssign = 12, kTagResult = 13, kTagShutdown = 14, kTagBye = 15,
-                     kTagHeartbeat = 16 };
+enum MessageTag : int {
+  kTagRequest = 11,
+  kTagAssign = 12,
+  kTagResult = 13,
+  kTagShutdown = 14,
+  kTagBye = 15,
+  kTagHeartbeat = 16
+};
 
 inline const char* tag_name(int tag) {
   switch (tag) {

@@ -17,7 +17,8 @@ pid_t spawn_child(const ChildSpec& spec) {
   if (fd < 0) throw std::runtime_error(spec.log_path + ": cannot open log (" + std::strerror(errno) + ")");
   if (!spec.log_header.empty()) {
     const std::string line = spec.log_header + "\n";
-    if (::write(fd, line.data(), line.size()) < 0) { /* the log is best effort */ }
+    if (::write(fd, line.data(), line.size()) < 0) { /* the log is best effort */
+    }
   }
   // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
   std::vector<char*> argv;
@@ -63,7 +64,8 @@ pid_t spawn_child(const ChildSpec& spec) {
     ::dup2(fd, 2);
     ::execve(argv[0], argv.data(), envp.data());
     const char msg[] = "attnsweep: exec of the training child failed\n";
-    if (::write(2, msg, sizeof msg - 1) < 0) {}
+    if (::write(2, msg, sizeof msg - 1) < 0) {
+    }
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also from the parent: no race with an early signal

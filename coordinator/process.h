@@ -12,10 +12,10 @@
 namespace attnsweep {
 
 struct ChildSpec {
-  std::vector<std::string> argv;                            // argv[0] is the program path
-  std::vector<std::pair<std::string, std::string>> env;     // set in the child
-  std::string log_path;                                     // appended to
-  std::string log_header;                                   // a line written before exec
+  std::vector<std::string> argv;                         // argv[0] is the program path
+  std::vector<std::pair<std::string, std::string>> env;  // set in the child
+  std::string log_path;                                  // appended to
+  std::string log_header;                                // a line written before exec
 };
 
 // Throws std::runtime_error when the log cannot be opened or fork fails.

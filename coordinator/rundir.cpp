@@ -19,7 +19,9 @@ namespace attnsweep {
 namespace fs = std::filesystem;
 
 namespace {
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 void fsync_dir(const std::string& path) {
   const std::string dir = fs::path(path).parent_path().string();

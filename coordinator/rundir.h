@@ -15,7 +15,7 @@ using json = nlohmann::json;
 // when durable). Throws std::runtime_error naming the path.
 void atomic_write_text(const std::string& path, const std::string& text, bool durable = true);
 std::string read_text(const std::string& path);  // throws std::runtime_error naming the path
-void make_dirs(const std::string& path);          // throws std::runtime_error naming the path
+void make_dirs(const std::string& path);         // throws std::runtime_error naming the path
 
 class RunDir {
  public:

@@ -46,7 +46,9 @@ void Scheduler::set_state(size_t i, CellState s) {
   ++counts_[static_cast<int>(s)];
 }
 
-void Scheduler::mark_finished(size_t i, CellState s) { set_state(i, s); }
+void Scheduler::mark_finished(size_t i, CellState s) {
+  set_state(i, s);
+}
 
 std::optional<size_t> Scheduler::next(double now, int free_slots) {
   while (first_open_ < order_.size() && cells_[order_[first_open_]].state != CellState::pending) ++first_open_;
@@ -65,8 +67,14 @@ Decision Scheduler::on_result(size_t i, Outcome o, double now, const std::string
   Entry& e = cells_[i];
   Decision d;
   switch (o) {
-    case Outcome::complete: set_state(i, CellState::complete); d.kind = Decision::done; break;
-    case Outcome::diverged: set_state(i, CellState::diverged); d.kind = Decision::done; break;
+    case Outcome::complete:
+      set_state(i, CellState::complete);
+      d.kind = Decision::done;
+      break;
+    case Outcome::diverged:
+      set_state(i, CellState::diverged);
+      d.kind = Decision::done;
+      break;
     case Outcome::interrupted:
       // Not the cell's fault: give the attempt back, run it again from the start.
       --e.attempts;

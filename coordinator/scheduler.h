@@ -17,8 +17,8 @@ const char* state_name(CellState s);
 const char* outcome_name(Outcome o);
 
 struct SchedulerConfig {
-  int retries = 2;             // attempts after the first
-  double backoff_s = 2.0;      // before the first retry; doubles each retry
+  int retries = 2;         // attempts after the first
+  double backoff_s = 2.0;  // before the first retry; doubles each retry
   double backoff_max_s = 60.0;
 };
 
@@ -54,7 +54,7 @@ class Scheduler {
     double cost = 0;
     int slots = 1;
     CellState state = CellState::pending;
-    int attempts = 0;       // attempts started (interrupted ones are given back)
+    int attempts = 0;  // attempts started (interrupted ones are given back)
     double not_before = 0;
     std::string last_error;
   };

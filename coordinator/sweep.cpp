@@ -44,14 +44,17 @@ int g_wake[2] = {-1, -1};
 void wake() {
   if (g_wake[1] >= 0) {
     const char c = 1;
-    if (::write(g_wake[1], &c, 1) < 0) { /* pipe full: already awake */ }
+    if (::write(g_wake[1], &c, 1) < 0) { /* pipe full: already awake */
+    }
   }
 }
 void on_stop_signal(int sig) {
   g_signal.store(sig);
   wake();
 }
-void on_sigchld(int) { wake(); }
+void on_sigchld(int) {
+  wake();
+}
 
 void install_signal_handlers() {
   if (g_wake[0] < 0) {
@@ -138,8 +141,9 @@ struct AttemptResult {
 };
 
 json to_json(const AttemptResult& r) {
-  return {{"index", r.index}, {"id", r.id},   {"attempt", r.attempt}, {"outcome", outcome_name(r.outcome)},
-          {"reason", r.reason}, {"wall_s", r.wall_s}, {"rank", r.rank}, {"slot", r.slot}, {"host", r.host}};
+  return {{"index", r.index},   {"id", r.id},         {"attempt", r.attempt}, {"outcome", outcome_name(r.outcome)},
+          {"reason", r.reason}, {"wall_s", r.wall_s}, {"rank", r.rank},       {"slot", r.slot},
+          {"host", r.host}};
 }
 
 AttemptResult result_from_json(const json& j) {
@@ -148,8 +152,8 @@ AttemptResult result_from_json(const json& j) {
   r.id = j.at("id").get<std::string>();
   r.attempt = j.at("attempt").get<int>();
   const std::string o = j.at("outcome").get<std::string>();
-  r.outcome = o == "complete"   ? Outcome::complete
-              : o == "diverged" ? Outcome::diverged
+  r.outcome = o == "complete"      ? Outcome::complete
+              : o == "diverged"    ? Outcome::diverged
               : o == "interrupted" ? Outcome::interrupted
                                    : Outcome::failed;
   r.reason = j.value("reason", "");
@@ -164,8 +168,14 @@ AttemptResult result_from_json(const json& j) {
 class LocalSlots {
  public:
   LocalSlots(const RunDir& paths, int count, std::vector<std::string> gpus, std::string device, int threads, int rank)
-      : paths_(paths), slots_(static_cast<size_t>(count)), gpus_(std::move(gpus)), device_(std::move(device)),
-        threads_(threads), rank_(rank), host_(hostname()), exe_(self_executable()),
+      : paths_(paths),
+        slots_(static_cast<size_t>(count)),
+        gpus_(std::move(gpus)),
+        device_(std::move(device)),
+        threads_(threads),
+        rank_(rank),
+        host_(hostname()),
+        exe_(self_executable()),
         // More threads than cores in all: waiting threads sleep (worker/cpu_env.h).
         cpu_env_(cpu_env_fixes(static_cast<int64_t>(count) * threads >
                                static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())))) {}
@@ -183,11 +193,12 @@ class LocalSlots {
     std::vector<size_t> taken;
     for (size_t j = 0; j < slots_.size() && static_cast<int>(taken.size()) < a.slots; ++j)
       if (slots_[j].pid == 0) taken.push_back(j);
-    if (taken.empty() || static_cast<int>(taken.size()) < a.slots) throw std::logic_error("launch without enough free slots");
+    if (taken.empty() || static_cast<int>(taken.size()) < a.slots)
+      throw std::logic_error("launch without enough free slots");
     const size_t k = taken[0];
     ChildSpec spec;
-    spec.argv = {exe_, "train", paths_.cell_file(a.id), "--out", paths_.runs(a.id), "--device", device_,
-                 "--threads", std::to_string(threads_), "--checkpoint", paths_.checkpoint(a.id)};
+    spec.argv = {exe_,    "train",     paths_.cell_file(a.id),   "--out",        paths_.runs(a.id),      "--device",
+                 device_, "--threads", std::to_string(threads_), "--checkpoint", paths_.checkpoint(a.id)};
     spec.env = {{"ATTNSWEEP_ATTEMPT", std::to_string(a.attempt)},
                 {"OMP_NUM_THREADS", std::to_string(threads_)},
                 {"OPENBLAS_NUM_THREADS", std::to_string(threads_)}};
@@ -326,7 +337,7 @@ class LocalSlots {
 
 // ---- the rank's device and slots ------------------------------------------------------
 struct RankSetup {
-  std::string device;             // cpu | cuda
+  std::string device;  // cpu | cuda
   int slots = 1;
   int threads = 1;
   std::vector<std::string> gpus;  // CUDA_VISIBLE_DEVICES value per slot (cuda)
@@ -348,7 +359,8 @@ RankSetup setup_rank(const RunOptions& opt) {
       for (std::string item; std::getline(ss, item, ',');)
         if (!item.empty()) visible.push_back(item);
     }
-    for (int g = 0; g < ngpu; ++g) r.gpus.push_back(g < static_cast<int>(visible.size()) ? visible[g] : std::to_string(g));
+    for (int g = 0; g < ngpu; ++g)
+      r.gpus.push_back(g < static_cast<int>(visible.size()) ? visible[g] : std::to_string(g));
     r.slots = ngpu;
   } else {
     r.slots = opt.workers > 0 ? opt.workers : cores;
@@ -362,10 +374,18 @@ class Coordinator {
  public:
   Coordinator(const Grid& grid, const RunOptions& opt, RunDir& rd, int world, LocalSlots& local, int retries,
               double timeout_s, double rank_timeout_s, std::vector<std::string> hosts)
-      : grid_(grid), opt_(opt), rd_(rd), world_(world), local_(local),
-        sched_(costs(grid), SchedulerConfig{retries, opt.backoff_s, 60.0}, slots_of(grid)), timeout_s_(timeout_s),
-        live_(world, rank_timeout_s, now_s()), hosts_(std::move(hosts)), requests_(static_cast<size_t>(world), 0),
-        shutdown_sent_(static_cast<size_t>(world), false), bye_(static_cast<size_t>(world), false),
+      : grid_(grid),
+        opt_(opt),
+        rd_(rd),
+        world_(world),
+        local_(local),
+        sched_(costs(grid), SchedulerConfig{retries, opt.backoff_s, 60.0}, slots_of(grid)),
+        timeout_s_(timeout_s),
+        live_(world, rank_timeout_s, now_s()),
+        hosts_(std::move(hosts)),
+        requests_(static_cast<size_t>(world), 0),
+        shutdown_sent_(static_cast<size_t>(world), false),
+        bye_(static_cast<size_t>(world), false),
         tty_(::isatty(2) != 0) {
     hosts_.resize(static_cast<size_t>(world), "?");
   }
@@ -382,8 +402,13 @@ class Coordinator {
     t0_ = now_s();
     last_line_ = t0_;
     live_ = Liveness(world_, live_.timeout_s(), t0_);
-    rd_.append_event({{"event", "sweep_started"}, {"grid", grid_.name}, {"cells", grid_.cells.size()},
-                      {"already_done", resumed_}, {"ranks", world_}, {"host", hostname()}, {"pid", ::getpid()}});
+    rd_.append_event({{"event", "sweep_started"},
+                      {"grid", grid_.name},
+                      {"cells", grid_.cells.size()},
+                      {"already_done", resumed_},
+                      {"ranks", world_},
+                      {"host", hostname()},
+                      {"pid", ::getpid()}});
     bool stopping = false, finishing = false;
     int stop_signal = 0;
     for (;;) {
@@ -391,7 +416,8 @@ class Coordinator {
       if (const int sig = g_signal.load(); sig != 0 && !stopping) {
         stopping = true;
         stop_signal = sig;
-        std::fprintf(stderr, "%sattnsweep: signal %d: no new cells; stopping the running ones\n", tty_ ? "\n" : "", sig);
+        std::fprintf(stderr, "%sattnsweep: signal %d: no new cells; stopping the running ones\n", tty_ ? "\n" : "",
+                     sig);
         rd_.append_event({{"event", "stop_requested"}, {"signal", sig}});
         local_.forward(SIGTERM);
         shutdown_all();
@@ -480,8 +506,9 @@ class Coordinator {
         if (!i) break;
         const Assignment a = next_assignment(*i);
         started(a, r);
-        mpi_send(r, kTagAssign, {{"index", a.index}, {"id", a.id}, {"attempt", a.attempt}, {"timeout_s", a.timeout_s},
-                                 {"slots", a.slots}});
+        mpi_send(
+            r, kTagAssign,
+            {{"index", a.index}, {"id", a.id}, {"attempt", a.attempt}, {"timeout_s", a.timeout_s}, {"slots", a.slots}});
         live_.assigned(r, a.index, a.attempt);
         requests_[r] -= a.slots;
       }
@@ -502,8 +529,12 @@ class Coordinator {
           if (live_.take_result(m->source, r.index, r.attempt)) {
             handle(r, now);
           } else {
-            rd_.append_event({{"event", "ignored_result"}, {"cell_id", r.id}, {"attempt", r.attempt},
-                              {"rank", m->source}, {"host", hosts_[m->source]}, {"outcome", outcome_name(r.outcome)},
+            rd_.append_event({{"event", "ignored_result"},
+                              {"cell_id", r.id},
+                              {"attempt", r.attempt},
+                              {"rank", m->source},
+                              {"host", hosts_[m->source]},
+                              {"outcome", outcome_name(r.outcome)},
                               {"reason", alive ? "not an attempt this rank holds" : "the rank was lost"}});
           }
           break;
@@ -519,7 +550,8 @@ class Coordinator {
           }
           break;
         default:
-          std::fprintf(stderr, "attnsweep: rank 0: unexpected message '%s' from rank %d\n", tag_name(m->tag), m->source);
+          std::fprintf(stderr, "attnsweep: rank 0: unexpected message '%s' from rank %d\n", tag_name(m->tag),
+                       m->source);
       }
     }
   }
@@ -544,14 +576,19 @@ class Coordinator {
     const std::string& host = hosts_[static_cast<size_t>(l.rank)];
     json ids = json::array();
     for (size_t i : l.cells) ids.push_back(grid_.cells[i].id);
-    std::fprintf(stderr, "%sattnsweep: rank %d on host %s lost: silent for %.1f s (--rank-timeout-s %g); %zu cell%s it "
+    std::fprintf(stderr,
+                 "%sattnsweep: rank %d on host %s lost: silent for %.1f s (--rank-timeout-s %g); %zu cell%s it "
                  "ran go to other ranks\n",
                  tty_ ? "\n" : "", l.rank, host.c_str(), l.silent_s, live_.timeout_s(), l.cells.size(),
                  l.cells.size() == 1 ? "" : "s");
-    rd_.append_event({{"event", "rank_lost"}, {"rank", l.rank}, {"host", host}, {"silent_s", l.silent_s},
-                      {"rank_timeout_s", live_.timeout_s()}, {"cells", ids}});
-    lost_ranks_.push_back({{"rank", l.rank}, {"host", host}, {"silent_s", l.silent_s}, {"at", iso_utc_now()},
-                           {"cells_reassigned", ids}});
+    rd_.append_event({{"event", "rank_lost"},
+                      {"rank", l.rank},
+                      {"host", host},
+                      {"silent_s", l.silent_s},
+                      {"rank_timeout_s", live_.timeout_s()},
+                      {"cells", ids}});
+    lost_ranks_.push_back(
+        {{"rank", l.rank}, {"host", host}, {"silent_s", l.silent_s}, {"at", iso_utc_now()}, {"cells_reassigned", ids}});
     requests_[static_cast<size_t>(l.rank)] = 0;
     // Should it wake (SIGCONT), it stops its children and waits in MPI_Finalize like the
     // others instead of running on: Open MPI 4.1's mpirun then ends the job cleanly on
@@ -563,7 +600,10 @@ class Coordinator {
     }
     for (size_t i : l.cells) {
       sched_.on_result(i, Outcome::interrupted, now, "rank lost");
-      rd_.append_event({{"event", "reassigned"}, {"cell_id", grid_.cells[i].id}, {"rank", l.rank}, {"host", host},
+      rd_.append_event({{"event", "reassigned"},
+                        {"cell_id", grid_.cells[i].id},
+                        {"rank", l.rank},
+                        {"host", host},
                         {"reason", "rank " + std::to_string(l.rank) + " on " + host + " lost"}});
     }
   }
@@ -641,11 +681,12 @@ class Coordinator {
       std::fprintf(stderr, "attnsweep: %s\n", line);
     }
     if (final) {
-      std::fprintf(stderr,
-                   "attnsweep: %s: %zu cells: %zu complete, %zu diverged, %zu failed, %zu not run; %zu run now in %.1f s "
-                   "-> %s\n",
-                   state, total, sched_.count(CellState::complete), sched_.count(CellState::diverged), failed,
-                   pending + running, finished_now_, elapsed, rd_.dir().c_str());
+      std::fprintf(
+          stderr,
+          "attnsweep: %s: %zu cells: %zu complete, %zu diverged, %zu failed, %zu not run; %zu run now in %.1f s "
+          "-> %s\n",
+          state, total, sched_.count(CellState::complete), sched_.count(CellState::diverged), failed, pending + running,
+          finished_now_, elapsed, rd_.dir().c_str());
     }
   }
 
@@ -749,9 +790,9 @@ std::vector<std::pair<size_t, CellState>> prepare_dir(const Grid& grid, const Ru
                         ", now " + grid.hash.substr(0, 16) +
                         "); use --force to resume with the changed grid, or another --out"});
   }
-  json m = {{"grid", grid.source},       {"grid_file", grid.file}, {"grid_name", grid.name},
-            {"grid_hash", grid.hash},    {"cells", grid.cells.size()},
-            {"attnsweep_version", ATTNSWEEP_VERSION}, {"written", iso_utc_now()}};
+  json m = {{"grid", grid.source},     {"grid_file", grid.file},     {"grid_name", grid.name},
+            {"grid_hash", grid.hash},  {"cells", grid.cells.size()}, {"attnsweep_version", ATTNSWEEP_VERSION},
+            {"written", iso_utc_now()}};
   atomic_write_text(manifest, m.dump(2) + "\n");
 
   // Temporaries of a run that was killed (we hold the lock: no writer is alive).
@@ -814,10 +855,11 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   if (const char* st = std::getenv("SLURM_STEP_NUM_TASKS")) {
     const int n = std::atoi(st);
     if (n > 1 && world != n) {
-      std::fprintf(stderr,
-                   "attnsweep run: srun started %d tasks but MPI sees %d rank%s: the MPI library was not started through "
-                   "srun's PMI (try srun --mpi=pmix; srun --mpi=list shows the choices)\n",
-                   n, world, world == 1 ? "" : "s");
+      std::fprintf(
+          stderr,
+          "attnsweep run: srun started %d tasks but MPI sees %d rank%s: the MPI library was not started through "
+          "srun's PMI (try srun --mpi=pmix; srun --mpi=list shows the choices)\n",
+          n, world, world == 1 ? "" : "s");
       if (mpi) MPI_Finalize();
       return 2;
     }
@@ -831,7 +873,7 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   RunDir rd(opt.out_dir);
   const int retries = opt.retries >= 0 ? opt.retries : (grid.resources.retries >= 0 ? grid.resources.retries : 2);
   const double timeout_s = opt.timeout_s >= 0 ? opt.timeout_s : grid.resources.timeout_s;
-  const double rank_timeout_s = opt.rank_timeout_s > 0               ? opt.rank_timeout_s
+  const double rank_timeout_s = opt.rank_timeout_s > 0              ? opt.rank_timeout_s
                                 : grid.resources.rank_timeout_s > 0 ? grid.resources.rank_timeout_s
                                                                     : kDefaultRankTimeoutS;
 
@@ -850,8 +892,8 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   if (setup_code == 0)
     for (const Cell& c : grid.cells)
       if (const int k = c.config.value("devices", 1); k > rs.slots) {
-        setup_error = grid.file + ": cell " + c.id + " trains on devices = " + std::to_string(k) +
-                      ", more than the " + std::to_string(rs.slots) + " worker slot" + (rs.slots == 1 ? "" : "s") +
+        setup_error = grid.file + ": cell " + c.id + " trains on devices = " + std::to_string(k) + ", more than the " +
+                      std::to_string(rs.slots) + " worker slot" + (rs.slots == 1 ? "" : "s") +
                       " of a rank (--workers, or GPUs per node)";
         setup_code = 2;
         break;
@@ -903,7 +945,8 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
     return finish(code);
   }
 
-  std::fprintf(stderr, "attnsweep: %s: %zu cells (%zu already done), %d rank%s, %d %s slot%s per rank, %d thread%s per cell\n",
+  std::fprintf(stderr,
+               "attnsweep: %s: %zu cells (%zu already done), %d rank%s, %d %s slot%s per rank, %d thread%s per cell\n",
                grid.name.c_str(), grid.cells.size(), finished.size(), world, world == 1 ? "" : "s", rs.slots,
                rs.device.c_str(), rs.slots == 1 ? "" : "s", rs.threads, rs.threads == 1 ? "" : "s");
   Coordinator coord(grid, opt, rd, world, local, retries, timeout_s, rank_timeout_s, hosts);

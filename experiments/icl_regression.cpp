@@ -32,7 +32,8 @@ IclSetup make_icl_setup(int64_t d, int64_t prompt_length, double rho, double noi
   for (int64_t i = 0; i < d; ++i)
     for (int64_t j = 0; j <= i; ++j) {
       double acc = s.sigma[static_cast<size_t>(i * d + j)];
-      for (int64_t k = 0; k < j; ++k) acc -= s.chol[static_cast<size_t>(i * d + k)] * s.chol[static_cast<size_t>(j * d + k)];
+      for (int64_t k = 0; k < j; ++k)
+        acc -= s.chol[static_cast<size_t>(i * d + k)] * s.chol[static_cast<size_t>(j * d + k)];
       if (i == j) {
         if (!(acc > 0))
           throw std::runtime_error("rho: Sigma_ij = rho^|i-j| with rho = " + std::to_string(rho) +
@@ -69,8 +70,10 @@ void icl_prompt(const IclSetup& s, int split, int64_t index, IclPrompt& out) {
       y += out.w[static_cast<size_t>(i)] * xi;
     }
     y += noise_sd * rng.normal();
-    if (t < L) tok[d] = y;
-    else out.target = y;  // the query's y coordinate stays 0
+    if (t < L)
+      tok[d] = y;
+    else
+      out.target = y;  // the query's y coordinate stays 0
   }
 }
 
@@ -148,7 +151,8 @@ void readout_attention_output(const ActivationSpec& act, const ReadoutWeights& W
     for (double& p : phi) p /= z;
   } else {
     const PhiParams pp = resolve_phi(act, L);
-    for (int64_t i = 0; i < L; ++i) phi[static_cast<size_t>(i)] = phi_elementwise<double>(pp, s[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < L; ++i)
+      phi[static_cast<size_t>(i)] = phi_elementwise<double>(pp, s[static_cast<size_t>(i)]);
   }
   std::vector<double> mix(static_cast<size_t>(C), 0.0);  // sum_i phi_i x_i, then V applied once
   for (int64_t i = 0; i < L; ++i)
@@ -212,8 +216,9 @@ double icl_limit_sq_error(const IclSetup& s, const ActivationSpec& act, const Re
       const std::vector<double> gamma = icl_token_covariance(s, pr.w.data());
       readout_limit_output(act, W, gamma.data(), pr.tokens.data() + L * C, tinf.data());
       double e = 0;
-      for (int64_t j = 0; j < C; ++j) e += (tl[static_cast<size_t>(j)] - tinf[static_cast<size_t>(j)]) *
-                                           (tl[static_cast<size_t>(j)] - tinf[static_cast<size_t>(j)]);
+      for (int64_t j = 0; j < C; ++j)
+        e += (tl[static_cast<size_t>(j)] - tinf[static_cast<size_t>(j)]) *
+             (tl[static_cast<size_t>(j)] - tinf[static_cast<size_t>(j)]);
       err[static_cast<size_t>(n)] = e;
     }
   }

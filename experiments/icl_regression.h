@@ -24,8 +24,8 @@
 namespace attnsweep {
 
 struct IclSetup {
-  int64_t d = 5;              // dimension of x; tokens have C = d + 1 coordinates
-  int64_t prompt_length = 10; // L tokens before the query
+  int64_t d = 5;               // dimension of x; tokens have C = d + 1 coordinates
+  int64_t prompt_length = 10;  // L tokens before the query
   double rho = 0.5, noise_var = 0.1;
   uint64_t seed = 0;          // data seed: prompts are a function of (seed, split, index)
   std::vector<double> sigma;  // Sigma, d x d row-major

@@ -5,13 +5,13 @@
 // The files come from the Debian package dataset-fashion-mnist.
 #include <zlib.h>
 
+#include <sys/stat.h>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <sys/stat.h>
 #include <vector>
 
 #include "experiments/task.h"

@@ -62,15 +62,17 @@ bool is_training_task(const json& cfg) {
 }
 // Training tasks whose model is the transformer (layers, heads, dim, ... apply); the
 // in-context regression read-out is one attention layer of width d + 1 (worker/model.h).
-bool is_transformer_task(const json& cfg) { return is_training_task(cfg) && !task_is(cfg, "icl_regression"); }
+bool is_transformer_task(const json& cfg) {
+  return is_training_task(cfg) && !task_is(cfg, "icl_regression");
+}
 
 // A shared training key's default for the cell's task: paper B trains its read-out with
 // plain SGD at a constant learning rate, no decay, no clipping, no warm-up.
 json training_default(const json& cfg, const std::string& key, const json& fallback) {
   if (task_is(cfg, "icl_regression")) {
-    static const std::map<std::string, json> icl = {{"optimizer", "sgd"},        {"weight_decay", 0.0},
-                                                    {"clip", 0.0},               {"warmup_steps", 0},
-                                                    {"lr_schedule", "constant"}, {"eval_every", 1000}};
+    static const std::map<std::string, json> icl = {
+        {"optimizer", "sgd"}, {"weight_decay", 0.0},       {"clip", 0.0},
+        {"warmup_steps", 0},  {"lr_schedule", "constant"}, {"eval_every", 1000}};
     if (auto it = icl.find(key); it != icl.end()) return it->second;
   }
   return fallback;
@@ -315,14 +317,16 @@ std::vector<ParamSpec> make_specs() {
     ParamSpec s = integer("min_length", 1, kNoBound,
                           "shortest expression in tokens (default prompt_length / 4, as LRA's 500 of 2000)");
     s.applies = for_task("listops");
-    s.default_value = [](const json& cfg) { return json(std::max<int64_t>(1, cfg.value("prompt_length", int64_t{4}) / 4)); };
+    s.default_value = [](const json& cfg) {
+      return json(std::max<int64_t>(1, cfg.value("prompt_length", int64_t{4}) / 4));
+    };
     s.check = [](const json& value, const json& cfg) -> std::string {
       const int64_t m = value.get<int64_t>(), n = cfg.value("prompt_length", int64_t{0});
       const int64_t depth = cfg.value("depth", int64_t{10}), arity = cfg.value("arity", int64_t{10});
       if (m > n) return value.dump() + " is more than prompt_length " + std::to_string(n);
       if (const int64_t longest = listops_longest(depth, arity); m > longest)
-        return value.dump() + " is longer than any expression of depth " + std::to_string(depth) +
-               " and arity " + std::to_string(arity) + " (at most " + std::to_string(longest) + " tokens)";
+        return value.dump() + " is longer than any expression of depth " + std::to_string(depth) + " and arity " +
+               std::to_string(arity) + " (at most " + std::to_string(longest) + " tokens)";
       return "";
     };
     v.push_back(std::move(s));
@@ -559,7 +563,8 @@ double estimate_cost_s(const json& cfg) {
     const double steps = cfg.value("steps", 3000.0), every = cfg.value("eval_every", 1000.0);
     const double evals = 1 + (every > 0 ? std::floor(steps / every) : 0);
     return (steps * cfg.value("batch", 128.0) + evals * cfg.value("test_prompts", 1024.0) * 2) * tokens * per_token /
-               3e9 + 0.2;
+               3e9 +
+           0.2;
   }
   if (is_training_task(cfg)) {
     // 6 flops per weight per token (forward + backward) plus the N^2 attention products,
@@ -578,8 +583,13 @@ double estimate_cost_s(const json& cfg) {
 json activation_registry_json() {
   json acts = json::array(), scales = json::array(), specs = json::array();
   for (const ActivationInfo& a : kActivations)
-    acts.push_back({{"name", a.name}, {"label", a.label}, {"formula", a.formula}, {"elementwise", a.elementwise},
-                    {"takes_degree", a.takes_degree}, {"takes_scale", a.takes_scale}, {"bias_log_n", a.bias_log_n},
+    acts.push_back({{"name", a.name},
+                    {"label", a.label},
+                    {"formula", a.formula},
+                    {"elementwise", a.elementwise},
+                    {"takes_degree", a.takes_degree},
+                    {"takes_scale", a.takes_scale},
+                    {"bias_log_n", a.bias_log_n},
                     {"torch", a.torch}});
   for (const ScaleInfo& s : kScales) scales.push_back({{"name", s.name}, {"label", s.label}});
   for (const ActivationSpec& t : registry_test_specs()) {

@@ -19,9 +19,9 @@ enum class ParamType { integer, number, string, boolean, scale };
 struct ParamSpec {
   std::string name;
   ParamType type = ParamType::number;
-  double min = -1e300;                 // inclusive bounds for integer/number
+  double min = -1e300;  // inclusive bounds for integer/number
   double max = 1e300;
-  std::vector<std::string> choices;    // string: allowed values (empty = any)
+  std::vector<std::string> choices;  // string: allowed values (empty = any)
   std::string description;
   // Whether the key applies to a cell whose other keys are `cfg` (task, activation known).
   std::function<bool(const json& cfg)> applies;

@@ -25,8 +25,8 @@ TaskOutput run_synthetic(const json& config, const TaskContext& ctx) {
 
   TaskOutput out;
   using clock = std::chrono::steady_clock;
-  const auto end = clock::now() + std::chrono::duration_cast<clock::duration>(
-                                       std::chrono::duration<double>(hang ? 1e9 : seconds));
+  const auto end =
+      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(hang ? 1e9 : seconds));
   while (clock::now() < end) {
     if (ctx.stop_requested()) {
       out.status = "interrupted";

@@ -34,16 +34,16 @@ struct ModelWeights {
 // A number a training task measures on the model at every evaluation of the test split
 // (the trajectory `path`, one row per /eval/step) and at the end (final metric `name`).
 struct EvalMetric {
-  std::string name;         // "limit_sq_error"
-  std::string path;         // "/icl/limit_sq_error"
+  std::string name;  // "limit_sq_error"
+  std::string path;  // "/icl/limit_sq_error"
   std::string description;
 };
 
 struct TaskContext {
   std::string device = "cpu";
   int threads = 1;
-  int attempt = 1;                          // 1 for the first try of a cell
-  const std::atomic<int>* stop = nullptr;   // nonzero: a signal asked us to stop
+  int attempt = 1;                         // 1 for the first try of a cell
+  const std::atomic<int>* stop = nullptr;  // nonzero: a signal asked us to stop
   bool stop_requested() const { return stop && stop->load() != 0; }
   // Where a training task keeps its checkpoint ("" = none: a stop ends without one).
   std::string checkpoint_path;
@@ -70,8 +70,7 @@ struct TrainingData {
   int64_t pad_id = -1;
   // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class [count] or y_value
   // [count, targets_per_sample] (the one that applies).
-  std::function<void(int split, const int64_t* idx, int64_t count, float* x, int32_t* y_class, float* y_value)>
-      fill;
+  std::function<void(int split, const int64_t* idx, int64_t count, float* x, int32_t* y_class, float* y_value)> fill;
   // Optional: the task's own metrics, measured from the current weights at every
   // evaluation (steps = 0: once, at initialisation); measure returns one value per entry
   // of eval_metrics, in order.
@@ -80,14 +79,14 @@ struct TrainingData {
 };
 
 struct TaskSeries {
-  std::string path;                  // "/probe/attn_fro"
-  std::vector<uint64_t> shape;       // row-major; product == number of elements
+  std::string path;             // "/probe/attn_fro"
+  std::vector<uint64_t> shape;  // row-major; product == number of elements
   std::variant<std::vector<float>, std::vector<double>, std::vector<int64_t>> data;
   std::string description;
 };
 
 struct TaskOutput {
-  std::string status = "complete";   // complete | diverged | interrupted
+  std::string status = "complete";  // complete | diverged | interrupted
   int64_t diverged_at_step = -1;
   std::map<std::string, double> final_metrics;
   std::vector<TaskSeries> series;

@@ -80,16 +80,20 @@ ATTN_HD T ipow_fixed(T x) {
     return x;
   } else {
     const T h = ipow_fixed<P / 2>(x);
-    if constexpr (P % 2 == 1) return x * (h * h);
-    else return h * h;
+    if constexpr (P % 2 == 1)
+      return x * (h * h);
+    else
+      return h * h;
   }
 }
 
 // s^p with p fixed at compile time (Deg > 0) or read from the parameters (Deg == 0).
 template <int32_t Deg, class T>
 ATTN_HD T power_of(const PhiParams& p, T s) {
-  if constexpr (Deg > 0) return ipow_fixed<Deg>(s);
-  else return ipow(s, p.degree);
+  if constexpr (Deg > 0)
+    return ipow_fixed<Deg>(s);
+  else
+    return ipow(s, p.degree);
 }
 
 // ---- the registry: one specialisation per activation --------------------------------
@@ -129,8 +133,10 @@ struct Phi<Activation::poly> {
   }
   template <int32_t Deg, class T, class ExpFn>
   static ATTN_HD T dphi(const PhiParams& p, T s, ExpFn) {
-    if constexpr (Deg > 0) return T(p.c) * T(Deg) * ipow_fixed<Deg - 1>(s);
-    else return T(p.c) * T(p.degree) * ipow(s, p.degree - 1);
+    if constexpr (Deg > 0)
+      return T(p.c) * T(Deg) * ipow_fixed<Deg - 1>(s);
+    else
+      return T(p.c) * T(p.degree) * ipow(s, p.degree - 1);
   }
   static double ref_phi(double s, double c, int32_t p, double) { return c * std::pow(s, p); }
   static double ref_dphi(double s, double c, int32_t p, double) { return c * p * std::pow(s, p - 1); }
@@ -228,11 +234,16 @@ struct WithDegree {
     if constexpr (Phi<A>::takes_degree) {
       static_assert(kFixedDegrees == 4, "WithDegree lists degrees 1..kFixedDegrees");
       const int32_t d = spec.degree;
-      if (d == 1) f(tag, DegreeTag<1>{});
-      else if (d == 2) f(tag, DegreeTag<2>{});
-      else if (d == 3) f(tag, DegreeTag<3>{});
-      else if (d == 4) f(tag, DegreeTag<4>{});
-      else f(tag, DegreeTag<0>{});
+      if (d == 1)
+        f(tag, DegreeTag<1>{});
+      else if (d == 2)
+        f(tag, DegreeTag<2>{});
+      else if (d == 3)
+        f(tag, DegreeTag<3>{});
+      else if (d == 4)
+        f(tag, DegreeTag<4>{});
+      else
+        f(tag, DegreeTag<0>{});
     } else {
       f(tag, DegreeTag<0>{});
     }
@@ -290,14 +301,18 @@ struct StdExp {
 // their kernels have their own code.
 template <Activation A, int32_t Deg, class T, class ExpFn>
 ATTN_HD T phi_fixed(const PhiParams& p, T s, ExpFn exp_fn) {
-  if constexpr (Phi<A>::elementwise) return Phi<A>::template phi<Deg>(p, s, exp_fn);
-  else return T(0);
+  if constexpr (Phi<A>::elementwise)
+    return Phi<A>::template phi<Deg>(p, s, exp_fn);
+  else
+    return T(0);
 }
 
 template <Activation A, int32_t Deg, class T, class ExpFn>
 ATTN_HD T dphi_fixed(const PhiParams& p, T s, ExpFn exp_fn) {
-  if constexpr (Phi<A>::elementwise) return Phi<A>::template dphi<Deg>(p, s, exp_fn);
-  else return T(0);
+  if constexpr (Phi<A>::elementwise)
+    return Phi<A>::template dphi<Deg>(p, s, exp_fn);
+  else
+    return T(0);
 }
 
 // The same with the activation read at run time (p.activation).
@@ -404,8 +419,12 @@ inline constexpr std::array<ActivationInfo, kActivationCount> kActivations =
     detail::make_registry(std::make_integer_sequence<int32_t, kActivationCount>{});
 static_assert(kActivations.size() == static_cast<size_t>(kActivationCount), "one registry row per activation");
 
-inline const ActivationInfo& activation_info(Activation a) { return kActivations[static_cast<size_t>(a)]; }
-inline const char* activation_name(Activation a) { return activation_info(a).name; }
+inline const ActivationInfo& activation_info(Activation a) {
+  return kActivations[static_cast<size_t>(a)];
+}
+inline const char* activation_name(Activation a) {
+  return activation_info(a).name;
+}
 
 inline std::optional<Activation> activation_from_name(std::string_view name) {
   for (const ActivationInfo& i : kActivations)
@@ -446,8 +465,10 @@ inline std::string spec_token(const ActivationSpec& a) {
   std::string s = i.name;
   if (i.takes_degree) s += std::to_string(a.degree);
   if (i.takes_scale) {
-    if (a.scale == ScaleKind::value) s += "_c" + std::to_string(static_cast<long>(std::lround(a.scale_value * 1000))) + "m";
-    else s += std::string("_") + kScales[static_cast<size_t>(a.scale)].name;
+    if (a.scale == ScaleKind::value)
+      s += "_c" + std::to_string(static_cast<long>(std::lround(a.scale_value * 1000))) + "m";
+    else
+      s += std::string("_") + kScales[static_cast<size_t>(a.scale)].name;
   }
   return s;
 }

@@ -42,14 +42,15 @@ struct AttentionShape {
 
 struct AttentionSpec {
   ActivationSpec act;
-  bool causal = false;          // query i attends keys j <= i + (Nk - Nq)
-  bool collect_norms = true;    // fill attn_fro / jac_fro (false skips the work)
-  float score_scale = 0.0f;     // 0: 1/sqrt(d)
+  bool causal = false;        // query i attends keys j <= i + (Nk - Nq)
+  bool collect_norms = true;  // fill attn_fro / jac_fro (false skips the work)
+  float score_scale = 0.0f;   // 0: 1/sqrt(d)
 };
 
 // The score scale actually used: spec.score_scale, or 1/sqrt(d) when it is 0.
 inline float attention_score_scale(const AttentionSpec& spec, const AttentionShape& shape) {
-  return spec.score_scale != 0.0f ? spec.score_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.d)));
+  return spec.score_scale != 0.0f ? spec.score_scale
+                                  : static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.d)));
 }
 
 // Forward. lse [B,H,Nq] is written for softmax (log-sum-exp of each score row, what the
@@ -57,16 +58,16 @@ inline float attention_score_scale(const AttentionSpec& spec, const AttentionSha
 // no backward follows). attn_fro / jac_fro [B,H] (float64) are written when
 // collect_norms: ||phi(S)||_F and ||d phi(S)/dS||_F per batch item and head; they may be
 // null when !collect_norms. key_mask may be null (every key attended).
-void attention_forward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q,
-                           const float* K, const float* V, const float* key_mask, float* O, float* lse,
-                           double* attn_fro, double* jac_fro);
+void attention_forward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q, const float* K,
+                           const float* V, const float* key_mask, float* O, float* lse, double* attn_fro,
+                           double* jac_fro);
 
 // Backward from what the forward saved (softmax: lse and O; element-wise phi: nothing
 // beyond Q, K, V; O and lse may be null for element-wise phi). Writes dQ, dK, dV
 // (overwritten, not accumulated).
-void attention_backward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q,
-                            const float* K, const float* V, const float* key_mask, const float* O,
-                            const float* dO, const float* lse, float* dQ, float* dK, float* dV);
+void attention_backward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q, const float* K,
+                            const float* V, const float* key_mask, const float* O, const float* dO, const float* lse,
+                            float* dQ, float* dK, float* dV);
 
 // Packed self-attention: the trainer's CPU fast path for small heads, on the layouts of
 // its projections (worker/model.cpp) instead of [B,H,N,d]. Q, K, V are read in place from

@@ -47,15 +47,14 @@ void attention_cuda_workspace_destroy(AttentionCudaWorkspace* ws);
 
 // ---- materialising path (float32) ---------------------------------------------------
 // Scratch: two [B,H,Nq,Nk] float32 matrices; use it for checks, not for long prompts.
-void attention_forward_cuda_ref(const AttentionSpec& spec, const AttentionShape& shape, const float* Q,
-                                const float* K, const float* V, const float* key_mask, float* O, float* lse,
-                                double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws,
-                                cudaStream_t stream);
+void attention_forward_cuda_ref(const AttentionSpec& spec, const AttentionShape& shape, const float* Q, const float* K,
+                                const float* V, const float* key_mask, float* O, float* lse, double* attn_fro,
+                                double* jac_fro, AttentionCudaWorkspace* ws, cudaStream_t stream);
 
-void attention_backward_cuda_ref(const AttentionSpec& spec, const AttentionShape& shape, const float* Q,
-                                 const float* K, const float* V, const float* key_mask, const float* O,
-                                 const float* dO, const float* lse, float* dQ, float* dK, float* dV,
-                                 AttentionCudaWorkspace* ws, cudaStream_t stream);
+void attention_backward_cuda_ref(const AttentionSpec& spec, const AttentionShape& shape, const float* Q, const float* K,
+                                 const float* V, const float* key_mask, const float* O, const float* dO,
+                                 const float* lse, float* dQ, float* dK, float* dV, AttentionCudaWorkspace* ws,
+                                 cudaStream_t stream);
 
 // ---- fused path -----------------------------------------------------------------------
 // Q, K, V, O, dO, dQ, dK, dV point to elements of type `dtype` (float or __nv_bfloat16);
@@ -63,15 +62,14 @@ void attention_backward_cuda_ref(const AttentionSpec& spec, const AttentionShape
 // lse and O (D_i = dO_i . O_i); the element-wise backward reads neither.
 bool attention_cuda_fused_supported(const AttentionShape& shape);  // else *_cuda falls back
 
-void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype,
-                            const void* Q, const void* K, const void* V, const float* key_mask, void* O,
-                            float* lse, double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws,
-                            cudaStream_t stream);
+void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype, const void* Q,
+                            const void* K, const void* V, const float* key_mask, void* O, float* lse, double* attn_fro,
+                            double* jac_fro, AttentionCudaWorkspace* ws, cudaStream_t stream);
 
-void attention_backward_cuda(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype,
-                             const void* Q, const void* K, const void* V, const float* key_mask,
-                             const void* O, const void* dO, const float* lse, void* dQ, void* dK, void* dV,
-                             AttentionCudaWorkspace* ws, cudaStream_t stream);
+void attention_backward_cuda(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype, const void* Q,
+                             const void* K, const void* V, const float* key_mask, const void* O, const void* dO,
+                             const float* lse, void* dQ, void* dK, void* dV, AttentionCudaWorkspace* ws,
+                             cudaStream_t stream);
 
 // ---- tensor-core path (forward) ---------------------------------------------------------
 // The arguments of attention_forward_cuda; dtype bf16 or f16 (Q, K, V, O), pointers
@@ -80,17 +78,16 @@ bool attention_cuda_mma_supported(const AttentionShape& shape, CudaDType dtype);
 // ATTNSWEEP_CUDA_MMA=1 in the environment and dtype bf16 and supported.
 bool attention_cuda_mma_opted_in(const AttentionShape& shape, CudaDType dtype);
 
-void attention_forward_cuda_mma(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype,
-                                const void* Q, const void* K, const void* V, const float* key_mask, void* O,
-                                float* lse, double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws,
-                                cudaStream_t stream);
+void attention_forward_cuda_mma(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype, const void* Q,
+                                const void* K, const void* V, const float* key_mask, void* O, float* lse,
+                                double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws, cudaStream_t stream);
 
 // Backward on tensor cores (issue #19 step 4, compiled only so far): bf16, d = dv in
 // {64, 128}, the arguments of attention_backward_cuda; deterministic (no atomics).
 // Not reached from attention_backward_cuda until checked on a GPU.
-void attention_backward_cuda_mma(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype,
-                                 const void* Q, const void* K, const void* V, const float* key_mask, const void* O,
-                                 const void* dO, const float* lse, void* dQ, void* dK, void* dV,
-                                 AttentionCudaWorkspace* ws, cudaStream_t stream);
+void attention_backward_cuda_mma(const AttentionSpec& spec, const AttentionShape& shape, CudaDType dtype, const void* Q,
+                                 const void* K, const void* V, const float* key_mask, const void* O, const void* dO,
+                                 const float* lse, void* dQ, void* dK, void* dV, AttentionCudaWorkspace* ws,
+                                 cudaStream_t stream);
 
 }  // namespace attnsweep

@@ -25,19 +25,18 @@ void rows_to_heads_cuda(float* out, const float* in, int64_t B, int64_t T, int64
 
 void tokens_forward_cuda(float* encoded, const float* emb, const float* cls, const float* wpe, int64_t B, int64_t T,
                          int64_t N, int64_t C, int64_t off, cudaStream_t stream);
-void tokens_backward_cuda(float* dwpe, float* dcls, float* demb, const float* dencoded, int64_t B, int64_t T,
-                          int64_t N, int64_t C, int64_t off, cudaStream_t stream);
+void tokens_backward_cuda(float* dwpe, float* dcls, float* demb, const float* dencoded, int64_t B, int64_t T, int64_t N,
+                          int64_t C, int64_t off, cudaStream_t stream);
 
 void cls_pool_forward_cuda(float* pooled, const float* inp, int64_t B, int64_t T, int64_t C, cudaStream_t stream);
 void cls_pool_backward_cuda(float* dinp, const float* dpooled, int64_t B, int64_t T, int64_t C, cudaStream_t stream);
 
 void readout_split_cuda(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t N, int64_t H, int64_t hd,
                         cudaStream_t stream);
-void readout_merge_cuda(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t N,
-                        int64_t H, int64_t hd, cudaStream_t stream);
+void readout_merge_cuda(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t N, int64_t H,
+                        int64_t hd, cudaStream_t stream);
 void readout_pick_cuda(float* pred, const float* o, int64_t B, int64_t H, int64_t hd, cudaStream_t stream);
-void readout_pick_backward_cuda(float* dout, const float* dpred, int64_t B, int64_t H, int64_t hd,
-                                cudaStream_t stream);
+void readout_pick_backward_cuda(float* dout, const float* dpred, int64_t B, int64_t H, int64_t hd, cudaStream_t stream);
 
 void scale_inplace_cuda(float* g, int64_t n, float c, cudaStream_t stream);
 // sqrt(sum g^2): per-block float64 partials over a grid fixed by n, then one block adds

@@ -50,8 +50,8 @@ void gelu_matmul_backward(float* dpre, float* dweight, float* dbias, const float
 
 // out (N, C) = (inp - mean) * rstd * weight + bias over the last axis; mean, rstd (N)
 // are saved for the backward. eps = 1e-5 (PyTorch's default).
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
 
@@ -141,8 +141,8 @@ struct LayerBackwardArgs {
   const float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res1, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
   const float *ln1_w, *qkv_w, *proj_w, *ln2_w, *fc_w, *fcproj_w;
   float* dres;
-  float *g_ln1_w, *g_ln1_b, *g_qkv_w, *g_qkv_b, *g_proj_w, *g_proj_b, *g_ln2_w, *g_ln2_b, *g_fc_w, *g_fc_b,
-      *g_fcproj_w, *g_fcproj_b;
+  float *g_ln1_w, *g_ln1_b, *g_qkv_w, *g_qkv_b, *g_proj_w, *g_proj_b, *g_ln2_w, *g_ln2_b, *g_fc_w, *g_fc_b, *g_fcproj_w,
+      *g_fcproj_b;
 };
 void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& shape, int64_t F,
                               const LayerBackwardArgs& a);
@@ -150,8 +150,8 @@ void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& s
 // AdamW (Loshchilov & Hutter, PyTorch's torch.optim.AdamW): with t the 1-based step,
 //   m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m/(1-b1^t); vhat = v/(1-b2^t);
 //   param -= lr (mhat / (sqrt(vhat) + eps) + weight_decay param)   (decoupled decay).
-void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int64_t t);
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t t);
 
 // SGD as torch.optim.SGD (dampening 0, no Nesterov): g' = g + weight_decay param;
 // with momentum > 0: buf = momentum buf + g' (buf starts at 0, so buf_1 = g'), step buf;

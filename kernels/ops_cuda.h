@@ -59,9 +59,8 @@ void meanpool_backward_cuda(float* dinp, const float* dout, int64_t B, int64_t T
 // probs (N, V) = softmax(logits (N, V)); returns the mean loss; *n_correct (HOST pointer,
 // may be null) = rows whose first argmax is the target. targets (N) device, in [0, V).
 // Synchronises `stream` to return the loss.
-double softmax_crossentropy_forward_cuda(float* probs, int64_t* n_correct, const float* logits,
-                                         const int32_t* targets, int64_t N, int64_t V, AttentionCudaWorkspace* ws,
-                                         cudaStream_t stream);
+double softmax_crossentropy_forward_cuda(float* probs, int64_t* n_correct, const float* logits, const int32_t* targets,
+                                         int64_t N, int64_t V, AttentionCudaWorkspace* ws, cudaStream_t stream);
 // dlogits (N, V) += dloss * (probs - onehot(targets)) / N.
 void softmax_crossentropy_backward_cuda(float* dlogits, const float* probs, const int32_t* targets, float dloss,
                                         int64_t N, int64_t V, cudaStream_t stream);

@@ -29,9 +29,9 @@
 #include <csignal>
 #include <cstring>
 
-#include "worker/atomic_file.h"
 #include "results/cell_file.h"
 #include "results/h5.h"
+#include "worker/atomic_file.h"
 
 namespace attnsweep {
 namespace fs = std::filesystem;
@@ -114,7 +114,8 @@ void merge_shape(std::vector<uint64_t>& into, const std::vector<uint64_t>& shape
 // Numeric datasets under `group` (recursively) of the given rank.
 // `known`: trajectories whose description is already known (not read again).
 void find_trajectories(const h5::Group& group, size_t rank, std::vector<TrajectorySource>& out,
-                       std::map<std::string, TrajectoryInfo>& info, const std::map<std::string, TrajectoryInfo>& known) {
+                       std::map<std::string, TrajectoryInfo>& info,
+                       const std::map<std::string, TrajectoryInfo>& known) {
   for (const std::string& child : group.children()) {
     auto member = group.open_member(child);  // opened once: this walk is most of pass 1
     if (auto* g = std::get_if<h5::Group>(&member)) {
@@ -153,10 +154,14 @@ json row_to_json(const Row& r, const std::map<std::string, TrajectoryInfo>& info
     auto it = info.find(t.name);
     traj.push_back({t.name, t.path, t.shape, it == info.end() ? std::string() : it->second.description});
   }
-  return {{"cell_id", r.summary.cell_id},   {"config", r.summary.config},
-          {"status", r.summary.status},     {"diverged_at_step", r.summary.diverged_at_step},
-          {"device", r.summary.device},     {"wall_seconds", r.summary.wall_seconds},
-          {"final", metrics},               {"traj", traj}};
+  return {{"cell_id", r.summary.cell_id},
+          {"config", r.summary.config},
+          {"status", r.summary.status},
+          {"diverged_at_step", r.summary.diverged_at_step},
+          {"device", r.summary.device},
+          {"wall_seconds", r.summary.wall_seconds},
+          {"final", metrics},
+          {"traj", traj}};
 }
 
 struct IndexEntry {
@@ -194,7 +199,9 @@ std::vector<Fit> read_fits(const h5::File& f) {
   return fits;
 }
 
-bool same_number(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+bool same_number(double a, double b) {
+  return a == b || (std::isnan(a) && std::isnan(b));
+}
 
 bool same_fits(const std::vector<Fit>& a, const std::vector<Fit>& b) {
   if (a.size() != b.size()) return false;
@@ -349,7 +356,8 @@ Column json_column(std::string name, std::string description, const std::vector<
       c.floats.push_back(v.is_null() ? kNaN : v.is_boolean() ? double{v.get<bool>() ? 1.0 : 0.0} : v.get<double>());
   } else {
     c.type = Column::String;
-    for (const json& v : values) c.strings.push_back(v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump());
+    for (const json& v : values)
+      c.strings.push_back(v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump());
   }
   return c;
 }
@@ -361,9 +369,11 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
     for (const Row& r : rows) v.push_back(get(r));
     return v;
   };
-  cols.push_back(string_column("cell_id", "content hash of the effective config", pick([](const Row& r) { return r.summary.cell_id; })));
+  cols.push_back(string_column("cell_id", "content hash of the effective config",
+                               pick([](const Row& r) { return r.summary.cell_id; })));
   cols.push_back(string_column("status", "complete or diverged", pick([](const Row& r) { return r.summary.status; })));
-  cols.push_back(string_column("device", "device the cell ran on", pick([](const Row& r) { return r.summary.device; })));
+  cols.push_back(
+      string_column("device", "device the cell ran on", pick([](const Row& r) { return r.summary.device; })));
   Column wall{Column::Float, "wall_seconds", "wall-clock seconds of the cell", {}, {}, {}};
   Column div{Column::Int, "diverged_at_step", "step at which the loss became NaN/Inf, -1 if none", {}, {}, {}};
   for (const Row& r : rows) {
@@ -391,7 +401,12 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
     cols.push_back(json_column(name, "config parameter " + key, values));
   }
   for (const std::string& key : metric_keys) {
-    Column c{Column::Float, taken.count(key) ? "final." + key : key, "final metric (/final attribute " + key + ")", {}, {}, {}};
+    Column c{Column::Float,
+             taken.count(key) ? "final." + key : key,
+             "final metric (/final attribute " + key + ")",
+             {},
+             {},
+             {}};
     taken.insert(c.name);
     for (const Row& r : rows) {
       auto it = r.summary.final_metrics.find(key);
@@ -577,7 +592,6 @@ std::string strip_path(std::string msg, const std::string& path) {
   return msg;
 }
 
-
 // A fixed-size array in memory shared with the children forked after it is made
 // (MAP_SHARED | MAP_ANONYMOUS): what a forked reader writes into it, its parent sees.
 // Zero-filled; move-only.
@@ -695,9 +709,9 @@ struct OutTrajectory {
   std::string name;
   std::vector<uint64_t> row_shape;  // [T] or [T, L, H]
   uint64_t row_elems = 0;
-  bool f32 = false;                 // float32 ([cells, T, L, H]) or float64 ([cells, T])
+  bool f32 = false;  // float32 ([cells, T, L, H]) or float64 ([cells, T])
   std::optional<h5::Dataset> dst;
-  std::optional<h5::Dataset> old;   // the same dataset of the previous aggregate.h5, same rank
+  std::optional<h5::Dataset> old;  // the same dataset of the previous aggregate.h5, same rank
   std::vector<uint64_t> old_row_shape;
   // The buffer [buffer_rows, row_shape...] of two blocks (one is filled while the other
   // is written), NaN where nothing is read: in shared memory, since a forked reader fills
@@ -755,7 +769,9 @@ struct OutTrajectory {
 };
 
 // Sets the file's modification time to now (an unchanged aggregate is up to date).
-void touch(const std::string& path) { ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
+void touch(const std::string& path) {
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+}
 
 }  // namespace
 
@@ -986,8 +1002,8 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
       }
       constexpr uint64_t kBlockBytes = uint64_t{64} << 20;
       const uint64_t block = std::clamp<uint64_t>(opt.block_rows > 0 ? static_cast<uint64_t>(opt.block_rows)
-                                                  : row_bytes           ? kBlockBytes / 2 / row_bytes
-                                                                        : cells,
+                                                  : row_bytes        ? kBlockBytes / 2 / row_bytes
+                                                                     : cells,
                                                   1, std::max<uint64_t>(cells, 1));
       for (OutTrajectory& o : outs) o.allocate(2 * block);  // block b in rows [b % 2 * block, ...)
       // Shared with the readers: what became of each buffer row, and per half of the
@@ -1046,7 +1062,8 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
             if (!o.old) continue;
             std::vector<uint64_t> offset(o.row_shape.size() + 1, 0), count{len};
             offset[0] = static_cast<uint64_t>(row.old_row);
-            for (size_t k = 0; k < o.row_shape.size(); ++k) count.push_back(std::min(o.row_shape[k], o.old_row_shape[k]));
+            for (size_t k = 0; k < o.row_shape.size(); ++k)
+              count.push_back(std::min(o.row_shape[k], o.old_row_shape[k]));
             o.read_into(*o.old, offset, count, base + i);
           }
           i += len;

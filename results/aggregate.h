@@ -9,7 +9,7 @@
 namespace attnsweep {
 
 struct AggregateOptions {
-  int64_t fit_min_n = 0;           // fit only cells with prompt_length in [min, max]
+  int64_t fit_min_n = 0;  // fit only cells with prompt_length in [min, max]
   int64_t fit_max_n = INT64_MAX;
   // Reuse the rows of files unchanged (same size and mtime) since the previous
   // aggregate.h5 (its /index) instead of reopening them.
@@ -29,22 +29,22 @@ struct AggregateOptions {
 };
 
 struct Fit {
-  std::string metric;              // attn_fro, jac_fro, ...
-  std::string group;               // "activation=poly degree=3 scale=inv_sqrt_n task=norm_probe"
+  std::string metric;                       // attn_fro, jac_fro, ...
+  std::string group;                        // "activation=poly degree=3 scale=inv_sqrt_n task=norm_probe"
   double slope = 0, intercept = 0, r2 = 0;  // NaN when fewer than 2 distinct x; r2 NaN for constant y
-  double slope_ci95 = 0;           // half-width of the 95% Student-t interval (NaN below 3 points)
-  int64_t points = 0;              // cells in the fit
-  int64_t n_min = 0, n_max = 0;    // prompt_length range used
+  double slope_ci95 = 0;                    // half-width of the 95% Student-t interval (NaN below 3 points)
+  int64_t points = 0;                       // cells in the fit
+  int64_t n_min = 0, n_max = 0;             // prompt_length range used
 };
 
 struct AggregateResult {
   int64_t cells = 0;
-  int64_t reread = 0;                 // rows read from their cell files this time
-  int64_t reused = 0;                 // rows copied from the previous aggregate.h5 (unchanged files)
-  int64_t forks = 0;                  // child processes forked to help (pass 1: 1; pass 2: 1 per block)
-  std::vector<std::string> skipped;   // "runs/x.h5: reason"
-  std::vector<Fit> fits;              // sorted by group, then metric
-  std::vector<std::string> columns;   // the /cells (and summary.csv) columns, in order
+  int64_t reread = 0;                // rows read from their cell files this time
+  int64_t reused = 0;                // rows copied from the previous aggregate.h5 (unchanged files)
+  int64_t forks = 0;                 // child processes forked to help (pass 1: 1; pass 2: 1 per block)
+  std::vector<std::string> skipped;  // "runs/x.h5: reason"
+  std::vector<Fit> fits;             // sorted by group, then metric
+  std::vector<std::string> columns;  // the /cells (and summary.csv) columns, in order
 };
 
 // Throws std::runtime_error when DIR has no runs/ folder.

@@ -16,8 +16,8 @@
 
 #include <zlib.h>
 
-#include "worker/atomic_file.h"
 #include "results/h5.h"
+#include "worker/atomic_file.h"
 
 #ifndef ATTNSWEEP_VERSION
 #error "ATTNSWEEP_VERSION must be defined by CMake"
@@ -26,14 +26,17 @@
 namespace attnsweep {
 namespace {
 
-bool final_status(const std::string& s) { return s == "complete" || s == "diverged"; }
+bool final_status(const std::string& s) {
+  return s == "complete" || s == "diverged";
+}
 
 void check_result(const std::string& path, const CellResult& r) {
   auto bad = [&](const std::string& what) { throw std::runtime_error(path + ": " + what); };
   if (r.cell_id.empty()) bad("empty cell_id");
   if (!final_status(r.status)) bad("status \"" + r.status + "\" is neither complete nor diverged");
   for (const ResultDataset& d : r.datasets) {
-    if (d.path.size() < 2 || d.path[0] != '/' || d.path.back() == '/') bad("dataset path \"" + d.path + "\" must be absolute, like /train/loss");
+    if (d.path.size() < 2 || d.path[0] != '/' || d.path.back() == '/')
+      bad("dataset path \"" + d.path + "\" must be absolute, like /train/loss");
     uint64_t n = 1;
     for (uint64_t s : d.shape) n *= s;
     size_t have = std::visit([](const auto& v) { return v.size(); }, d.data);
@@ -182,7 +185,9 @@ CellSummary read_cell_summary(const std::string& path) {
   return read_cell_summary(h5::File::open_read(path));
 }
 
-std::string cell_file_damage(const std::string& path) { return damage(path); }
+std::string cell_file_damage(const std::string& path) {
+  return damage(path);
+}
 
 CellSummary read_cell_summary(const h5::File& f) {
   const std::string& path = f.file_name();
@@ -201,7 +206,8 @@ CellSummary read_cell_summary(const h5::File& f) {
   s.wall_seconds = f.attribute_double("wall_seconds");
   if (!f.is_group("/final")) throw std::runtime_error(path + ": no /final group");
   h5::Group final_group = f.open_group("/final");
-  for (const std::string& name : final_group.attribute_names()) s.final_metrics[name] = final_group.attribute_double(name);
+  for (const std::string& name : final_group.attribute_names())
+    s.final_metrics[name] = final_group.attribute_double(name);
   return s;
 }
 

@@ -63,7 +63,6 @@ bool cell_file_valid(const std::string& path, const std::string& expected_id, st
 std::optional<CellSummary> read_valid_cell_summary(const std::string& path, const std::string& expected_id,
                                                    std::string* why);
 // The same from a file already open, for a caller that reads more of it (aggregate).
-std::optional<CellSummary> read_valid_cell_summary(const h5::File& f, const std::string& expected_id,
-                                                   std::string* why);
+std::optional<CellSummary> read_valid_cell_summary(const h5::File& f, const std::string& expected_id, std::string* why);
 
 }  // namespace attnsweep

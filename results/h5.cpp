@@ -1,8 +1,8 @@
 #include "results/h5.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <numeric>
 
@@ -67,7 +67,9 @@ hid_t file_type() {
   if constexpr (std::same_as<T, int64_t>) return H5T_STD_I64LE;
 }
 
-std::vector<hsize_t> to_hsize(const std::vector<uint64_t>& v) { return {v.begin(), v.end()}; }
+std::vector<hsize_t> to_hsize(const std::vector<uint64_t>& v) {
+  return {v.begin(), v.end()};
+}
 
 uint64_t product(const std::vector<uint64_t>& v) {
   return std::accumulate(v.begin(), v.end(), uint64_t{1}, std::multiplies<>());
@@ -107,7 +109,9 @@ std::vector<hsize_t> chunk_for(const std::vector<uint64_t>& shape, size_t elem) 
   return c;
 }
 
-Id plist(hid_t cls) { return Id(H5Pcreate(cls), H5Pclose); }
+Id plist(hid_t cls) {
+  return Id(H5Pcreate(cls), H5Pclose);
+}
 
 // Link creation list that makes missing intermediate groups.
 Id intermediate_lcpl() {
@@ -153,7 +157,9 @@ std::string read_string_value(hid_t type, const std::function<herr_t(hid_t, void
 
 }  // namespace
 
-void silence_error_printing() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void silence_error_printing() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 // ---- Id ------------------------------------------------------------------------------
 
@@ -176,7 +182,9 @@ herr_t Id::reset() noexcept {
 
 // ---- Attribute -----------------------------------------------------------------------
 
-void Attribute::fail(const std::string& what) const { throw_error(file_, where_, what); }
+void Attribute::fail(const std::string& what) const {
+  throw_error(file_, where_, what);
+}
 
 Kind Attribute::kind() const {
   Id type(H5Aget_type(id_.get()), H5Tclose);
@@ -218,7 +226,9 @@ int64_t Attribute::read_int64() const {
 
 // ---- Object --------------------------------------------------------------------------
 
-void Object::fail(const std::string& what) const { throw_error(file_, path_, what); }
+void Object::fail(const std::string& what) const {
+  throw_error(file_, path_, what);
+}
 
 std::string Object::child_path(const std::string& rel) const {
   if (!rel.empty() && rel[0] == '/') return rel;
@@ -287,7 +297,9 @@ std::vector<uint64_t> Dataset::shape() const {
   return {dims.begin(), dims.end()};
 }
 
-uint64_t Dataset::size() const { return product(shape()); }
+uint64_t Dataset::size() const {
+  return product(shape());
+}
 
 Kind Dataset::kind() const {
   Id type(H5Dget_type(id()), H5Tclose);
@@ -318,8 +330,7 @@ std::vector<T> Dataset::read_block(const std::vector<uint64_t>& offset, const st
   if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr) < 0)
     fail("cannot select the block to read");
   Id mem(H5Screate_simple(static_cast<int>(cnt.size()), cnt.data(), nullptr), H5Sclose);
-  if (H5Dread(id(), native_type<T>(), mem.get(), space.get(), H5P_DEFAULT, out.data()) < 0)
-    fail("cannot read block");
+  if (H5Dread(id(), native_type<T>(), mem.get(), space.get(), H5P_DEFAULT, out.data()) < 0) fail("cannot read block");
   return out;
 }
 
@@ -434,9 +445,13 @@ std::pair<Id, H5I_type_t> open_object(const Group& g, const std::string& path) {
 }
 }  // namespace
 
-bool Group::is_group(const std::string& path) const { return open_object(*this, path).second == H5I_GROUP; }
+bool Group::is_group(const std::string& path) const {
+  return open_object(*this, path).second == H5I_GROUP;
+}
 
-bool Group::is_dataset(const std::string& path) const { return open_object(*this, path).second == H5I_DATASET; }
+bool Group::is_dataset(const std::string& path) const {
+  return open_object(*this, path).second == H5I_DATASET;
+}
 
 std::vector<std::string> Group::children() const {
   H5G_info_t info;
@@ -501,8 +516,9 @@ Dataset Group::write_dataset(const std::string& path, const std::vector<uint64_t
     throw Error(file_ + ":" + full + ": shape holds " + std::to_string(product(shape)) + " values but " +
                 std::to_string(data.size()) + " were given");
   auto dims = to_hsize(shape);
-  Id space(shape.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-           H5Sclose);
+  Id space(
+      shape.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+      H5Sclose);
   Id dcpl = plist(H5P_DATASET_CREATE);
   if (!shape.empty() && !data.empty()) add_compression(dcpl.get(), chunk_for(shape, sizeof(T)));
   Dataset d = make_dataset(*this, path, full, file_type<T>(), space.get(), dcpl.get(),
@@ -577,8 +593,11 @@ Dataset Group::create_extensible(const std::string& path, const std::vector<uint
   std::vector<uint64_t> probe = shape;
   probe[0] = UINT64_MAX / 2;  // let chunk_for pick the row count
   auto chunk = chunk_for(probe, sizeof(T));
-  if (chunk_rows > 0) chunk[0] = chunk_rows;
-  else chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(chunk[0], (hsize_t{64} << 10) / (product(row_shape) * sizeof(T))));
+  if (chunk_rows > 0)
+    chunk[0] = chunk_rows;
+  else
+    chunk[0] =
+        std::max<hsize_t>(1, std::min<hsize_t>(chunk[0], (hsize_t{64} << 10) / (product(row_shape) * sizeof(T))));
   Id dcpl = plist(H5P_DATASET_CREATE);
   add_compression(dcpl.get(), chunk);
   Dataset d = make_dataset(*this, path, full, file_type<T>(), space.get(), dcpl.get(),
@@ -622,7 +641,9 @@ hid_t open_existing(const std::string& path, unsigned flags, hid_t fapl = H5P_DE
 }
 }  // namespace
 
-File File::open_read(const std::string& path) { return File(Id(open_existing(path, H5F_ACC_RDONLY), H5Fclose), path); }
+File File::open_read(const std::string& path) {
+  return File(Id(open_existing(path, H5F_ACC_RDONLY), H5Fclose), path);
+}
 
 File File::open_read_in_memory(const std::string& path) {
   Id fapl = plist(H5P_FILE_ACCESS);
@@ -630,7 +651,9 @@ File File::open_read_in_memory(const std::string& path) {
   return File(Id(open_existing(path, H5F_ACC_RDONLY, fapl.get()), H5Fclose), path);
 }
 
-File File::open_rw(const std::string& path) { return File(Id(open_existing(path, H5F_ACC_RDWR), H5Fclose), path); }
+File File::open_rw(const std::string& path) {
+  return File(Id(open_existing(path, H5F_ACC_RDWR), H5Fclose), path);
+}
 
 File::~File() {
   if (id_.valid() && id_.reset() < 0) H5Eclear2(H5E_DEFAULT);
@@ -666,21 +689,20 @@ void File::start_writeback() const {
 
 // ---- explicit instantiations ---------------------------------------------------------
 
-#define ATTNSWEEP_H5_INSTANTIATE(T)                                                                                  \
-  template std::vector<T> Dataset::read<T>() const;                                                                  \
-  template std::vector<T> Dataset::read_block<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&) const;  \
-  template void Dataset::read_block_into<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&,        \
-                                            std::span<T>, const std::vector<uint64_t>&,                        \
-                                            const std::vector<uint64_t>&) const;                               \
-  template void Dataset::write_block<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&,                  \
-                                        std::span<const T>);                                                         \
-  template void Dataset::append_rows<T>(std::span<const T>);                                                         \
-  template Dataset Group::write_dataset<T>(const std::string&, const std::vector<uint64_t>&, std::span<const T>,     \
-                                           const std::string&);                                                      \
-  template Dataset Group::create_contiguous<T>(const std::string&, const std::vector<uint64_t>&, T,                \
-                                               const std::string&);                                              \
-  template Dataset Group::create_filled<T>(const std::string&, const std::vector<uint64_t>&, T, const std::string&); \
-  template Dataset Group::create_extensible<T>(const std::string&, const std::vector<uint64_t>&, const std::string&, \
+#define ATTNSWEEP_H5_INSTANTIATE(T)                                                                                   \
+  template std::vector<T> Dataset::read<T>() const;                                                                   \
+  template std::vector<T> Dataset::read_block<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&) const;   \
+  template void Dataset::read_block_into<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&, std::span<T>, \
+                                            const std::vector<uint64_t>&, const std::vector<uint64_t>&) const;        \
+  template void Dataset::write_block<T>(const std::vector<uint64_t>&, const std::vector<uint64_t>&,                   \
+                                        std::span<const T>);                                                          \
+  template void Dataset::append_rows<T>(std::span<const T>);                                                          \
+  template Dataset Group::write_dataset<T>(const std::string&, const std::vector<uint64_t>&, std::span<const T>,      \
+                                           const std::string&);                                                       \
+  template Dataset Group::create_contiguous<T>(const std::string&, const std::vector<uint64_t>&, T,                   \
+                                               const std::string&);                                                   \
+  template Dataset Group::create_filled<T>(const std::string&, const std::vector<uint64_t>&, T, const std::string&);  \
+  template Dataset Group::create_extensible<T>(const std::string&, const std::vector<uint64_t>&, const std::string&,  \
                                                uint64_t);
 ATTNSWEEP_H5_INSTANTIATE(float)
 ATTNSWEEP_H5_INSTANTIATE(double)

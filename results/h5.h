@@ -62,13 +62,14 @@ class Id {
 class Attribute {
  public:
   Kind kind() const;
-  std::string read_string() const;   // variable- or fixed-length string
-  double read_double() const;        // any numeric scalar, converted by HDF5
-  int64_t read_int64() const;        // integer scalar
+  std::string read_string() const;  // variable- or fixed-length string
+  double read_double() const;       // any numeric scalar, converted by HDF5
+  int64_t read_int64() const;       // integer scalar
 
  private:
   friend class Object;
-  Attribute(Id id, std::string file, std::string where) : id_(std::move(id)), file_(std::move(file)), where_(std::move(where)) {}
+  Attribute(Id id, std::string file, std::string where)
+      : id_(std::move(id)), file_(std::move(file)), where_(std::move(where)) {}
   [[noreturn]] void fail(const std::string& what) const;
   Id id_;
   std::string file_, where_;  // where_ = "object path@name"
@@ -85,7 +86,7 @@ class Object {
   const std::string& path() const { return path_; }  // absolute, "/" for the root
 
   bool has_attribute(const std::string& name) const;
-  std::vector<std::string> attribute_names() const;  // sorted by name
+  std::vector<std::string> attribute_names() const;    // sorted by name
   Attribute attribute(const std::string& name) const;  // throws when absent
   std::string attribute_string(const std::string& name) const { return attribute(name).read_string(); }
   double attribute_double(const std::string& name) const { return attribute(name).read_double(); }
@@ -101,7 +102,8 @@ class Object {
   [[noreturn]] void fail(const std::string& what) const;
 
  protected:
-  Object(Id id, std::string file, std::string path) : id_(std::move(id)), file_(std::move(file)), path_(std::move(path)) {}
+  Object(Id id, std::string file, std::string path)
+      : id_(std::move(id)), file_(std::move(file)), path_(std::move(path)) {}
   std::string child_path(const std::string& rel) const;
   Id id_;
   std::string file_, path_;

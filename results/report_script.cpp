@@ -4,6 +4,8 @@
 
 namespace attnsweep {
 
-std::string_view plot_script() { return {kPlotScript, sizeof kPlotScript - 1}; }
+std::string_view plot_script() {
+  return {kPlotScript, sizeof kPlotScript - 1};
+}
 
 }  // namespace attnsweep

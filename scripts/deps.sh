@@ -9,6 +9,7 @@ PKGS=(cmake ninja-build g++ pkg-config
       python3-h5py python3-numpy python3-pandas python3-torch python3-jsonschema python3-matplotlib python3-pil chromium time
       dataset-fashion-mnist slurmctld slurmd slurm-client munge
       clang-14 libclang-rt-14-dev libomp-14-dev  # tests/fuzz (libFuzzer, clang's OpenMP)
+      clang-format-14  # scripts/format.sh --check
       python3-venv)  # tests/sass: the cuobjdump wheel's venv
 missing=()
 for p in "${PKGS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
@@ -25,7 +26,7 @@ if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   venv=${SASS_VENV:-/opt/attnsweep-sass-venv}
   if ! ls "$venv"/lib/python3*/site-packages/nvidia/cu*/bin/nvdisasm > /dev/null 2>&1; then
     echo "attnsweep: installing nvidia-cuda-cuobjdump and -nvdisasm into $venv"
-    python3 -m venv "$venv"
+    /usr/bin/python3 -m venv "$venv"
     "$venv/bin/pip" install -q nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37
   fi
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tests: install, build with warnings as errors, run every unit and integration
+# The tests: install, check the formatting (clang-format-14), build with warnings as errors, run every unit and integration
 # test (CUDA tests report SKIPPED without a GPU); then the reliability stage: the unit
 # and fault tests again under ASan+UBSan (build-asan/), and a short fuzz run
 # (tests/fuzz/run.sh; docs/reliability.md).
@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 bash scripts/deps.sh
+bash scripts/format.sh --check
 bash scripts/build.sh -DATTNSWEEP_WERROR=ON
 (cd build && ctest --output-on-failure --timeout 900)
 

@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 namespace {
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+    s.replace(pos, from.size(), to);
 }
 
 // Single-quotes a word for bash.
@@ -62,9 +63,12 @@ bool valid_slurm_name(const std::string& s) {
 std::vector<std::string> validate(const SubmitOptions& o) {
   std::vector<std::string> p;
   if (o.nodes < 1) p.push_back("--nodes: expected an integer >= 1, got " + std::to_string(o.nodes));
-  if (o.gpus_per_node < 0) p.push_back("--gpus-per-node: expected an integer >= 0, got " + std::to_string(o.gpus_per_node));
-  if (o.cpus_per_gpu < 1) p.push_back("--cpus-per-gpu: expected an integer >= 1, got " + std::to_string(o.cpus_per_gpu));
-  if (o.cpus_per_node < 0) p.push_back("--cpus-per-node: expected an integer >= 1, got " + std::to_string(o.cpus_per_node));
+  if (o.gpus_per_node < 0)
+    p.push_back("--gpus-per-node: expected an integer >= 0, got " + std::to_string(o.gpus_per_node));
+  if (o.cpus_per_gpu < 1)
+    p.push_back("--cpus-per-gpu: expected an integer >= 1, got " + std::to_string(o.cpus_per_gpu));
+  if (o.cpus_per_node < 0)
+    p.push_back("--cpus-per-node: expected an integer >= 1, got " + std::to_string(o.cpus_per_node));
   if (o.grace_s < 1) p.push_back("--grace-s: expected an integer >= 1, got " + std::to_string(o.grace_s));
   if (!valid_slurm_time(o.time)) p.push_back("--time: expected HH:MM:SS or D-HH:MM:SS, got \"" + o.time + "\"");
   if (!o.partition.empty() && !valid_slurm_name(o.partition))
@@ -96,11 +100,13 @@ std::string render_sbatch(const SubmitOptions& o, const std::string& exe, const 
   replace_all(s, "@DATE@", iso_utc_now());
   replace_all(s, "@JOB_NAME@", job);
   replace_all(s, "@NODES@", std::to_string(o.nodes));
-  replace_all(s, "@GPU_LINE@", o.gpus_per_node > 0 ? "#SBATCH --gpus-per-node=" + std::to_string(o.gpus_per_node)
-                                                   : "# (no GPUs: --gpus-per-node 0 runs CPU slots)");
+  replace_all(s, "@GPU_LINE@",
+              o.gpus_per_node > 0 ? "#SBATCH --gpus-per-node=" + std::to_string(o.gpus_per_node)
+                                  : "# (no GPUs: --gpus-per-node 0 runs CPU slots)");
   replace_all(s, "@CPUS_PER_TASK@", std::to_string(cpus));
   replace_all(s, "@TIME@", o.time);
-  replace_all(s, "@PARTITION_LINE@", o.partition.empty() ? "# (default partition)" : "#SBATCH --partition=" + o.partition);
+  replace_all(s, "@PARTITION_LINE@",
+              o.partition.empty() ? "# (default partition)" : "#SBATCH --partition=" + o.partition);
   replace_all(s, "@ACCOUNT_LINE@", o.account.empty() ? "# (default account)" : "#SBATCH --account=" + o.account);
   replace_all(s, "@GRACE@", std::to_string(o.grace_s));
   replace_all(s, "@MPI@", o.mpi);
@@ -131,7 +137,8 @@ int submit(const SubmitOptions& o) {
         break;
       }
   if (!o.dry_run && ::access("/usr/bin/sbatch", X_OK) != 0 && std::system("command -v sbatch >/dev/null 2>&1") != 0)
-    problems.push_back("sbatch: not found (run submit on a Slurm login node, or use --dry-run to only write the script)");
+    problems.push_back(
+        "sbatch: not found (run submit on a Slurm login node, or use --dry-run to only write the script)");
   if (!problems.empty()) {
     for (const std::string& p : problems) std::fprintf(stderr, "attnsweep submit: %s\n", p.c_str());
     return 2;

@@ -10,12 +10,12 @@ struct SubmitOptions {
   std::string grid_file;
   std::string out_dir;
   int nodes = 1;
-  int gpus_per_node = 0;      // 0: CPU slots
+  int gpus_per_node = 0;  // 0: CPU slots
   int cpus_per_gpu = 8;
-  int cpus_per_node = 0;      // CPU jobs: cpus per node (0: 2)
+  int cpus_per_node = 0;  // CPU jobs: cpus per node (0: 2)
   std::string time = "24:00:00";
   std::string partition, account;
-  int grace_s = 120;          // --signal=B:USR1@grace
+  int grace_s = 120;  // --signal=B:USR1@grace
   std::string mpi = "pmix";
   int retries = -1;
   double timeout_s = -1;

@@ -33,11 +33,11 @@ int main(int argc, char** argv) {
   }
   try {
     json c = json::parse(argv[1]);
-    const json defaults = {{"head", "classify"}, {"tokens", 6},  {"in_dim", 5},        {"dim", 16},
-                           {"layers", 2},        {"heads", 2},   {"mlp_ratio", 4},     {"classes", 3},
-                           {"cls", false},       {"batch", 4},   {"steps", 20},        {"lr", 1e-2},
-                           {"weight_decay", 0.1}, {"warmup_steps", 3}, {"clip", 1.0}, {"optimizer", "adamw"},
-                           {"seed", 0},          {"init_seed", 0}, {"init_std", 0.0}, {"activation", "softmax"}};
+    const json defaults = {{"head", "classify"},  {"tokens", 6},       {"in_dim", 5},     {"dim", 16},
+                           {"layers", 2},         {"heads", 2},        {"mlp_ratio", 4},  {"classes", 3},
+                           {"cls", false},        {"batch", 4},        {"steps", 20},     {"lr", 1e-2},
+                           {"weight_decay", 0.1}, {"warmup_steps", 3}, {"clip", 1.0},     {"optimizer", "adamw"},
+                           {"seed", 0},           {"init_seed", 0},    {"init_std", 0.0}, {"activation", "softmax"}};
     for (auto it = defaults.begin(); it != defaults.end(); ++it)
       if (!c.contains(it.key())) c[it.key()] = it.value();
     const bool classify = c["head"] == "classify", per_token = c["head"] == "token_regress";
@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
     shape.tokens = c["tokens"];
     shape.vocab = c.value("vocab", int64_t{0});
     shape.pad_id = c.value("pad_id", int64_t{-1});
-    shape.in_dim = per_token ? c["in_dim"].get<int64_t>()
-                   : !classify ? c["dim"].get<int64_t>()
+    shape.in_dim = per_token         ? c["in_dim"].get<int64_t>()
+                   : !classify       ? c["dim"].get<int64_t>()
                    : shape.vocab > 0 ? 1
                                      : c["in_dim"].get<int64_t>();
     shape.classes = classify ? c["classes"].get<int64_t>() : 0;
@@ -70,8 +70,10 @@ int main(int argc, char** argv) {
         const int64_t n = 2 + static_cast<int64_t>(rng.uniform() * static_cast<double>(N - 1));
         for (int64_t t = 0; t < N; ++t) {
           float& v = x[static_cast<size_t>(r * N + t)];
-          if (t >= n) v = static_cast<float>(shape.pad_id);
-          else if (v == static_cast<float>(shape.pad_id)) v = static_cast<float>((shape.pad_id + 1) % shape.vocab);
+          if (t >= n)
+            v = static_cast<float>(shape.pad_id);
+          else if (v == static_cast<float>(shape.pad_id))
+            v = static_cast<float>((shape.pad_id + 1) % shape.vocab);
         }
       }
     }
@@ -94,11 +96,13 @@ int main(int argc, char** argv) {
     const uint64_t uS = static_cast<uint64_t>(S), uB = static_cast<uint64_t>(B);
     f.write_dataset<float>("/batch/x", {uS, uB, static_cast<uint64_t>(mc.tokens), static_cast<uint64_t>(mc.in_dim)},
                            std::span<const float>(x), "inputs of every step");
-    if (classify) f.write_dataset<int64_t>("/batch/y_class", {uS, uB}, std::span<const int64_t>(yc64), "labels");
+    if (classify)
+      f.write_dataset<int64_t>("/batch/y_class", {uS, uB}, std::span<const int64_t>(yc64), "labels");
     else if (per_token)
       f.write_dataset<float>("/batch/y_value", {uS, uB, static_cast<uint64_t>(per)}, std::span<const float>(yv),
                              "targets, one per token");
-    else f.write_dataset<float>("/batch/y_value", {uS, uB}, std::span<const float>(yv), "targets");
+    else
+      f.write_dataset<float>("/batch/y_value", {uS, uB}, std::span<const float>(yv), "targets");
 
     // Unclipped gradients at the initial weights on batch 0 (step() clips in place).
     m.forward(x.data(), yc.data(), yv.data(), B, false);

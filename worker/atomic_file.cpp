@@ -30,7 +30,9 @@ void fsync_path(const std::string& path, int flags) {
 
 }  // namespace
 
-std::string temp_path_for(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+std::string temp_path_for(const std::string& path) {
+  return path + ".tmp." + std::to_string(::getpid());
+}
 
 void commit_file(const std::string& tmp, const std::string& path) {
   fsync_path(tmp, O_RDONLY);

@@ -32,12 +32,19 @@
 namespace attnsweep {
 
 // Batch inputs a backend stages to its device (one buffer each).
-enum InputSlot : int { kInputX = 0, kInputIds = 1, kInputYClass = 2, kInputYValue = 3, kInputMask = 4, kNumInputSlots = 5 };
+enum InputSlot : int {
+  kInputX = 0,
+  kInputIds = 1,
+  kInputYClass = 2,
+  kInputYValue = 3,
+  kInputMask = 4,
+  kNumInputSlots = 5
+};
 
-#define ATTNSWEEP_CPU_OP(name)                             \
-  template <class... A>                                    \
-  auto name(A... a) {                                      \
-    return ::attnsweep::name(a...);                        \
+#define ATTNSWEEP_CPU_OP(name)      \
+  template <class... A>             \
+  auto name(A... a) {               \
+    return ::attnsweep::name(a...); \
   }
 
 class CpuBackend {
@@ -55,8 +62,12 @@ class CpuBackend {
     a.assign(static_cast<size_t>(n), T{});
   }
   void zero(float* p, int64_t n) { std::memset(p, 0, static_cast<size_t>(n) * sizeof(float)); }
-  void upload(float* dst, const float* host, int64_t n) { std::memcpy(dst, host, static_cast<size_t>(n) * sizeof(float)); }
-  void download(float* host, const float* src, int64_t n) { std::memcpy(host, src, static_cast<size_t>(n) * sizeof(float)); }
+  void upload(float* dst, const float* host, int64_t n) {
+    std::memcpy(dst, host, static_cast<size_t>(n) * sizeof(float));
+  }
+  void download(float* host, const float* src, int64_t n) {
+    std::memcpy(host, src, static_cast<size_t>(n) * sizeof(float));
+  }
   template <class T>
   const T* input(InputSlot, const T* host, int64_t) {
     return host;

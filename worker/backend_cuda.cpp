@@ -94,9 +94,13 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaBackend::bind() { cuda_check(cudaSetDevice(device_), "cudaSetDevice"); }
+void CudaBackend::bind() {
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+}
 
-void CudaBackend::synchronize() { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+void CudaBackend::synchronize() {
+  cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
 
 void CudaBackend::zero(float* p, int64_t n) {
   if (n > 0) cuda_check(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), stream_), "cudaMemsetAsync");
@@ -164,13 +168,16 @@ const double* CudaBackend::to_host(const double* p, int64_t n) {
 CudaBackend::Collective::Collective(const std::vector<CudaBackend*>& replicas) : replicas_(replicas) {
   if (replicas.size() < 2) return;  // one replica: nothing to reduce, NCCL not needed
   if (const std::string why = nccl_unavailable_reason(); !why.empty())
-    throw std::runtime_error("data-parallel training on " + std::to_string(replicas.size()) + " GPUs needs NCCL: " + why);
+    throw std::runtime_error("data-parallel training on " + std::to_string(replicas.size()) +
+                             " GPUs needs NCCL: " + why);
   std::vector<int> devices;
   for (const CudaBackend* b : replicas) devices.push_back(b->device());
   comms_ = nccl_comms_create(devices.data(), static_cast<int>(devices.size()));
 }
 
-CudaBackend::Collective::~Collective() { nccl_comms_destroy(comms_); }
+CudaBackend::Collective::~Collective() {
+  nccl_comms_destroy(comms_);
+}
 
 void CudaBackend::Collective::allreduce_mean(const std::vector<float*>& grads, int64_t n) {
   const size_t k = replicas_.size();

@@ -62,14 +62,14 @@ class DeviceArray {
   DeviceBytes mem_;
 };
 
-#define ATTNSWEEP_CUDA_OP(name)                   \
-  template <class... A>                           \
-  auto name(A... a) {                             \
+#define ATTNSWEEP_CUDA_OP(name)                     \
+  template <class... A>                             \
+  auto name(A... a) {                               \
     return ::attnsweep::name##_cuda(a..., stream_); \
   }
-#define ATTNSWEEP_CUDA_OP_WS(name)                     \
-  template <class... A>                                \
-  auto name(A... a) {                                  \
+#define ATTNSWEEP_CUDA_OP_WS(name)                       \
+  template <class... A>                                  \
+  auto name(A... a) {                                    \
     return ::attnsweep::name##_cuda(a..., ws_, stream_); \
   }
 
@@ -94,8 +94,8 @@ class CudaBackend {
     a.assign(device_, n);
   }
   void zero(float* p, int64_t n);
-  void upload(float* dst, const float* host, int64_t n);      // synchronous
-  void download(float* host, const float* src, int64_t n);    // synchronous
+  void upload(float* dst, const float* host, int64_t n);    // synchronous
+  void download(float* host, const float* src, int64_t n);  // synchronous
   // Device copy of n elements at host (null: null), through pinned staging, queued on the
   // stream; valid until the next input() of the same slot.
   template <class T>
@@ -186,9 +186,9 @@ class CudaBackend {
   AttentionCudaWorkspace* ws_ = nullptr;
   struct Staging {
     DeviceBytes device;
-    void* pinned = nullptr;         // cudaMallocHost
+    void* pinned = nullptr;  // cudaMallocHost
     size_t bytes = 0;
-    cudaEvent_t copied = nullptr;   // the last copy out of `pinned`
+    cudaEvent_t copied = nullptr;  // the last copy out of `pinned`
   };
   Staging inputs_[kNumInputSlots];
   void* host_doubles_ = nullptr;  // pinned, for to_host

@@ -21,12 +21,12 @@ using ResultDataset = TaskSeries;
 
 struct CellResult {
   std::string cell_id;
-  json config;                         // effective config (stored as canonical JSON text)
-  std::string status = "complete";     // complete | diverged
+  json config;                      // effective config (stored as canonical JSON text)
+  std::string status = "complete";  // complete | diverged
   int64_t diverged_at_step = -1;
   std::string device = "cpu";
   double wall_seconds = 0;
-  std::string started, finished;       // ISO 8601 UTC
+  std::string started, finished;                // ISO 8601 UTC
   std::map<std::string, double> final_metrics;  // attributes of /final
   std::vector<ResultDataset> datasets;
   // More root attributes (host, gpu_name, gpu_uuid, slurm_job_id, ...): where it ran.

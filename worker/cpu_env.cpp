@@ -10,8 +10,10 @@ namespace attnsweep {
 std::vector<std::pair<std::string, std::string>> cpu_env_fixes(bool oversubscribed) {
   std::vector<std::pair<std::string, std::string>> fixes;
   if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
-    if (oversubscribed) fixes.emplace_back("OMP_WAIT_POLICY", "passive");
-    else fixes.emplace_back("GOMP_SPINCOUNT", "10000");
+    if (oversubscribed)
+      fixes.emplace_back("OMP_WAIT_POLICY", "passive");
+    else
+      fixes.emplace_back("GOMP_SPINCOUNT", "10000");
   }
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
     const char* core = openblas_get_corename();
@@ -21,8 +23,10 @@ std::vector<std::pair<std::string, std::string>> cpu_env_fixes(bool oversubscrib
 #if defined(__x86_64__)
     if (generic) {
       __builtin_cpu_init();
-      if (__builtin_cpu_supports("avx512f")) fixes.emplace_back("OPENBLAS_CORETYPE", "SkylakeX");
-      else if (__builtin_cpu_supports("avx2")) fixes.emplace_back("OPENBLAS_CORETYPE", "Haswell");
+      if (__builtin_cpu_supports("avx512f"))
+        fixes.emplace_back("OPENBLAS_CORETYPE", "SkylakeX");
+      else if (__builtin_cpu_supports("avx2"))
+        fixes.emplace_back("OPENBLAS_CORETYPE", "Haswell");
     }
 #else
     (void)generic;

@@ -41,7 +41,8 @@ void allocate_carved(Backend& be, Array& mem, Struct& s, const int64_t (&sizes)[
 template <class Backend>
 BasicModel<Backend>::BasicModel(const ModelConfig& cfg, int device) : be_(device), cfg_(cfg) {
   if (cfg.dim <= 0 || cfg.heads <= 0 || cfg.dim % cfg.heads != 0)
-    throw std::runtime_error("model: heads " + std::to_string(cfg.heads) + " must divide dim " + std::to_string(cfg.dim));
+    throw std::runtime_error("model: heads " + std::to_string(cfg.heads) + " must divide dim " +
+                             std::to_string(cfg.dim));
   const int64_t C = cfg.dim, L = cfg.layers, T = cfg.seq(), in = cfg.in_dim, F = cfg.mlp_ratio * cfg.dim;
   int64_t K = cfg.classes;
   const bool tf = cfg.head != Head::readout;  // the transformer (classify, token_regress)
@@ -69,8 +70,9 @@ BasicModel<Backend>::BasicModel(const ModelConfig& cfg, int device) : be_(device
   };
   // Buffer order = ParameterTensors order; a readout model has only qkv_w.
   const Row rows[kNumParameterTensors] = {
-      {cfg.vocab > 0 ? "wte" : "patch_w",
-       !tf ? std::vector<int64_t>{0} : cfg.vocab > 0 ? std::vector<int64_t>{cfg.vocab, C} : std::vector<int64_t>{C, in}},
+      {cfg.vocab > 0 ? "wte" : "patch_w", !tf             ? std::vector<int64_t>{0}
+                                          : cfg.vocab > 0 ? std::vector<int64_t>{cfg.vocab, C}
+                                                          : std::vector<int64_t>{C, in}},
       {"qkv_w", {L, 3 * C, C}},
       {"attproj_w", {tf ? L : 0, C, C}},
       {"fc_w", {tf ? L : 0, F, C}},
@@ -128,7 +130,8 @@ void BasicModel<Backend>::init(uint64_t init_seed, double init_std) {
   std::vector<float> host(static_cast<size_t>(num_params()));
   const int64_t C = cfg_.dim, F = cfg_.mlp_ratio * cfg_.dim;
   // fan_in of each tensor's nn.Linear (0: not a Linear)
-  const int64_t fan_in[kNumParameterTensors] = {cfg_.in_dim, C, C, C, F, C, cfg_.in_dim, 0, 0, 0, 0, C, C, 0, 0, C, F, 0, 0, C};
+  const int64_t fan_in[kNumParameterTensors] = {cfg_.in_dim, C, C, C, F, C, cfg_.in_dim, 0, 0, 0,
+                                                0,           C, C, 0, 0, C, F,           0, 0, C};
   for (int i = 0; i < kNumParameterTensors; ++i) {
     const TensorInfo& t = tensors_[static_cast<size_t>(i)];
     float* w = host.data() + t.offset;
@@ -165,9 +168,9 @@ void BasicModel<Backend>::ensure_batch(int64_t B) {
   // Acts member order: emb, encoded, ln1, ln1_mean, ln1_rstd, qkv, q, k, v, atty, lse,
   // atty_un, res1, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res2, lnf, lnf_mean,
   // lnf_rstd, pooled, logits, probs.
-  const int64_t acts[] = {B * N * C, BTC,  LBTC, LBT,      LBT,      3 * LBTC, LBTC, LBTC, LBTC,
-                          LBTC,      L * B * H * T, LBTC, LBTC, LBTC, LBT,      LBT,  L * BT * F,
-                          L * BT * F, LBTC, BTC,  BT,       BT,       B * C,    BK,   BK};
+  const int64_t acts[] = {B * N * C, BTC,           LBTC, LBT,  LBT,   3 * LBTC, LBTC, LBTC,       LBTC,
+                          LBTC,      L * B * H * T, LBTC, LBTC, LBTC,  LBT,      LBT,  L * BT * F, L * BT * F,
+                          LBTC,      BTC,           BT,   BT,   B * C, BK,       BK};
   be_.bind();
   allocate_carved(be_, acts_mem_, a_, acts);
   const int64_t BTF = BT * F;
@@ -212,8 +215,10 @@ template <class Backend>
 void BasicModel<Backend>::backward() {
   be_.bind();
   be_.zero(grads(), num_params());
-  if (cfg_.head == Head::readout) backward_readout();
-  else backward_classify();
+  if (cfg_.head == Head::readout)
+    backward_readout();
+  else
+    backward_classify();
 }
 
 template <class Backend>
@@ -341,8 +346,10 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
   const int64_t BT = B * T, BTC = BT * C, BH = B * H;
   ForwardStats st;
   // embedding: encoded[b, t] = (CLS | x[b, t - off] @ patch_w^T + patch_b | wte[id]) + wpe[t]
-  if (cfg_.vocab > 0) be_.embedding_forward(a_.emb, ids_, p_.patch_w, nullptr, B, N, C);
-  else be_.matmul_forward(a_.emb, x_, p_.patch_w, p_.patch_b, B * N, cfg_.in_dim, C);
+  if (cfg_.vocab > 0)
+    be_.embedding_forward(a_.emb, ids_, p_.patch_w, nullptr, B, N, C);
+  else
+    be_.matmul_forward(a_.emb, x_, p_.patch_w, p_.patch_b, B * N, cfg_.in_dim, C);
   be_.tokens_forward(a_.encoded, a_.emb, p_.cls, p_.wpe, B, T, N, C, off);
   AttentionSpec spec;
   spec.act = cfg_.act;
@@ -428,9 +435,12 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
     if (collect_norms) norm_means(st, be_.to_host(norms, 2 * L * BH), L, B, H);
     return st;
   }
-  if (cfg_.cls) be_.cls_pool_forward(a_.pooled, a_.lnf, B, T, C);
-  else if (mask_ != nullptr) be_.masked_meanpool_forward(a_.pooled, a_.lnf, mask_, B, T, C);
-  else be_.meanpool_forward(a_.pooled, a_.lnf, B, T, C);
+  if (cfg_.cls)
+    be_.cls_pool_forward(a_.pooled, a_.lnf, B, T, C);
+  else if (mask_ != nullptr)
+    be_.masked_meanpool_forward(a_.pooled, a_.lnf, mask_, B, T, C);
+  else
+    be_.meanpool_forward(a_.pooled, a_.lnf, B, T, C);
   be_.matmul_forward(a_.logits, a_.pooled, p_.head_w, p_.head_b, B, C, K);
   st.loss = be_.softmax_crossentropy_forward(a_.probs, &st.correct, a_.logits, y_class_, B, K);
   if (collect_norms) norm_means(st, be_.to_host(norms, 2 * L * BH), L, B, H);
@@ -450,9 +460,12 @@ void BasicModel<Backend>::backward_classify() {
     be_.zero(s_.dpooled, B * C);
     be_.matmul_backward(s_.dpooled, g_.head_w, g_.head_b, s_.dlogits, a_.pooled, p_.head_w, B, C, K);
     be_.zero(s_.dln, BTC);
-    if (cfg_.cls) be_.cls_pool_backward(s_.dln, s_.dpooled, B, T, C);
-    else if (mask_ != nullptr) be_.masked_meanpool_backward(s_.dln, s_.dpooled, mask_, B, T, C);
-    else be_.meanpool_backward(s_.dln, s_.dpooled, B, T, C);
+    if (cfg_.cls)
+      be_.cls_pool_backward(s_.dln, s_.dpooled, B, T, C);
+    else if (mask_ != nullptr)
+      be_.masked_meanpool_backward(s_.dln, s_.dpooled, mask_, B, T, C);
+    else
+      be_.meanpool_backward(s_.dln, s_.dpooled, B, T, C);
   }
   be_.zero(s_.dres, BTC);
   be_.layernorm_backward(s_.dres, g_.lnf_w, g_.lnf_b, s_.dln, a_.res2 + (L - 1) * BTC, p_.lnf_w, a_.lnf_mean,
@@ -496,8 +509,8 @@ void BasicModel<Backend>::backward_classify() {
       be_.zero(s_.dbig, BT * F);
       be_.gelu_backward(s_.dbig, a_.fch + l * BT * F, s_.dbig2, BT * F);
     } else {
-      be_.gelu_matmul_backward(s_.dbig, g_.fcproj_w + l * C * F, g_.fcproj_b + l * C, s_.dres,
-                               a_.fch_gelu + l * BT * F, a_.fch + l * BT * F, p_.fcproj_w + l * C * F, BT, F, C);
+      be_.gelu_matmul_backward(s_.dbig, g_.fcproj_w + l * C * F, g_.fcproj_b + l * C, s_.dres, a_.fch_gelu + l * BT * F,
+                               a_.fch + l * BT * F, p_.fcproj_w + l * C * F, BT, F, C);
     }
     matmul_backward_set(s_.dln, g_.fc_w + l * F * C, g_.fc_b + l * F, s_.dbig, a_.ln2 + l * BTC, p_.fc_w + l * F * C,
                         BT, C, F);
@@ -525,8 +538,10 @@ void BasicModel<Backend>::backward_classify() {
   // dres = d/d encoded: positions and CLS sum over the batch, the patch tokens go back
   // through the embedding.
   be_.tokens_backward(g_.wpe, g_.cls, s_.demb, s_.dres, B, T, N, C, off);
-  if (cfg_.vocab > 0) be_.embedding_backward(g_.patch_w, nullptr, s_.demb, ids_, B, N, C);
-  else be_.matmul_backward(nullptr, g_.patch_w, g_.patch_b, s_.demb, x_, p_.patch_w, B * N, cfg_.in_dim, C);
+  if (cfg_.vocab > 0)
+    be_.embedding_backward(g_.patch_w, nullptr, s_.demb, ids_, B, N, C);
+  else
+    be_.matmul_backward(nullptr, g_.patch_w, g_.patch_b, s_.demb, x_, p_.patch_w, B * N, cfg_.in_dim, C);
 }
 
 template <class Backend>

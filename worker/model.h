@@ -6,10 +6,9 @@
 //
 // Two shapes (design.md "Trainer"):
 // - Head::classify, a pre-LN transformer: x [B, N, in_dim] -> linear patch embedding
-//   (or, with vocab > 0, token ids x [B, N] -> an embedding table) + learned positions (+ an optional CLS token in front), L blocks of
-//   (LN -> multi-head attention with phi, Q/K/V/O projections -> residual -> LN ->
-//   MLP(GELU, mlp_ratio) -> residual), final LN, mean over tokens (or the CLS token) ->
-//   linear head -> softmax cross-entropy.
+//   (or, with vocab > 0, token ids x [B, N] -> an embedding table) + learned positions (+ an optional CLS token in
+//   front), L blocks of (LN -> multi-head attention with phi, Q/K/V/O projections -> residual -> LN -> MLP(GELU,
+//   mlp_ratio) -> residual), final LN, mean over tokens (or the CLS token) -> linear head -> softmax cross-entropy.
 // - Head::readout, paper B's in-context regression model (science.md): one attention
 //   layer on the raw tokens (in_dim == dim), no embedding, LN, MLP, residual or bias;
 //   the last token is the query, the other N - 1 are the keys and values, and the
@@ -41,12 +40,12 @@ enum class Head { classify, readout, token_regress };
 
 struct ModelConfig {
   Head head = Head::classify;
-  int64_t tokens = 16;   // N input tokens per sample (readout: prompt + 1 query)
-  int64_t in_dim = 16;   // features per input token (1 when vocab > 0)
-  int64_t vocab = 0;     // > 0: inputs are token ids in [0, vocab), embedded by a table
-  int64_t dim = 64;      // C
-  int64_t layers = 4;    // L (readout: 1)
-  int64_t heads = 4;     // H; head width dim / heads
+  int64_t tokens = 16;  // N input tokens per sample (readout: prompt + 1 query)
+  int64_t in_dim = 16;  // features per input token (1 when vocab > 0)
+  int64_t vocab = 0;    // > 0: inputs are token ids in [0, vocab), embedded by a table
+  int64_t dim = 64;     // C
+  int64_t layers = 4;   // L (readout: 1)
+  int64_t heads = 4;    // H; head width dim / heads
   int64_t mlp_ratio = 4;
   int64_t classes = 10;  // classify only
   bool cls = false;      // classify from a CLS token instead of the mean over tokens
@@ -64,45 +63,45 @@ struct ModelConfig {
 // Per-block tensors are stacked over layers, [L, ...], as in llm.c.
 struct ParameterTensors {
   // decayed
-  float* patch_w;     // (C, in_dim); with vocab > 0 the token table "wte" (vocab, C)
-  float* qkv_w;       // (L, 3C, C): rows [0,C) Q, [C,2C) K, [2C,3C) V
-  float* attproj_w;   // (L, C, C)
-  float* fc_w;        // (L, 4C, C)
-  float* fcproj_w;    // (L, C, 4C)
-  float* head_w;      // (classes, C); token_regress (1, C)
+  float* patch_w;    // (C, in_dim); with vocab > 0 the token table "wte" (vocab, C)
+  float* qkv_w;      // (L, 3C, C): rows [0,C) Q, [C,2C) K, [2C,3C) V
+  float* attproj_w;  // (L, C, C)
+  float* fc_w;       // (L, 4C, C)
+  float* fcproj_w;   // (L, C, 4C)
+  float* head_w;     // (classes, C); token_regress (1, C)
   // not decayed
-  float* patch_b;     // (C); empty with vocab > 0
-  float* wpe;         // (T, C)
-  float* cls;         // (C)
-  float* ln1_w;       // (L, C)
-  float* ln1_b;       // (L, C)
-  float* qkv_b;       // (L, 3C)
-  float* attproj_b;   // (L, C)
-  float* ln2_w;       // (L, C)
-  float* ln2_b;       // (L, C)
-  float* fc_b;        // (L, 4C)
-  float* fcproj_b;    // (L, C)
-  float* lnf_w;       // (C)
-  float* lnf_b;       // (C)
-  float* head_b;      // (classes); token_regress (1)
+  float* patch_b;    // (C); empty with vocab > 0
+  float* wpe;        // (T, C)
+  float* cls;        // (C)
+  float* ln1_w;      // (L, C)
+  float* ln1_b;      // (L, C)
+  float* qkv_b;      // (L, 3C)
+  float* attproj_b;  // (L, C)
+  float* ln2_w;      // (L, C)
+  float* ln2_b;      // (L, C)
+  float* fc_b;       // (L, 4C)
+  float* fcproj_b;   // (L, C)
+  float* lnf_w;      // (C)
+  float* lnf_b;      // (C)
+  float* head_b;     // (classes); token_regress (1)
 };
 constexpr int kNumParameterTensors = 20;
 constexpr int kNumDecayedTensors = 6;
 
 // One parameter tensor by name (for dumps, tests and the PyTorch comparison).
 struct TensorInfo {
-  std::string name;             // "qkv_w"
-  std::vector<int64_t> shape;   // {L, 3C, C}
-  int64_t offset = 0;           // into the parameter buffer
+  std::string name;            // "qkv_w"
+  std::vector<int64_t> shape;  // {L, 3C, C}
+  int64_t offset = 0;          // into the parameter buffer
   int64_t size = 0;
 };
 
 // What one forward pass measured.
 struct ForwardStats {
   double loss = 0;
-  int64_t correct = 0;               // classify: rows whose argmax is the label
-  std::vector<double> attn_fro;      // [L, H], mean over the batch (when norms were asked)
-  std::vector<double> jac_fro;       // [L, H]
+  int64_t correct = 0;           // classify: rows whose argmax is the label
+  std::vector<double> attn_fro;  // [L, H], mean over the batch (when norms were asked)
+  std::vector<double> jac_fro;   // [L, H]
 };
 
 // The model on one device of a backend (worker/backend.h): Model on the CPU,
@@ -198,54 +197,54 @@ class BasicModel {
   // Activations of the last forward and backward scratch, one buffer each (llm.c);
   // sized for the largest batch seen.
   int64_t B_ = 0, cap_B_ = 0;
-  const float* x_ = nullptr;        // on the device
-  std::vector<int32_t> ids_host_;   // x as token ids (vocab > 0), checked on the host
-  const int32_t* ids_ = nullptr;    // ids_host_ on the device
+  const float* x_ = nullptr;          // on the device
+  std::vector<int32_t> ids_host_;     // x as token ids (vocab > 0), checked on the host
+  const int32_t* ids_ = nullptr;      // ids_host_ on the device
   std::vector<float> key_mask_host_;  // (B, T) padding mask (pad_id >= 0)
   const float* mask_ = nullptr;       // key_mask_host_ on the device when padded, else null
   const int32_t* y_class_ = nullptr;
   const float* y_value_ = nullptr;
   Array<float> acts_mem_, scratch_mem_;
   struct Acts {
-    float* emb;         // (B, N, C) patch embedding before positions
-    float* encoded;     // (B, T, C) block input of layer 0
-    float* ln1;         // (L, B, T, C)
-    float* ln1_mean;    // (L, B, T)
-    float* ln1_rstd;    // (L, B, T)
-    float* qkv;         // (L, B, T, 3C)
-    float* q;           // (L, B, H, T, hd)   readout: (B, H, 1, hd)
-    float* k;           // (L, B, H, T, hd)
-    float* v;           // (L, B, H, T, hd)
-    float* atty;        // (L, B, H, T, hd)
-    float* lse;         // (L, B, H, T)
-    float* atty_un;     // (L, B, T, C)   heads side by side again
-    float* res1;        // (L, B, T, C)
-    float* ln2;         // (L, B, T, C)
-    float* ln2_mean;    // (L, B, T)
-    float* ln2_rstd;    // (L, B, T)
-    float* fch;         // (L, B, T, 4C)
-    float* fch_gelu;    // (L, B, T, 4C)
-    float* res2;        // (L, B, T, C)   block output
-    float* lnf;         // (B, T, C)
-    float* lnf_mean;    // (B, T)
-    float* lnf_rstd;    // (B, T)
-    float* pooled;      // (B, C)
-    float* logits;      // (B, classes)   readout: pred (B); token_regress: pred (B, N)
-    float* probs;       // (B, classes)
+    float* emb;       // (B, N, C) patch embedding before positions
+    float* encoded;   // (B, T, C) block input of layer 0
+    float* ln1;       // (L, B, T, C)
+    float* ln1_mean;  // (L, B, T)
+    float* ln1_rstd;  // (L, B, T)
+    float* qkv;       // (L, B, T, 3C)
+    float* q;         // (L, B, H, T, hd)   readout: (B, H, 1, hd)
+    float* k;         // (L, B, H, T, hd)
+    float* v;         // (L, B, H, T, hd)
+    float* atty;      // (L, B, H, T, hd)
+    float* lse;       // (L, B, H, T)
+    float* atty_un;   // (L, B, T, C)   heads side by side again
+    float* res1;      // (L, B, T, C)
+    float* ln2;       // (L, B, T, C)
+    float* ln2_mean;  // (L, B, T)
+    float* ln2_rstd;  // (L, B, T)
+    float* fch;       // (L, B, T, 4C)
+    float* fch_gelu;  // (L, B, T, 4C)
+    float* res2;      // (L, B, T, C)   block output
+    float* lnf;       // (B, T, C)
+    float* lnf_mean;  // (B, T)
+    float* lnf_rstd;  // (B, T)
+    float* pooled;    // (B, C)
+    float* logits;    // (B, classes)   readout: pred (B); token_regress: pred (B, N)
+    float* probs;     // (B, classes)
   } a_{};
   struct Scratch {
-    float* dres;        // (B, T, C) gradient of the residual stream
-    float* dln;         // (B, T, C)
-    float* dbig;        // (B, T, 4C)
-    float* dbig2;       // (B, T, 4C)
-    float* dqkv;        // (B, T, 3C)
-    float* dq;          // (B, H, T, hd)
+    float* dres;   // (B, T, C) gradient of the residual stream
+    float* dln;    // (B, T, C)
+    float* dbig;   // (B, T, 4C)
+    float* dbig2;  // (B, T, 4C)
+    float* dqkv;   // (B, T, 3C)
+    float* dq;     // (B, H, T, hd)
     float* dk;
     float* dv;
-    float* datty;       // (B, H, T, hd)
-    float* dpooled;     // (B, C)
-    float* dlogits;     // (B, classes)   token_regress: (B, N)
-    float* demb;        // (B, N, C)
+    float* datty;    // (B, H, T, hd)
+    float* dpooled;  // (B, C)
+    float* dlogits;  // (B, classes)   token_regress: (B, N)
+    float* demb;     // (B, N, C)
   } s_{};
   Array<double> norms_;  // (2, L, B, H): attn_fro then jac_fro per layer, from the kernel
 };

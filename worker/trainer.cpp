@@ -56,9 +56,12 @@ TrainConfig train_config_of(const json& c) {
 
 ModelConfig model_config_of(const json& c, const TrainingData& data) {
   ModelConfig mc;
-  if (data.classes > 0) mc.head = Head::classify;
-  else if (data.targets_per_sample == 1) mc.head = Head::readout;
-  else if (data.targets_per_sample == data.tokens) mc.head = Head::token_regress;
+  if (data.classes > 0)
+    mc.head = Head::classify;
+  else if (data.targets_per_sample == 1)
+    mc.head = Head::readout;
+  else if (data.targets_per_sample == data.tokens)
+    mc.head = Head::token_regress;
   else
     throw std::runtime_error("training data: targets_per_sample " + std::to_string(data.targets_per_sample) +
                              " is neither 1 nor the token count " + std::to_string(data.tokens));
@@ -90,13 +93,14 @@ ModelWeights weights_of(const std::vector<TensorInfo>& tensors, const float* hos
   return w;
 }
 
-ModelWeights weights_of(const Model& model) { return weights_of(model.tensors(), model.params()); }
+ModelWeights weights_of(const Model& model) {
+  return weights_of(model.tensors(), model.params());
+}
 
 // ---- the optimizer step ------------------------------------------------------------
 
 template <class Backend>
-BasicTrainer<Backend>::BasicTrainer(const ModelConfig& mc, const TrainConfig& tc, int first_device)
-    : mc_(mc), tc_(tc) {
+BasicTrainer<Backend>::BasicTrainer(const ModelConfig& mc, const TrainConfig& tc, int first_device) : mc_(mc), tc_(tc) {
   if (tc.devices < 1) throw std::runtime_error("devices: expected >= 1");
   for (int64_t r = 0; r < tc.devices; ++r)
     replicas_.push_back(std::make_unique<ModelType>(mc, first_device + static_cast<int>(r)));
@@ -147,7 +151,8 @@ template <class Backend>
 void BasicTrainer<Backend>::load_state(const std::vector<float>& params, const std::vector<float>& m,
                                        const std::vector<float>& v) {
   if (static_cast<int64_t>(params.size()) != model().num_params() ||
-      static_cast<int64_t>(m.size()) != optimizer_state_size() || static_cast<int64_t>(v.size()) != optimizer_state_size())
+      static_cast<int64_t>(m.size()) != optimizer_state_size() ||
+      static_cast<int64_t>(v.size()) != optimizer_state_size())
     throw std::runtime_error("parameter count differs from the model's");
   for (int64_t r = 0; r < devices(); ++r) replica(r).set_params(params.data());
   for (size_t r = 0; r < opt_.size() && !m.empty(); ++r) {
@@ -199,9 +204,9 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
     Backend::for_each_replica(k, [&](int64_t rr) {
       ModelType& m = replica(rr);
       const int64_t first = rr * Bs;
-      f[static_cast<size_t>(rr)] = m.forward(x + first * row, y_class ? y_class + first : nullptr,
-                                             y_value ? y_value + first * mc_.targets_per_sample() : nullptr, Bs,
-                                             collect_norms);
+      f[static_cast<size_t>(rr)] =
+          m.forward(x + first * row, y_class ? y_class + first : nullptr,
+                    y_value ? y_value + first * mc_.targets_per_sample() : nullptr, Bs, collect_norms);
       m.backward();
     });
     double loss = 0;
@@ -364,7 +369,7 @@ void save_checkpoint(const std::string& path, const std::string& config_text, co
   w.put_str(config_text);
   w.put<int64_t>(st.step);
   w.put<int64_t>(st.samples_seen);
-  w.put<uint64_t>(tc.seed);  // the sampler's generator: (seed, samples_seen) is all of its state
+  w.put<uint64_t>(tc.seed);     // the sampler's generator: (seed, samples_seen) is all of its state
   w.put_vec(tr.params_host());  // host float32 whatever the backend: one format for all
   w.put_vec(tr.m_host());
   w.put_vec(tr.v_host());
@@ -603,8 +608,10 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
   if (out.status == "complete") {
     if (tj.eval_step.empty() || tj.eval_step.back() != tc.steps) record_eval(tc.steps);
     out.final_metrics["test_loss"] = tj.eval_loss.back();
-    if (classify) out.final_metrics["test_accuracy"] = tj.eval_accuracy.back();
-    else out.final_metrics["test_mse"] = tj.eval_loss.back();
+    if (classify)
+      out.final_metrics["test_accuracy"] = tj.eval_accuracy.back();
+    else
+      out.final_metrics["test_mse"] = tj.eval_loss.back();
     if (mc.head == Head::token_regress) out.final_metrics["test_rel_l2"] = last_rel_l2;
   } else {
     // The parameters are those before the non-finite step; the cell's verdict is the
@@ -624,13 +631,14 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
   const uint64_t uL = static_cast<uint64_t>(L), uH = static_cast<uint64_t>(H);
   out.series.push_back({"/train/step", {T}, tj.step, "optimizer step (0-based) of each logged row"});
   out.series.push_back({"/train/loss", {T}, tj.loss, "training loss of the step's batch, before its update"});
-  out.series.push_back({"/train/accuracy", {T}, tj.accuracy, "training accuracy of the step's batch (NaN: regression)"});
+  out.series.push_back(
+      {"/train/accuracy", {T}, tj.accuracy, "training accuracy of the step's batch (NaN: regression)"});
   out.series.push_back({"/train/lr", {T}, tj.lr, "learning rate of the step"});
   out.series.push_back({"/train/grad_norm", {T}, tj.grad_norm, "global gradient norm before clipping"});
-  out.series.push_back({"/norms/attn_fro", {T, uL, uH}, tj.attn_fro,
-                        "||phi(S)||_F per layer and head, mean over the batch"});
-  out.series.push_back({"/norms/jac_fro", {T, uL, uH}, tj.jac_fro,
-                        "||d phi(S) / dS||_F per layer and head, mean over the batch"});
+  out.series.push_back(
+      {"/norms/attn_fro", {T, uL, uH}, tj.attn_fro, "||phi(S)||_F per layer and head, mean over the batch"});
+  out.series.push_back(
+      {"/norms/jac_fro", {T, uL, uH}, tj.jac_fro, "||d phi(S) / dS||_F per layer and head, mean over the batch"});
   out.series.push_back({"/eval/step", {E}, tj.eval_step, "updates done when the test split was evaluated"});
   out.series.push_back({"/eval/loss", {E}, tj.eval_loss, "mean test loss"});
   out.series.push_back({"/eval/accuracy", {E}, tj.eval_accuracy, "test accuracy (NaN: regression)"});
@@ -662,13 +670,13 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
 #ifdef ATTNSWEEP_HAVE_CUDA
   const int visible = cuda_device_count();
   if (gpu + tc.devices > visible)
-    throw std::runtime_error("device " + ctx.device + " with devices = " + std::to_string(tc.devices) + " needs GPU" +
-                             (tc.devices == 1 ? " " + std::to_string(gpu)
-                                              : "s " + std::to_string(gpu) + ".." + std::to_string(gpu + tc.devices - 1)) +
-                             ", but " +
-                             std::to_string(visible) + " CUDA device" + (visible == 1 ? " is" : "s are") +
-                             " visible (CUDA_VISIBLE_DEVICES=" +
-                             (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset") + ")");
+    throw std::runtime_error(
+        "device " + ctx.device + " with devices = " + std::to_string(tc.devices) + " needs GPU" +
+        (tc.devices == 1 ? " " + std::to_string(gpu)
+                         : "s " + std::to_string(gpu) + ".." + std::to_string(gpu + tc.devices - 1)) +
+        ", but " + std::to_string(visible) + " CUDA device" + (visible == 1 ? " is" : "s are") +
+        " visible (CUDA_VISIBLE_DEVICES=" +
+        (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset") + ")");
   CudaTrainer tr(mc, tc, gpu);
   return train_loop(tr, tc, mc, config, ctx, data);
 #else

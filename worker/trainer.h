@@ -58,8 +58,8 @@ struct TrainConfig {
   int64_t steps = 3000, batch = 128, warmup_steps = 100;
   int64_t log_every = 50, eval_every = 500, eval_batches = 0, checkpoint_every = 0;
   double lr = 1e-3, weight_decay = 0.05, clip = 1.0;
-  std::string optimizer = "adamw";  // adamw | sgd
-  std::string lr_schedule = "cosine";  // cosine: warm-up then cosine decay to 0; constant: warm-up then lr
+  std::string optimizer = "adamw";                // adamw | sgd
+  std::string lr_schedule = "cosine";             // cosine: warm-up then cosine decay to 0; constant: warm-up then lr
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // torch.optim.AdamW defaults
   uint64_t seed = 0, init_seed = 0;
   double init_std = 0;  // 0: PyTorch nn.Linear init
@@ -80,7 +80,7 @@ struct TrainStepResult {
   ForwardStats fwd;
   double grad_norm = 0;  // before clipping
   double lr = 0;
-  bool finite = true;    // loss and gradient finite; false: no update was made
+  bool finite = true;  // loss and gradient finite; false: no update was made
 };
 
 // Optimizer over a model's parameter buffer, with tc.devices data-parallel replicas.

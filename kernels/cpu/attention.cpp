@@ -149,7 +149,8 @@ ATTN_ROW_CLONES float softmax_row_forward(float* s, int64_t n, const float* mask
 
 // Element-wise phi on scores s[0, n) in place; adds sum phi^2 and sum phi'^2.
 template <Activation A, int32_t Deg, bool Mask, bool Norms>
-ATTN_ROW_CLONES void elementwise_row_forward(const PhiParams& pp, float* s, int64_t n, const float* mask, RowNormSq* nrm) {
+ATTN_ROW_CLONES void elementwise_row_forward(const PhiParams& pp, float* s, int64_t n, const float* mask,
+                                             RowNormSq* nrm) {
   const PhiParams p = pp;  // a local copy: no aliasing with s in the loop
   double sa = 0.0, sj = 0.0;
 #pragma omp simd reduction(+ : sa, sj)
@@ -201,7 +202,9 @@ ATTN_ROW_CLONES void elementwise_row_backward(const PhiParams& pp, float* s, flo
   }
 }
 
-void zero(float* x, int64_t n) { std::fill(x, x + n, 0.0f); }
+void zero(float* x, int64_t n) {
+  std::fill(x, x + n, 0.0f);
+}
 
 // Whether the general path takes our AVX-512 GEMM tiles (kernels/cpu/gemm.h) for its
 // products: every product's depth and width within what they serve (and the GEMM path
@@ -214,9 +217,8 @@ bool own_gemms(const AttentionShape& sh) {
 // ---- forward ------------------------------------------------------------------------
 
 template <Activation A, int32_t Deg>
-void forward_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* Q, const float* K,
-                  const float* V, const float* key_mask, float* O, float* lse, double* attn_fro,
-                  double* jac_fro) {
+void forward_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* Q, const float* K, const float* V,
+                  const float* key_mask, float* O, float* lse, double* attn_fro, double* jac_fro) {
   const int64_t BH = sh.B * sh.H, Nq = sh.Nq, Nk = sh.Nk, d = sh.d, dv = sh.dv;
   const int64_t kBlockRows = block_rows(Nk);
   const int64_t nblk = (Nq + kBlockRows - 1) / kBlockRows, ntasks = BH * nblk;
@@ -237,7 +239,7 @@ void forward_impl(const AttentionSpec& spec, const AttentionShape& sh, const flo
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int64_t bh = 0; bh < BH; ++bh) {
       float* pk = packed + bh * (ktp_n + vp_n);
-      cpu::pack_panels(pk, K + bh * Nk * d, 1, d, d, Nk, scale);         // scale K^T (d x Nk)
+      cpu::pack_panels(pk, K + bh * Nk * d, 1, d, d, Nk, scale);            // scale K^T (d x Nk)
       cpu::pack_panels(pk + ktp_n, V + bh * Nk * dv, dv, 1, Nk, dv, 1.0f);  // V (Nk x dv)
     }
   }
@@ -291,11 +293,15 @@ void forward_impl(const AttentionSpec& spec, const AttentionShape& sh, const flo
           } else {
             const PhiParams pp = resolve_phi(spec.act, n);
             if (mask != nullptr) {
-              if (norms) elementwise_row_forward<A, Deg, true, true>(pp, s, je, mask, &nrm);
-              else elementwise_row_forward<A, Deg, true, false>(pp, s, je, mask, &nrm);
+              if (norms)
+                elementwise_row_forward<A, Deg, true, true>(pp, s, je, mask, &nrm);
+              else
+                elementwise_row_forward<A, Deg, true, false>(pp, s, je, mask, &nrm);
             } else {
-              if (norms) elementwise_row_forward<A, Deg, false, true>(pp, s, je, mask, &nrm);
-              else elementwise_row_forward<A, Deg, false, false>(pp, s, je, mask, &nrm);
+              if (norms)
+                elementwise_row_forward<A, Deg, false, true>(pp, s, je, mask, &nrm);
+              else
+                elementwise_row_forward<A, Deg, false, false>(pp, s, je, mask, &nrm);
             }
           }
           zero(s + je, jmax - je);
@@ -327,9 +333,9 @@ void forward_impl(const AttentionSpec& spec, const AttentionShape& sh, const flo
 // ---- backward -----------------------------------------------------------------------
 
 template <Activation A, int32_t Deg>
-void backward_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* Q, const float* K,
-                   const float* V, const float* key_mask, const float* O, const float* dO, const float* lse,
-                   float* dQ, float* dK, float* dV) {
+void backward_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* Q, const float* K, const float* V,
+                   const float* key_mask, const float* O, const float* dO, const float* lse, float* dQ, float* dK,
+                   float* dV) {
   const int64_t BH = sh.B * sh.H, Nq = sh.Nq, Nk = sh.Nk, d = sh.d, dv = sh.dv;
   const int64_t kBlockRows = block_rows(Nk);
   const int64_t nblk = (Nq + kBlockRows - 1) / kBlockRows;
@@ -404,12 +410,16 @@ void backward_impl(const AttentionSpec& spec, const AttentionShape& sh, const fl
             double D = 0.0;
             for (int64_t c = 0; c < dv; ++c) D += static_cast<double>(oi[c]) * doi[c];
             const float l = lse[bh * Nq + i];
-            if (mask != nullptr) softmax_row_backward<true>(s, dp, je, mask, l, static_cast<float>(D));
-            else softmax_row_backward<false>(s, dp, je, mask, l, static_cast<float>(D));
+            if (mask != nullptr)
+              softmax_row_backward<true>(s, dp, je, mask, l, static_cast<float>(D));
+            else
+              softmax_row_backward<false>(s, dp, je, mask, l, static_cast<float>(D));
           } else {
             const PhiParams pp = resolve_phi(spec.act, n);
-            if (mask != nullptr) elementwise_row_backward<A, Deg, true>(pp, s, dp, je, mask);
-            else elementwise_row_backward<A, Deg, false>(pp, s, dp, je, mask);
+            if (mask != nullptr)
+              elementwise_row_backward<A, Deg, true>(pp, s, dp, je, mask);
+            else
+              elementwise_row_backward<A, Deg, false>(pp, s, dp, je, mask);
           }
           zero(s + je, jmax - je);
           zero(dp + je, jmax - je);
@@ -434,7 +444,8 @@ void backward_impl(const AttentionSpec& spec, const AttentionShape& sh, const fl
 // (kernels/activation.h: Deg = 0 means the degree is read at run time).
 template <class F>
 void dispatch_phi(const ActivationSpec& act, F&& f) {
-  dispatch_activation(act, [&](auto a, auto deg) { f.template operator()<decltype(a)::value, decltype(deg)::value>(); });
+  dispatch_activation(act,
+                      [&](auto a, auto deg) { f.template operator()<decltype(a)::value, decltype(deg)::value>(); });
 }
 
 // ---- packed small-head self-attention (AVX-512) ---------------------------------------
@@ -473,7 +484,9 @@ inline __mmask16 tail_mask(int64_t n) {
 }
 
 // exp of 16 lanes, 0 below -87.33 as cpu::fast_expf (kernels/cpu/vec512.h).
-PACKED_AVX512 inline __m512 exp16(__m512 x) { return cpu::exp_or_zero16(x); }
+PACKED_AVX512 inline __m512 exp16(__m512 x) {
+  return cpu::exp_or_zero16(x);
+}
 
 // dst [16][ld] = the transpose of rows src[j * lds + c] (j < T, c < 16), zero for j >= T.
 PACKED_AVX512 void transpose16(float* dst, int64_t ld, const float* src, int64_t lds, int64_t T) {
@@ -824,13 +837,14 @@ void forward_packed_impl(const AttentionSpec& spec, const AttentionShape& sh, co
   const PhiParams pp = resolve_phi(spec.act, sh.Nq);
   const int64_t BH = sh.B * sh.H;
 #pragma omp parallel for schedule(dynamic, 4)
-  for (int64_t bh = 0; bh < BH; ++bh) forward_packed_one<A, Deg>(spec, sh, pp, scale, bh, qkv, O, lse, attn_fro, jac_fro);
+  for (int64_t bh = 0; bh < BH; ++bh)
+    forward_packed_one<A, Deg>(spec, sh, pp, scale, bh, qkv, O, lse, attn_fro, jac_fro);
 }
 
 // Batch items [b0, b1), every head, on the calling thread.
 template <Activation A, int32_t Deg>
-void forward_packed_samples(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, float* O,
-                            float* lse, double* attn_fro, double* jac_fro, int64_t b0, int64_t b1) {
+void forward_packed_samples(const AttentionSpec& spec, const AttentionShape& sh, const float* qkv, float* O, float* lse,
+                            double* attn_fro, double* jac_fro, int64_t b0, int64_t b1) {
   const float scale = attention_score_scale(spec, sh);
   const PhiParams pp = resolve_phi(spec.act, sh.Nq);
   for (int64_t bh = b0 * sh.H; bh < b1 * sh.H; ++bh)
@@ -895,16 +909,17 @@ void backward_packed_samples(const AttentionSpec& spec, const AttentionShape& sh
                              const float* dO, const float* lse, float* dqkv, int64_t b0, int64_t b1) {
   const float scale = attention_score_scale(spec, sh);
   const PhiParams pp = resolve_phi(spec.act, sh.Nq);
-  for (int64_t bh = b0 * sh.H; bh < b1 * sh.H; ++bh) backward_packed_one<A, Deg>(sh, pp, scale, bh, qkv, O, dO, lse, dqkv);
+  for (int64_t bh = b0 * sh.H; bh < b1 * sh.H; ++bh)
+    backward_packed_one<A, Deg>(sh, pp, scale, bh, qkv, O, dO, lse, dqkv);
 }
 
 }  // namespace packed
 
 }  // namespace
 
-void attention_forward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q,
-                           const float* K, const float* V, const float* key_mask, float* O, float* lse,
-                           double* attn_fro, double* jac_fro) {
+void attention_forward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q, const float* K,
+                           const float* V, const float* key_mask, float* O, float* lse, double* attn_fro,
+                           double* jac_fro) {
   const int64_t BH = shape.B * shape.H;
   if (BH == 0 || shape.Nq == 0) return;
   if (shape.Nk == 0) {  // nothing to attend: every row outputs 0
@@ -921,9 +936,9 @@ void attention_forward_cpu(const AttentionSpec& spec, const AttentionShape& shap
   });
 }
 
-void attention_backward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q,
-                            const float* K, const float* V, const float* key_mask, const float* O,
-                            const float* dO, const float* lse, float* dQ, float* dK, float* dV) {
+void attention_backward_cpu(const AttentionSpec& spec, const AttentionShape& shape, const float* Q, const float* K,
+                            const float* V, const float* key_mask, const float* O, const float* dO, const float* lse,
+                            float* dQ, float* dK, float* dV) {
   const int64_t BH = shape.B * shape.H;
   if (BH == 0) return;
   if (shape.Nq == 0 || shape.Nk == 0) {

@@ -28,12 +28,12 @@ namespace {
 
 #define GEMM_AVX512 __attribute__((target("avx512f")))
 
-constexpr int64_t kMR = 8;          // rows of a micro-tile
-constexpr int64_t kNR = 32;         // columns of a micro-tile (two zmm)
-constexpr int64_t kRowGroup = 64;   // rows per parallel work item (forward / dinp)
-constexpr int64_t kPrefetchRows = 8;  // dweight: rows of inp / dout fetched ahead
+constexpr int64_t kMR = 8;             // rows of a micro-tile
+constexpr int64_t kNR = 32;            // columns of a micro-tile (two zmm)
+constexpr int64_t kRowGroup = 64;      // rows per parallel work item (forward / dinp)
+constexpr int64_t kPrefetchRows = 8;   // dweight: rows of inp / dout fetched ahead
 constexpr int64_t kDwChunkRows = 128;  // dweight_rows_partial_avx512: rows per pass of the tiles
-constexpr int64_t kMaxDim = 2048;   // K, N beyond this: OpenBLAS (no K blocking here)
+constexpr int64_t kMaxDim = 2048;      // K, N beyond this: OpenBLAS (no K blocking here)
 
 GemmPath initial_path() {
   const char* v = std::getenv("ATTNSWEEP_CPU_GEMM");
@@ -48,7 +48,9 @@ std::atomic<GemmPath>& path_ref() {
 using Scratch = AlignedScratch;  // kernels/cpu/scratch.h
 
 // Lane masks of a panel of w (1..32) columns.
-inline __mmask16 mask_lo(int64_t w) { return w >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << w) - 1u); }
+inline __mmask16 mask_lo(int64_t w) {
+  return w >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << w) - 1u);
+}
 inline __mmask16 mask_hi(int64_t w) {
   return w >= 32 ? __mmask16(0xFFFF) : (w > 16 ? __mmask16((1u << (w - 16)) - 1u) : __mmask16(0));
 }
@@ -243,8 +245,7 @@ GEMM_AVX512 void tile_dw_any(int64_t mr, float* dw, float* part, int64_t ld, con
 }
 
 // dweight (OC, C) += dout^T @ inp and dbias (OC) += colsum(dout) (dbias may be null).
-void gemm_dweight(float* dweight, float* dbias, const float* dout, const float* inp, int64_t M, int64_t C,
-                  int64_t OC) {
+void gemm_dweight(float* dweight, float* dbias, const float* dout, const float* inp, int64_t M, int64_t C, int64_t OC) {
   if (M <= 0) return;
   thread_local Scratch part_buf, db_buf;
   const int64_t to = (OC + kMR - 1) / kMR, tc = (C + kNR - 1) / kNR, ntiles = to * tc;
@@ -254,8 +255,7 @@ void gemm_dweight(float* dweight, float* dbias, const float* dout, const float* 
   const int64_t nchunks = (M + chunk - 1) / chunk;
   float* part = nchunks > 1 ? part_buf.get(static_cast<size_t>(OC * C)) : nullptr;
   // float64 dbias sums, 8 per o-tile (padded), stored in a float buffer of twice the size.
-  double* dbacc =
-      dbias != nullptr ? reinterpret_cast<double*>(db_buf.get(static_cast<size_t>(2 * to * kMR))) : nullptr;
+  double* dbacc = dbias != nullptr ? reinterpret_cast<double*>(db_buf.get(static_cast<size_t>(2 * to * kMR))) : nullptr;
 #pragma omp parallel
   {
     for (int64_t ch = 0; ch < nchunks; ++ch) {
@@ -285,8 +285,12 @@ void gemm_dweight(float* dweight, float* dbias, const float* dout, const float* 
 
 }  // namespace
 
-void set_gemm_path(GemmPath path) { path_ref().store(path); }
-GemmPath gemm_path() { return path_ref().load(); }
+void set_gemm_path(GemmPath path) {
+  path_ref().store(path);
+}
+GemmPath gemm_path() {
+  return path_ref().load();
+}
 
 bool gemm_avx512_supported() {
   static const bool ok = __builtin_cpu_supports("avx512f");
@@ -294,15 +298,16 @@ bool gemm_avx512_supported() {
 }
 
 bool gemm_avx512_usable(int64_t K, int64_t N) {
-  return gemm_path() == GemmPath::Auto && gemm_avx512_supported() && K >= 1 && N >= 1 && K <= kMaxDim &&
-         N <= kMaxDim;
+  return gemm_path() == GemmPath::Auto && gemm_avx512_supported() && K >= 1 && N >= 1 && K <= kMaxDim && N <= kMaxDim;
 }
 
 // B = weight^T (C x OC): element (k, j) = weight[j * C + k].
-void pack_weight_forward(float* bp, const float* weight, int64_t C, int64_t OC) { pack_b(bp, weight, 1, C, C, OC); }
+void pack_weight_forward(float* bp, const float* weight, int64_t C, int64_t OC) {
+  pack_b(bp, weight, 1, C, C, OC);
+}
 
-void matmul_forward_avx512(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                           int64_t C, int64_t OC, RowEpilogue epi) {
+void matmul_forward_avx512(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                           int64_t OC, RowEpilogue epi) {
   thread_local Scratch packed;
   float* bp = packed.get(static_cast<size_t>(panels_floats(C, OC)));
   pack_weight_forward(bp, weight, C, OC);
@@ -314,8 +319,8 @@ namespace {
 // groups of kRowGroup rows on the calling thread, the epilogue after each group: the
 // serial counterpart of gemm_rows (a row's value does not depend on its group: one FMA
 // chain per element in a fixed k order).
-void row_groups(float* c, int64_t ldc, const float* a, int64_t lda, const float* bp, int64_t ks, int64_t K,
-                int64_t N, const float* bias, bool add_c, int64_t r0, int64_t rows, RowEpilogue epi) {
+void row_groups(float* c, int64_t ldc, const float* a, int64_t lda, const float* bp, int64_t ks, int64_t K, int64_t N,
+                const float* bias, bool add_c, int64_t r0, int64_t rows, RowEpilogue epi) {
   for (int64_t g0 = r0; g0 < r0 + rows; g0 += kRowGroup) {
     const int64_t n = std::min(kRowGroup, r0 + rows - g0);
     rows_ab(c + g0 * ldc, ldc, a + g0 * lda, lda, bp, K, N, bias, add_c, n, ks);
@@ -330,9 +335,13 @@ void matmul_rows_avx512(float* out, const float* inp, const float* bp, const flo
 }
 
 // dinp (N, C) = dout (N, OC) @ weight (OC, C): B = weight, element (k, j) = weight[k * C + j].
-void pack_weight_dinp(float* bp, const float* weight, int64_t C, int64_t OC) { pack_b(bp, weight, C, 1, OC, C); }
+void pack_weight_dinp(float* bp, const float* weight, int64_t C, int64_t OC) {
+  pack_b(bp, weight, C, 1, OC, C);
+}
 
-int64_t dbias_partial_doubles(int64_t OC) { return (OC + kMR - 1) / kMR * kMR; }
+int64_t dbias_partial_doubles(int64_t OC) {
+  return (OC + kMR - 1) / kMR * kMR;
+}
 
 void dweight_rows_partial_avx512(float* part, double* dbpart, const float* dout, const float* inp, int64_t r0,
                                  int64_t rows, int64_t C, int64_t OC) {
@@ -352,14 +361,16 @@ void dweight_rows_partial_avx512(float* part, double* dbpart, const float* dout,
     for (int64_t c0 = 0; c0 < C; c0 += kNR) {
       const int64_t w = std::min(kNR, C - c0);
       for (int64_t o0 = 0; o0 < OC; o0 += kMR)
-        tile_dw_any(std::min(kMR, OC - o0), part + o0 * C + c0, part + o0 * C + c0, C, dout + (r0 + i0) * OC + o0,
-                    OC, inp + (r0 + i0) * C + c0, C, n, i0 == 0, false, mask_lo(w), mask_hi(w),
+        tile_dw_any(std::min(kMR, OC - o0), part + o0 * C + c0, part + o0 * C + c0, C, dout + (r0 + i0) * OC + o0, OC,
+                    inp + (r0 + i0) * C + c0, C, n, i0 == 0, false, mask_lo(w), mask_hi(w),
                     dbpart != nullptr && c0 == 0 ? dbpart + o0 : nullptr);
     }
   }
 }
 
-int64_t panels_floats(int64_t K, int64_t N) { return (N + kNR - 1) / kNR * kNR * K; }
+int64_t panels_floats(int64_t K, int64_t N) {
+  return (N + kNR - 1) / kNR * kNR * K;
+}
 
 void pack_panels(float* bp, const float* src, int64_t sk, int64_t sj, int64_t K, int64_t N, float scale) {
   for (int64_t p = 0; p < (N + kNR - 1) / kNR; ++p) pack_panel(bp, src, sk, sj, K, N, p, scale);

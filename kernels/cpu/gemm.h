@@ -33,8 +33,8 @@ struct RowEpilogue {
 // Same contracts as kernels/ops.h matmul_forward / matmul_backward (backward adds), plus
 // an optional epilogue over the output rows; with dinp_overwrite, dinp = dout @ weight
 // instead of += (its old contents are not read).
-void matmul_forward_avx512(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                           int64_t C, int64_t OC, RowEpilogue epi = {});
+void matmul_forward_avx512(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                           int64_t OC, RowEpilogue epi = {});
 void matmul_backward_avx512(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int64_t N, int64_t C, int64_t OC, RowEpilogue dinp_epi = {},
                             bool dinp_overwrite = false);

@@ -36,13 +36,17 @@ bool layer_fusion_default() {
 std::atomic<bool> g_layer_fusion{layer_fusion_default()};
 }  // namespace
 
-void set_layer_fusion_cpu(bool on) { g_layer_fusion.store(on); }
+void set_layer_fusion_cpu(bool on) {
+  g_layer_fusion.store(on);
+}
 
 namespace {
 // Samples per block of the fused layer: ~256 rows, whose activations (~(10 C + 2 F)
 // floats a row: 1 MiB at C = 64, F = 256) stay in a core's L2 from one op to the next.
 // A function of T only: the backward's sums do not depend on the thread count.
-int64_t layer_block_samples(int64_t T) { return std::max<int64_t>(1, 256 / std::max<int64_t>(T, 1)); }
+int64_t layer_block_samples(int64_t T) {
+  return std::max<int64_t>(1, 256 / std::max<int64_t>(T, 1));
+}
 
 // Block blk of `per` samples: samples [b0, b1), rows [r0, r0 + rows).
 struct SampleBlock {
@@ -130,29 +134,30 @@ void layer_forward_fused_cpu(const AttentionSpec& spec, const AttentionShape& sh
   const ResidualRows res1_ctx{a.inp, C};
 #pragma omp parallel
   {
-  // Without a.fch_gelu the GELU's output lives only in this per-thread block scratch,
-  // from which fcproj reads it (the backward recomputes it).
-  thread_local AlignedScratch gelu_scratch;
-  float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
+    // Without a.fch_gelu the GELU's output lives only in this per-thread block scratch,
+    // from which fcproj reads it (the backward recomputes it).
+    thread_local AlignedScratch gelu_scratch;
+    float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
 #pragma omp for schedule(dynamic, 1)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const auto [b0, b1, r0, rows] = SampleBlock(blk, per, B, T);
-    float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;  // rows [r0, r0 + rows) of gelu(fch)
-    const GeluForwardRows gelu_ctx{a.fch, h, F, r0};
-    const ResidualRows res2_ctx{a.res1 + r0 * C, C};
-    // A LayerNorm over the block, in groups of kRowBlock rows as layernorm_forward.
-    auto layernorm = [&](float* out, float* mean, float* rstd, const float* x, const float* w, const float* b) {
-      for (int64_t g = r0; g < r0 + rows; g += kRowBlock)
-        layernorm_forward_rows(out + g * C, mean + g, rstd + g, x + g * C, w, b, std::min(kRowBlock, r0 + rows - g), C);
-    };
-    layernorm(a.ln1, a.ln1_mean, a.ln1_rstd, a.inp, a.ln1_w, a.ln1_b);
-    cpu::matmul_rows_avx512(a.qkv, a.ln1, bq, a.qkv_b, r0, rows, C, 3 * C);
-    attention_forward_packed_samples_cpu(spec, shape, a.qkv, a.atty, a.lse, a.attn_fro, a.jac_fro, b0, b1);
-    cpu::matmul_rows_avx512(a.res1, a.atty, bp, a.proj_b, r0, rows, C, C, {residual_rows, &res1_ctx});
-    layernorm(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, a.ln2_w, a.ln2_b);
-    cpu::matmul_rows_avx512(a.fch, a.ln2, bf, a.fc_b, r0, rows, C, F, {gelu_forward_rows, &gelu_ctx});
-    cpu::matmul_rows_avx512(a.res2 + r0 * C, h, bf2, a.fcproj_b, 0, rows, F, C, {residual_rows, &res2_ctx});
-  }
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const auto [b0, b1, r0, rows] = SampleBlock(blk, per, B, T);
+      float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;  // rows [r0, r0 + rows) of gelu(fch)
+      const GeluForwardRows gelu_ctx{a.fch, h, F, r0};
+      const ResidualRows res2_ctx{a.res1 + r0 * C, C};
+      // A LayerNorm over the block, in groups of kRowBlock rows as layernorm_forward.
+      auto layernorm = [&](float* out, float* mean, float* rstd, const float* x, const float* w, const float* b) {
+        for (int64_t g = r0; g < r0 + rows; g += kRowBlock)
+          layernorm_forward_rows(out + g * C, mean + g, rstd + g, x + g * C, w, b, std::min(kRowBlock, r0 + rows - g),
+                                 C);
+      };
+      layernorm(a.ln1, a.ln1_mean, a.ln1_rstd, a.inp, a.ln1_w, a.ln1_b);
+      cpu::matmul_rows_avx512(a.qkv, a.ln1, bq, a.qkv_b, r0, rows, C, 3 * C);
+      attention_forward_packed_samples_cpu(spec, shape, a.qkv, a.atty, a.lse, a.attn_fro, a.jac_fro, b0, b1);
+      cpu::matmul_rows_avx512(a.res1, a.atty, bp, a.proj_b, r0, rows, C, C, {residual_rows, &res1_ctx});
+      layernorm(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, a.ln2_w, a.ln2_b);
+      cpu::matmul_rows_avx512(a.fch, a.ln2, bf, a.fc_b, r0, rows, C, F, {gelu_forward_rows, &gelu_ctx});
+      cpu::matmul_rows_avx512(a.res2 + r0 * C, h, bf2, a.fcproj_b, 0, rows, F, C, {residual_rows, &res2_ctx});
+    }
   }
 }
 
@@ -177,59 +182,61 @@ void layer_backward_fused_cpu(const AttentionSpec& spec, const AttentionShape& s
   double* dbparts = dbparts_buf.data();
 #pragma omp parallel
   {
-  // Without a.fch_gelu the GELU's output is recomputed per block into this scratch, by
-  // the pass that forms dbig (the same exp), instead of read back from memory. dbig, dln
-  // and dqkv live only within a block: per-thread block scratch that stays in L2 (as
-  // whole-batch buffers every block wrote fresh lines, ~13 MB a layer, out to memory).
-  thread_local AlignedScratch gelu_scratch, dbig_scratch, dln_scratch, dqkv_scratch;
-  float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
-  float* dbig = dbig_scratch.get(static_cast<size_t>(per * T * F));
-  float* dln = dln_scratch.get(static_cast<size_t>(per * T * C));
-  float* dqkv = dqkv_scratch.get(static_cast<size_t>(per * T * 3 * C));
+    // Without a.fch_gelu the GELU's output is recomputed per block into this scratch, by
+    // the pass that forms dbig (the same exp), instead of read back from memory. dbig, dln
+    // and dqkv live only within a block: per-thread block scratch that stays in L2 (as
+    // whole-batch buffers every block wrote fresh lines, ~13 MB a layer, out to memory).
+    thread_local AlignedScratch gelu_scratch, dbig_scratch, dln_scratch, dqkv_scratch;
+    float* hb = a.fch_gelu == nullptr ? gelu_scratch.get(static_cast<size_t>(per * T * F)) : nullptr;
+    float* dbig = dbig_scratch.get(static_cast<size_t>(per * T * F));
+    float* dln = dln_scratch.get(static_cast<size_t>(per * T * C));
+    float* dqkv = dqkv_scratch.get(static_cast<size_t>(per * T * 3 * C));
 #pragma omp for schedule(dynamic, 1)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const auto [b0, b1, r0, rows] = SampleBlock(blk, per, B, T);
-    float* part = parts + blk * stride;
-    double* dbpart = dbparts + blk * dstride;
-    float* dres = a.dres + r0 * C;  // the block's rows of dres (the scratch: rows from 0)
-    // fcproj through the GELU: dbig = gelu'(fch) (dres @ W_fcproj); dW_fcproj = dres^T gelu(fch).
-    const GeluBackwardRows gelu_ctx{a.fch + r0 * F, F, hb, 0};
-    cpu::matmul_rows_avx512(dbig, dres, bf2, nullptr, 0, rows, C, F, {gelu_backward_rows, &gelu_ctx});
-    const float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;
-    cpu::dweight_rows_partial_avx512(part + o_fcproj, dbpart + d_fcproj, dres, h, 0, rows, F, C);
-    // fc: dln = dbig @ W_fc; dW_fc = dbig^T ln2.
-    cpu::matmul_rows_avx512(dln, dbig, bf, nullptr, 0, rows, F, C);
-    cpu::dweight_rows_partial_avx512(part + o_fc, dbpart + d_fc, dbig, a.ln2 + r0 * C, 0, rows, C, F);
-    // dres += d/d x through a LayerNorm of x (dout: dln), its (sw, sb) per row group into
-    // the block's share at offset o (groups past a short block's end: zeros).
-    auto layernorm_backward = [&](int64_t o, const float* x, const float* w, const float* mean, const float* rstd) {
-      for (int64_t g = 0; g < G; ++g) {
-        const int64_t i0 = g * kRowBlock, n = std::min(kRowBlock, rows - i0);
-        float* sw = part + o + g * 2 * C;
-        if (n <= 0)
-          std::fill(sw, sw + 2 * C, 0.0f);
-        else
-          layernorm_backward_rows(dres + i0 * C, sw, sw + C, dln + i0 * C, x + (r0 + i0) * C, w, mean + r0 + i0,
-                                  rstd + r0 + i0, n, C);
-      }
-    };
-    // LN2: dres += d/d res1 through the LayerNorm.
-    layernorm_backward(o_ln2, a.res1, a.ln2_w, a.ln2_mean, a.ln2_rstd);
-    // proj: dln = dres @ W_proj (d/d atty); dW_proj = dres^T atty.
-    cpu::matmul_rows_avx512(dln, dres, bp, nullptr, 0, rows, C, C);
-    cpu::dweight_rows_partial_avx512(part + o_proj, dbpart + d_proj, dres, a.atty + r0 * C, 0, rows, C, C);
-    // attention: dqkv of these samples (pointers at the block's first sample).
-    attention_backward_packed_samples_cpu(spec, shape, a.qkv + r0 * 3 * C, a.atty + r0 * C, dln,
-                                          a.lse + b0 * shape.H * T, dqkv, 0, b1 - b0);
-    // qkv: dln = dqkv @ W_qkv; dW_qkv = dqkv^T ln1.
-    cpu::matmul_rows_avx512(dln, dqkv, bq, nullptr, 0, rows, 3 * C, C);
-    cpu::dweight_rows_partial_avx512(part + o_qkv, dbpart + d_qkv, dqkv, a.ln1 + r0 * C, 0, rows, C, 3 * C);
-    // LN1: dres += d/d inp through the LayerNorm (dres already holds the residual path).
-    layernorm_backward(o_ln1, a.inp, a.ln1_w, a.ln1_mean, a.ln1_rstd);
-  }
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const auto [b0, b1, r0, rows] = SampleBlock(blk, per, B, T);
+      float* part = parts + blk * stride;
+      double* dbpart = dbparts + blk * dstride;
+      float* dres = a.dres + r0 * C;  // the block's rows of dres (the scratch: rows from 0)
+      // fcproj through the GELU: dbig = gelu'(fch) (dres @ W_fcproj); dW_fcproj = dres^T gelu(fch).
+      const GeluBackwardRows gelu_ctx{a.fch + r0 * F, F, hb, 0};
+      cpu::matmul_rows_avx512(dbig, dres, bf2, nullptr, 0, rows, C, F, {gelu_backward_rows, &gelu_ctx});
+      const float* h = hb != nullptr ? hb : a.fch_gelu + r0 * F;
+      cpu::dweight_rows_partial_avx512(part + o_fcproj, dbpart + d_fcproj, dres, h, 0, rows, F, C);
+      // fc: dln = dbig @ W_fc; dW_fc = dbig^T ln2.
+      cpu::matmul_rows_avx512(dln, dbig, bf, nullptr, 0, rows, F, C);
+      cpu::dweight_rows_partial_avx512(part + o_fc, dbpart + d_fc, dbig, a.ln2 + r0 * C, 0, rows, C, F);
+      // dres += d/d x through a LayerNorm of x (dout: dln), its (sw, sb) per row group into
+      // the block's share at offset o (groups past a short block's end: zeros).
+      auto layernorm_backward = [&](int64_t o, const float* x, const float* w, const float* mean, const float* rstd) {
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t i0 = g * kRowBlock, n = std::min(kRowBlock, rows - i0);
+          float* sw = part + o + g * 2 * C;
+          if (n <= 0)
+            std::fill(sw, sw + 2 * C, 0.0f);
+          else
+            layernorm_backward_rows(dres + i0 * C, sw, sw + C, dln + i0 * C, x + (r0 + i0) * C, w, mean + r0 + i0,
+                                    rstd + r0 + i0, n, C);
+        }
+      };
+      // LN2: dres += d/d res1 through the LayerNorm.
+      layernorm_backward(o_ln2, a.res1, a.ln2_w, a.ln2_mean, a.ln2_rstd);
+      // proj: dln = dres @ W_proj (d/d atty); dW_proj = dres^T atty.
+      cpu::matmul_rows_avx512(dln, dres, bp, nullptr, 0, rows, C, C);
+      cpu::dweight_rows_partial_avx512(part + o_proj, dbpart + d_proj, dres, a.atty + r0 * C, 0, rows, C, C);
+      // attention: dqkv of these samples (pointers at the block's first sample).
+      attention_backward_packed_samples_cpu(spec, shape, a.qkv + r0 * 3 * C, a.atty + r0 * C, dln,
+                                            a.lse + b0 * shape.H * T, dqkv, 0, b1 - b0);
+      // qkv: dln = dqkv @ W_qkv; dW_qkv = dqkv^T ln1.
+      cpu::matmul_rows_avx512(dln, dqkv, bq, nullptr, 0, rows, 3 * C, C);
+      cpu::dweight_rows_partial_avx512(part + o_qkv, dbpart + d_qkv, dqkv, a.ln1 + r0 * C, 0, rows, C, 3 * C);
+      // LN1: dres += d/d inp through the LayerNorm (dres already holds the residual path).
+      layernorm_backward(o_ln1, a.inp, a.ln1_w, a.ln1_mean, a.ln1_rstd);
+    }
   }
   // The blocks' shares, added in block order.
-  add_block_sums({{a.g_fcproj_w, o_fcproj, C * F}, {a.g_fc_w, o_fc, F * C}, {a.g_proj_w, o_proj, C * C},
+  add_block_sums({{a.g_fcproj_w, o_fcproj, C * F},
+                  {a.g_fc_w, o_fc, F * C},
+                  {a.g_proj_w, o_proj, C * C},
                   {a.g_qkv_w, o_qkv, 3 * C * C}},
                  parts, stride, nblocks);
   add_block_sums(a.g_fcproj_b, dbparts + d_fcproj, dstride, nblocks, C);

@@ -56,23 +56,19 @@ ATTNSWEEP_INLINE_COPIES void merge_heads(float* dqkv, const float* dq, const flo
   }
 }
 
-ATTNSWEEP_INLINE_COPIES void heads_to_rows(float* out, const float* in, int64_t B, int64_t T, int64_t H,
-                                           int64_t hd) {
+ATTNSWEEP_INLINE_COPIES void heads_to_rows(float* out, const float* in, int64_t B, int64_t T, int64_t H, int64_t hd) {
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t b = bt / T, t = bt % T;
-    for (int64_t h = 0; h < H; ++h)
-      copy_row(out + bt * H * hd + h * hd, in + ((b * H + h) * T + t) * hd, hd);
+    for (int64_t h = 0; h < H; ++h) copy_row(out + bt * H * hd + h * hd, in + ((b * H + h) * T + t) * hd, hd);
   }
 }
 
-ATTNSWEEP_INLINE_COPIES void rows_to_heads(float* out, const float* in, int64_t B, int64_t T, int64_t H,
-                                           int64_t hd) {
+ATTNSWEEP_INLINE_COPIES void rows_to_heads(float* out, const float* in, int64_t B, int64_t T, int64_t H, int64_t hd) {
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t b = bt / T, t = bt % T;
-    for (int64_t h = 0; h < H; ++h)
-      copy_row(out + ((b * H + h) * T + t) * hd, in + bt * H * hd + h * hd, hd);
+    for (int64_t h = 0; h < H; ++h) copy_row(out + ((b * H + h) * T + t) * hd, in + bt * H * hd + h * hd, hd);
   }
 }
 

@@ -166,9 +166,9 @@ OPS_ROW_CLONES void layernorm_forward_generic(float* out, float* mean, float* rs
 
 // Also the block's parameter sums: sw[c] = sum_i dout * xhat, sb[c] = sum_i dout over
 // these rows in order (float32 in sw, sb; overwritten), in the same pass.
-OPS_ROW_CLONES void layernorm_backward_generic(float* dinp, float* sw, float* sb, const float* dout,
-                                               const float* inp, const float* weight, const float* mean,
-                                               const float* rstd, int64_t rows, int64_t C) {
+OPS_ROW_CLONES void layernorm_backward_generic(float* dinp, float* sw, float* sb, const float* dout, const float* inp,
+                                               const float* weight, const float* mean, const float* rstd, int64_t rows,
+                                               int64_t C) {
   // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), xhat = (x - mean) rstd,
   // dxhat = dout * weight
   const float inv_c = 1.0f / static_cast<float>(C);
@@ -279,7 +279,9 @@ LN_AVX512 void layernorm_backward_avx512(float* dinp, float* sw, float* sb, cons
   }
 }
 
-bool layernorm_avx512(int64_t C) { return cpu::gemm_avx512_supported() && C % 16 == 0 && C >= 16 && C <= 128; }
+bool layernorm_avx512(int64_t C) {
+  return cpu::gemm_avx512_supported() && C % 16 == 0 && C >= 16 && C <= 128;
+}
 
 }  // namespace
 
@@ -317,14 +319,14 @@ void layernorm_backward_rows(float* dinp, float* sw, float* sb, const float* dou
 
 }  // namespace cpu::rows
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C) {
   const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t r0 = b * kRowBlock;
-    layernorm_forward_rows(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, weight, bias,
-                           std::min(kRowBlock, N - r0), C);
+    layernorm_forward_rows(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, weight, bias, std::min(kRowBlock, N - r0),
+                           C);
   }
 }
 
@@ -362,7 +364,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 namespace {
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr int64_t kGeluBlock = 4096;            // elements per parallel work item
+constexpr int64_t kGeluBlock = 4096;           // elements per parallel work item
 
 // The portable spans (AVX2 / baseline clones; the AVX-512 ones below are used where the
 // CPU has AVX-512).
@@ -417,8 +419,8 @@ namespace avx512 {
 // and 1 / e1, kept the divider busy longer than everything else in its loop).
 OPS_AVX512 inline __m512 gelu_sg(__m512 x) {
   const __m512 x2 = _mm512_mul_ps(x, x);
-  const __m512 m2u = _mm512_mul_ps(
-      x, _mm512_fmadd_ps(x2, _mm512_set1_ps(-2.0f * kGeluK * 0.044715f), _mm512_set1_ps(-2.0f * kGeluK)));
+  const __m512 m2u =
+      _mm512_mul_ps(x, _mm512_fmadd_ps(x2, _mm512_set1_ps(-2.0f * kGeluK * 0.044715f), _mm512_set1_ps(-2.0f * kGeluK)));
   return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), cpu::exp16_clamped(m2u)));
 }
 
@@ -430,7 +432,9 @@ OPS_AVX512 inline __m512 gelu_grad16(__m512 x, __m512 sg) {
   return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(x, sg), _mm512_sub_ps(one, sg)), du, sg);
 }
 
-inline __mmask16 tail(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+inline __mmask16 tail(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1u);
+}
 
 OPS_AVX512 void gelu_forward(float* out, const float* inp, int64_t n) {
   int64_t i = 0;
@@ -593,8 +597,7 @@ void softmax_crossentropy_backward(float* dlogits, const float* probs, const int
   const float s = dloss / static_cast<float>(N);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i)
-    for (int64_t j = 0; j < V; ++j)
-      dlogits[i * V + j] += s * (probs[i * V + j] - (j == targets[i] ? 1.0f : 0.0f));
+    for (int64_t j = 0; j < V; ++j) dlogits[i * V + j] += s * (probs[i * V + j] - (j == targets[i] ? 1.0f : 0.0f));
 }
 
 // ---- MSE --------------------------------------------------------------------------------
@@ -663,22 +666,23 @@ namespace {
 // the CPU has AVX-512 (scalar, AdamW was 1.2 % of a training step). It vectorises only
 // without math-errno (a sqrt that may set errno is a branch in the loop; the pragma form
 // of the flag does not reach the builtin), hence -fno-math-errno on this file.
-OPS_ROW_CLONES void adamw_span(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
-                               float beta1, float beta2, float eps, float weight_decay, double c1, double c2) {
+OPS_ROW_CLONES void adamw_span(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1,
+                               float beta2, float eps, float weight_decay, double c1, double c2) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float g = grads[i];
     m[i] = beta1 * m[i] + (1.0f - beta1) * g;
     v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
     const double mhat = m[i] / c1, vhat = v[i] / c2;
-    params[i] -= static_cast<float>(lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * static_cast<double>(params[i])));
+    params[i] -=
+        static_cast<float>(lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * static_cast<double>(params[i])));
   }
 }
 constexpr int64_t kAdamBlock = 4096;  // parameters per parallel work item
 }  // namespace
 
-void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int64_t t) {
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t t) {
   const double c1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
   const double c2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
   const int64_t nb = (n + kAdamBlock - 1) / kAdamBlock;
@@ -768,7 +772,8 @@ void gelu_matmul_backward(float* dpre, float* dweight, float* dbias, const float
   matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);
   const int64_t nb = (N + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < nb; ++b) gelu_backward_rows(&ctx, dpre, b * kRowBlock, std::min(kRowBlock, N - b * kRowBlock));
+  for (int64_t b = 0; b < nb; ++b)
+    gelu_backward_rows(&ctx, dpre, b * kRowBlock, std::min(kRowBlock, N - b * kRowBlock));
 }
 
 }  // namespace attnsweep

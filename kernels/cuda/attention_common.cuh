@@ -19,14 +19,14 @@ namespace attnsweep::cuda {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line);
 
-#define ATTN_CUDA_CHECK(call)                                                                   \
-  do {                                                                                          \
-    const cudaError_t attn_err_ = (call);                                                       \
+#define ATTN_CUDA_CHECK(call)                                                                                \
+  do {                                                                                                       \
+    const cudaError_t attn_err_ = (call);                                                                    \
     if (attn_err_ != cudaSuccess) ::attnsweep::cuda::throw_cuda_error(attn_err_, #call, __FILE__, __LINE__); \
   } while (0)
-#define ATTN_CUBLAS_CHECK(call)                                                                  \
-  do {                                                                                           \
-    const cublasStatus_t attn_st_ = (call);                                                      \
+#define ATTN_CUBLAS_CHECK(call)                                                                                        \
+  do {                                                                                                                 \
+    const cublasStatus_t attn_st_ = (call);                                                                            \
     if (attn_st_ != CUBLAS_STATUS_SUCCESS) ::attnsweep::cuda::throw_cublas_error(attn_st_, #call, __FILE__, __LINE__); \
   } while (0)
 // After a kernel launch: configuration errors surface here, not at the next call.
@@ -67,8 +67,8 @@ namespace attnsweep::cuda {
 // Which keys a query row attends (attention.h): key j of batch item b, for query i,
 // when key_mask[b,j] != 0 and, if causal, j <= i + (Nk - Nq).
 struct MaskInfo {
-  const float* key_mask = nullptr;   // [B,Nk] or null
-  const int32_t* prefix = nullptr;   // [B,Nk] inclusive count of attended keys, or null
+  const float* key_mask = nullptr;  // [B,Nk] or null
+  const int32_t* prefix = nullptr;  // [B,Nk] inclusive count of attended keys, or null
   int64_t Nq = 1, Nk = 1;
   bool causal = false;
 
@@ -103,7 +103,7 @@ inline float score_scale(const AttentionSpec& spec, const AttentionShape& sh) {
 
 // The MaskInfo of a call; counts key_mask prefixes on the stream when there is a mask.
 inline MaskInfo make_mask(const AttentionSpec& spec, const AttentionShape& sh, const float* key_mask, int32_t* prefix,
-                   cudaStream_t stream) {
+                          cudaStream_t stream) {
   MaskInfo m;
   m.key_mask = key_mask;
   m.Nq = sh.Nq;

@@ -26,15 +26,23 @@ inline constexpr int kThreads = 256;
 
 template <int D>
 struct Tiles {
-  static constexpr int BM = 64;               // query rows per tile
+  static constexpr int BM = 64;                  // query rows per tile
   static constexpr int BN = D >= 128 ? 32 : 64;  // keys per tile
   static_assert(D % 16 == 0 && BM % 16 == 0 && BN % 16 == 0);
 };
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void store_as(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_as(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ void store_as(float* p, float v) {
+  *p = v;
+}
+__device__ __forceinline__ void store_as(__nv_bfloat16* p, float v) {
+  *p = __float2bfloat16(v);
+}
 
 __device__ __forceinline__ float half_warp_sum(float v) {
 #pragma unroll
@@ -224,8 +232,8 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FwdArgs a) {
         }
         l[r] = l[r] * alpha + ps;
         if (a.norms) {
-          n1[r] = n1[r] * alpha * alpha + p2;            // running sum p~^2
-          n2[r] = n2[r] * alpha * alpha * alpha + p3;    // running sum p~^3
+          n1[r] = n1[r] * alpha * alpha + p2;          // running sum p~^2
+          n2[r] = n2[r] * alpha * alpha * alpha + p3;  // running sum p~^3
         }
 #pragma unroll
         for (int c = 0; c < RD; ++c) acc[r][c] *= alpha;
@@ -316,9 +324,8 @@ struct BwdArgs {
 // unscaled dot products on entry), for the row's resolved phi.
 template <Activation A, int RM, int RN>
 __device__ __forceinline__ void p_and_ds(float (&s)[RM][RN], float (&dp)[RM][RN], const BwdArgs& a,
-                                         const PhiParams (&pp)[RM], const int64_t (&end)[RM],
-                                         const float (&lse)[RM], const float (&dsum)[RM], const float* kok,
-                                         int64_t k0, int tx) {
+                                         const PhiParams (&pp)[RM], const int64_t (&end)[RM], const float (&lse)[RM],
+                                         const float (&dsum)[RM], const float* kok, int64_t k0, int tx) {
 #pragma unroll
   for (int r = 0; r < RM; ++r)
 #pragma unroll
@@ -539,8 +546,8 @@ template <class Kernel, class Args>
 void launch(Kernel kernel, int64_t blocks, size_t smem_bytes, cudaStream_t stream, const Args& args) {
   if (blocks <= 0) return;
   if (blocks > (int64_t{1} << 31) - 1) throw std::invalid_argument("attention (CUDA fused): grid too large");
-  ATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem_bytes)));
+  ATTN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, smem_bytes, stream>>>(args);
   ATTN_CUDA_CHECK_LAUNCH();
 }

@@ -25,13 +25,13 @@ void attention_backward_cuda(const AttentionSpec& spec, const AttentionShape& sh
     if (dtype == CudaDType::f32) {
       attention_backward_cuda_ref(spec, sh, static_cast<const float*>(Q), static_cast<const float*>(K),
                                   static_cast<const float*>(V), key_mask, static_cast<const float*>(O),
-                                  static_cast<const float*>(dO), lse, static_cast<float*>(dQ),
-                                  static_cast<float*>(dK), static_cast<float*>(dV), ws, stream);
+                                  static_cast<const float*>(dO), lse, static_cast<float*>(dQ), static_cast<float*>(dK),
+                                  static_cast<float*>(dV), ws, stream);
       return;
     }
     const int64_t nq = BH * sh.Nq, nk = BH * sh.Nk;
-    const F32Copy q(Q, nq * sh.d, stream), k(K, nk * sh.d, stream), v(V, nk * sh.dv, stream),
-        o(O, nq * sh.dv, stream), dout(dO, nq * sh.dv, stream);
+    const F32Copy q(Q, nq * sh.d, stream), k(K, nk * sh.d, stream), v(V, nk * sh.dv, stream), o(O, nq * sh.dv, stream),
+        dout(dO, nq * sh.dv, stream);
     float* grads = nullptr;
     const int64_t ng = nq * sh.d + nk * sh.d + nk * sh.dv;
     ATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&grads), sizeof(float) * ng, stream));

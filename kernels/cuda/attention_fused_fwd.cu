@@ -14,8 +14,8 @@ bool attention_cuda_fused_supported(const AttentionShape& sh) {
 }
 
 void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
-                            const void* K, const void* V, const float* key_mask, void* O, float* lse,
-                            double* attn_fro, double* jac_fro, AttentionCudaWorkspace* ws, cudaStream_t stream) {
+                            const void* K, const void* V, const float* key_mask, void* O, float* lse, double* attn_fro,
+                            double* jac_fro, AttentionCudaWorkspace* ws, cudaStream_t stream) {
   // fp16: only the tensor-core path has it (it throws where unsupported); bf16 by opt-in.
   if (dtype == CudaDType::f16 || attention_cuda_mma_opted_in(sh, dtype)) {
     attention_forward_cuda_mma(spec, sh, dtype, Q, K, V, key_mask, O, lse, attn_fro, jac_fro, ws, stream);
@@ -25,8 +25,8 @@ void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& sh,
   if (!attention_cuda_fused_supported(sh)) {
     if (dtype == CudaDType::f32) {
       attention_forward_cuda_ref(spec, sh, static_cast<const float*>(Q), static_cast<const float*>(K),
-                                 static_cast<const float*>(V), key_mask, static_cast<float*>(O), lse, attn_fro,
-                                 jac_fro, ws, stream);
+                                 static_cast<const float*>(V), key_mask, static_cast<float*>(O), lse, attn_fro, jac_fro,
+                                 ws, stream);
       return;
     }
     const F32Copy q(Q, BH * sh.Nq * sh.d, stream), k(K, BH * sh.Nk * sh.d, stream), v(V, BH * sh.Nk * sh.dv, stream);

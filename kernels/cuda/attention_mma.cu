@@ -75,8 +75,8 @@ void attention_backward_cuda_mma(const AttentionSpec& spec, const AttentionShape
   if (sh.Nq == 0 || sh.Nk == 0) throw std::invalid_argument("attention backward (CUDA mma): Nq == 0 or Nk == 0");
   const bool softmax = spec.act.activation == Activation::softmax;
   if (softmax && (!lse || !O)) throw std::invalid_argument("attention backward (CUDA mma): softmax needs lse and O");
-  for (const void* p : {Q, K, V, dO, static_cast<const void*>(dQ), static_cast<const void*>(dK),
-                        static_cast<const void*>(dV)})
+  for (const void* p :
+       {Q, K, V, dO, static_cast<const void*>(dQ), static_cast<const void*>(dK), static_cast<const void*>(dV)})
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
       throw std::invalid_argument("attention backward (CUDA mma): tensors must be 16-byte aligned");
   cuda::Carver sizing(nullptr);

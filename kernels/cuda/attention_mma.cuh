@@ -132,7 +132,9 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -217,14 +219,14 @@ __device__ __forceinline__ void async_tile(T* __restrict__ dst, const T* __restr
 template <Activation A, int Deg, int D, class T, bool Norms>
 __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_forward_kernel(FwdArgs a) {
   constexpr int LD = Geom<D>::LD;
-  constexpr int NT = kBN / 8;   // n-tiles of S per warp
-  constexpr int KQ = D / 16;    // k-steps of Q K^T
-  constexpr int OT = D / 8;     // n-tiles of O per warp
+  constexpr int NT = kBN / 8;  // n-tiles of S per warp
+  constexpr int KQ = D / 16;   // k-steps of Q K^T
+  constexpr int OT = D / 8;    // n-tiles of O per warp
   constexpr bool kSoftmax = A == Activation::softmax;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);
-  T* Ks = Qs + kBM * LD;          // [2][kBN][LD]
-  T* Vs = Ks + 2 * kBN * LD;      // [2][kBN][LD]
+  T* Ks = Qs + kBM * LD;                                     // [2][kBN][LD]
+  T* Vs = Ks + 2 * kBN * LD;                                 // [2][kBN][LD]
   float* kok = reinterpret_cast<float*>(Vs + 2 * kBN * LD);  // [2][kBN]
 
   const MaskInfo& mask = a.mask;

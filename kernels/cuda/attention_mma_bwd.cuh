@@ -94,8 +94,7 @@ __device__ __forceinline__ void mma_px(float (&out)[D / 8][4], const float (&p)[
 #pragma unroll
   for (int kk = 0; kk < kBN / 16; ++kk) {
     const uint32_t pa[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
-                            pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                            pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+                            pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
     for (int dn = 0; dn < D / 16; ++dn) {
       uint32_t xf[4];
@@ -202,10 +201,10 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dkdv_k
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* Ks = reinterpret_cast<T*>(smem_raw);
   T* Vs = Ks + kBN * LD;
-  T* Qs = Vs + kBN * LD;         // [2][kBM][LD]
-  T* dOs = Qs + 2 * kBM * LD;    // [2][kBM][LD]
+  T* Qs = Vs + kBN * LD;                                         // [2][kBM][LD]
+  T* dOs = Qs + 2 * kBM * LD;                                    // [2][kBM][LD]
   float* st_end = reinterpret_cast<float*>(dOs + 2 * kBM * LD);  // [2][kBM] key_end as float bits (int)
-  float* st_lse = st_end + 2 * kBM;   // lse * log2(e)
+  float* st_lse = st_end + 2 * kBM;                              // lse * log2(e)
   float* st_dsum = st_lse + 2 * kBM;
   float* st_c = st_dsum + 2 * kBM;
   float* st_bias = st_c + 2 * kBM;
@@ -347,8 +346,8 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dq_ker
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);
   T* dOs = Qs + kBM * LD;
-  T* Ks = dOs + kBM * LD;        // [2][kBN][LD]
-  T* Vs = Ks + 2 * kBN * LD;     // [2][kBN][LD]
+  T* Ks = dOs + kBM * LD;                                     // [2][kBN][LD]
+  T* Vs = Ks + 2 * kBN * LD;                                  // [2][kBN][LD]
   float* kokf = reinterpret_cast<float*>(Vs + 2 * kBN * LD);  // [2][kBN]
 
   const MaskInfo& mask = a.mask;
@@ -458,8 +457,8 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dq_ker
 
 // Dsum_i = dO_i . O_i (softmax), one warp a row, float32.
 template <int D, class T>
-__global__ void __launch_bounds__(256) mma_dsum_kernel(const T* __restrict__ O, const T* __restrict__ dO,
-                                                      float* __restrict__ Dsum, int64_t rows) {
+__global__ void __launch_bounds__(256)
+    mma_dsum_kernel(const T* __restrict__ O, const T* __restrict__ dO, float* __restrict__ Dsum, int64_t rows) {
   const int64_t row = blockIdx.x * int64_t{8} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;

@@ -32,7 +32,9 @@ __device__ T block_reduce(T v, T* scratch, Op op) {
 
 struct Sum {
   template <class T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct Max {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -238,9 +240,11 @@ void attention_backward_cuda_ref(const AttentionSpec& spec, const AttentionShape
   gemm_rm(ws->cublas, BH, 1.0f, {dO, sh.Nq, sh.dv, false, sO}, {V, sh.Nk, sh.dv, true, sV}, dP, sS);  // dP = dO V^T
   ref_backward_rows<<<static_cast<unsigned>(BH * sh.Nq), kRowThreads, 0, stream>>>(spec.act, mask, sh.H, lse, S, dP);
   ATTN_CUDA_CHECK_LAUNCH();
-  gemm_rm(ws->cublas, BH, scale, {dP, sh.Nq, sh.Nk, false, sS}, {K, sh.Nk, sh.d, false, sK}, dQ, sQ);  // dQ = dS K * scale
-  gemm_rm(ws->cublas, BH, scale, {dP, sh.Nq, sh.Nk, true, sS}, {Q, sh.Nq, sh.d, false, sQ}, dK, sK);   // dK = dS^T Q * scale
-  gemm_rm(ws->cublas, BH, 1.0f, {S, sh.Nq, sh.Nk, true, sS}, {dO, sh.Nq, sh.dv, false, sO}, dV, sV);   // dV = P^T dO
+  gemm_rm(ws->cublas, BH, scale, {dP, sh.Nq, sh.Nk, false, sS}, {K, sh.Nk, sh.d, false, sK}, dQ,
+          sQ);  // dQ = dS K * scale
+  gemm_rm(ws->cublas, BH, scale, {dP, sh.Nq, sh.Nk, true, sS}, {Q, sh.Nq, sh.d, false, sQ}, dK,
+          sK);  // dK = dS^T Q * scale
+  gemm_rm(ws->cublas, BH, 1.0f, {S, sh.Nq, sh.Nk, true, sS}, {dO, sh.Nq, sh.dv, false, sO}, dV, sV);  // dV = P^T dO
 }
 
 }  // namespace attnsweep

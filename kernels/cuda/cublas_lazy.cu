@@ -15,8 +15,8 @@ void* cublas_library() {
   static std::once_flag once;
   std::call_once(once, [] {
     const std::string so = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
-    for (const std::string& path : {so, "/usr/local/cuda/lib64/" + so, "/usr/local/cuda/lib/" + so,
-                                    std::string("libcublas.so")}) {
+    for (const std::string& path :
+         {so, "/usr/local/cuda/lib64/" + so, "/usr/local/cuda/lib/" + so, std::string("libcublas.so")}) {
       handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (handle) break;
     }
@@ -32,11 +32,11 @@ Fn symbol(const char* name) {
 
 }  // namespace
 
-#define ATTNSWEEP_CUBLAS_FORWARD(ret, name, params, args, fail)       \
-  extern "C" ret CUBLASWINAPI name params {                           \
-    using Fn = ret(CUBLASWINAPI*) params;                             \
-    static Fn fn = symbol<Fn>(#name);                                 \
-    return fn ? fn args : fail;                                       \
+#define ATTNSWEEP_CUBLAS_FORWARD(ret, name, params, args, fail) \
+  extern "C" ret CUBLASWINAPI name params {                     \
+    using Fn = ret(CUBLASWINAPI*) params;                       \
+    static Fn fn = symbol<Fn>(#name);                           \
+    return fn ? fn args : fail;                                 \
   }
 
 ATTNSWEEP_CUBLAS_FORWARD(cublasStatus_t, cublasCreate_v2, (cublasHandle_t * handle), (handle),
@@ -45,8 +45,8 @@ ATTNSWEEP_CUBLAS_FORWARD(cublasStatus_t, cublasDestroy_v2, (cublasHandle_t handl
                          CUBLAS_STATUS_NOT_INITIALIZED)
 ATTNSWEEP_CUBLAS_FORWARD(cublasStatus_t, cublasSetStream_v2, (cublasHandle_t handle, cudaStream_t stream),
                          (handle, stream), CUBLAS_STATUS_NOT_INITIALIZED)
-ATTNSWEEP_CUBLAS_FORWARD(cublasStatus_t, cublasSetMathMode, (cublasHandle_t handle, cublasMath_t mode),
-                         (handle, mode), CUBLAS_STATUS_NOT_INITIALIZED)
+ATTNSWEEP_CUBLAS_FORWARD(cublasStatus_t, cublasSetMathMode, (cublasHandle_t handle, cublasMath_t mode), (handle, mode),
+                         CUBLAS_STATUS_NOT_INITIALIZED)
 ATTNSWEEP_CUBLAS_FORWARD(const char*, cublasGetStatusName, (cublasStatus_t status), (status),
                          "cuBLAS could not be loaded (libcublas.so not found)")
 ATTNSWEEP_CUBLAS_FORWARD(cublasStatus_t, cublasSgemm_v2,
@@ -58,8 +58,8 @@ ATTNSWEEP_CUBLAS_FORWARD(cublasStatus_t, cublasSgemm_v2,
 ATTNSWEEP_CUBLAS_FORWARD(cublasStatus_t, cublasSgemmStridedBatched,
                          (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                           int k, const float* alpha, const float* A, int lda, long long int strideA, const float* B,
-                          int ldb, long long int strideB, const float* beta, float* C, int ldc,
-                          long long int strideC, int batchCount),
+                          int ldb, long long int strideB, const float* beta, float* C, int ldc, long long int strideC,
+                          int batchCount),
                          (handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
                           strideC, batchCount),
                          CUBLAS_STATUS_NOT_INITIALIZED)

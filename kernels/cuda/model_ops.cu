@@ -124,14 +124,16 @@ struct ClsPoolBackward {
 // Read-out: the query is token N-1 (its q is (B, H, 1, hd), i.e. (B, C) row-major), the
 // keys and values tokens 0 .. N-2 (Lp = N - 1 of them).
 struct ReadoutQuery {  // i over (B, C)
-  float* q;    // forward: q[i] = qkv[query row]; backward: dqkv[query row] = dq[i]
+  float* q;            // forward: q[i] = qkv[query row]; backward: dqkv[query row] = dq[i]
   float* qkv;
   int64_t N, C;
   bool backward;
   __device__ void operator()(int64_t i) const {
     const int64_t b = i / C, c = i % C, r = (b * N + N - 1) * 3 * C + c;
-    if (backward) qkv[r] = q[i];
-    else q[i] = qkv[r];
+    if (backward)
+      qkv[r] = q[i];
+    else
+      q[i] = qkv[r];
   }
 };
 
@@ -163,8 +165,10 @@ struct ReadoutPick {  // i over B
   bool backward;
   __device__ void operator()(int64_t b) const {
     const int64_t at = ((b * H + H - 1) + 1) * hd - 1;
-    if (backward) o[at] = pred[b];
-    else pred[b] = o[at];
+    if (backward)
+      o[at] = pred[b];
+    else
+      pred[b] = o[at];
   }
 };
 
@@ -204,8 +208,8 @@ void tokens_forward_cuda(float* encoded, const float* emb, const float* cls, con
   launch_map(TokensForward{encoded, emb, cls, wpe, T, N, C, off}, B * T * C, stream);
 }
 
-void tokens_backward_cuda(float* dwpe, float* dcls, float* demb, const float* dencoded, int64_t B, int64_t T,
-                          int64_t N, int64_t C, int64_t off, cudaStream_t stream) {
+void tokens_backward_cuda(float* dwpe, float* dcls, float* demb, const float* dencoded, int64_t B, int64_t T, int64_t N,
+                          int64_t C, int64_t off, cudaStream_t stream) {
   launch_map(PositionsBackward{dwpe, dcls, dencoded, B, T, C, off}, T * C, stream);
   launch_map(TokenRows{demb, dencoded, T, N, C, off}, B * N * C, stream);
 }
@@ -227,8 +231,8 @@ void readout_split_cuda(float* q, float* k, float* v, const float* qkv, int64_t 
   launch_map(ReadoutKeys{k, v, src, N, H, hd, false}, B * (N - 1) * H * hd, stream);
 }
 
-void readout_merge_cuda(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t N,
-                        int64_t H, int64_t hd, cudaStream_t stream) {
+void readout_merge_cuda(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t N, int64_t H,
+                        int64_t hd, cudaStream_t stream) {
   launch_map(ReadoutQuery{const_cast<float*>(dq), dqkv, N, H * hd, true}, B * H * hd, stream);
   launch_map(ReadoutKeys{const_cast<float*>(dk), const_cast<float*>(dv), dqkv, N, H, hd, true}, B * (N - 1) * H * hd,
              stream);
@@ -243,6 +247,8 @@ void readout_pick_backward_cuda(float* dout, const float* dpred, int64_t B, int6
   launch_map(ReadoutPick{const_cast<float*>(dpred), dout, H, hd, true}, B, stream);
 }
 
-void scale_inplace_cuda(float* g, int64_t n, float c, cudaStream_t stream) { launch_map(Scale{g, c}, n, stream); }
+void scale_inplace_cuda(float* g, int64_t n, float c, cudaStream_t stream) {
+  launch_map(Scale{g, c}, n, stream);
+}
 
 }  // namespace attnsweep

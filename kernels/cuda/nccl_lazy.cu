@@ -95,7 +95,9 @@ struct NcclComms {
   std::vector<Comm> comms;
 };
 
-std::string nccl_unavailable_reason() { return api().why; }
+std::string nccl_unavailable_reason() {
+  return api().why;
+}
 
 NcclComms* nccl_comms_create(const int* devices, int k) {
   const Api& a = loaded();
@@ -123,7 +125,8 @@ void nccl_allreduce_sum(NcclComms* comms, float* const* bufs, int64_t n, const c
   if (n <= 0) return;
   check(a.group_start(), "ncclGroupStart");
   for (size_t r = 0; r < comms->comms.size(); ++r) {
-    const Result res = a.all_reduce(bufs[r], bufs[r], static_cast<size_t>(n), kFloat32, kSum, comms->comms[r], streams[r]);
+    const Result res =
+        a.all_reduce(bufs[r], bufs[r], static_cast<size_t>(n), kFloat32, kSum, comms->comms[r], streams[r]);
     if (res != kSuccess) {
       a.group_end();  // close the group before reporting
       check(res, "ncclAllReduce");

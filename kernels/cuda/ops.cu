@@ -33,7 +33,9 @@ __device__ __forceinline__ double warp_sum(double v) {
 
 // Warp-per-row kernels: 8 rows per 256-thread block.
 constexpr int kRowsPerBlock = kThreads / 32;
-unsigned row_blocks(int64_t N) { return static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock); }
+unsigned row_blocks(int64_t N) {
+  return static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
+}
 
 int checked_int(int64_t v, const char* what) {
   if (v < 0 || v > INT_MAX)
@@ -479,9 +481,9 @@ struct AdamW {
     v[i] = vi;
     const double mhat = mi / c1, vhat = vi / c2;
     const float p = params[i];
-    params[i] = p - static_cast<float>(static_cast<double>(lr) *
-                                       (mhat / (sqrt(vhat) + static_cast<double>(eps)) +
-                                        static_cast<double>(weight_decay) * static_cast<double>(p)));
+    params[i] =
+        p - static_cast<float>(static_cast<double>(lr) * (mhat / (sqrt(vhat) + static_cast<double>(eps)) +
+                                                          static_cast<double>(weight_decay) * static_cast<double>(p)));
   }
 };
 
@@ -520,8 +522,8 @@ void matmul_forward_cuda(float* out, const float* inp, const float* weight, cons
     const int iN = checked_int(N, "N"), iC = checked_int(C, "C"), iOC = checked_int(OC, "OC");
     const float one = 1.0f, zero = 0.0f;
     ATTN_CUBLAS_CHECK(cublasSetStream(ws->cublas, stream));
-    ATTN_CUBLAS_CHECK(cublasSgemm(ws->cublas, CUBLAS_OP_T, CUBLAS_OP_N, iOC, iN, iC, &one, weight, iC, inp, iC, &zero,
-                                  out, iOC));
+    ATTN_CUBLAS_CHECK(
+        cublasSgemm(ws->cublas, CUBLAS_OP_T, CUBLAS_OP_N, iOC, iN, iC, &one, weight, iC, inp, iC, &zero, out, iOC));
   }
   if (bias != nullptr) launch_map(AddBias{out, bias, OC}, N * OC, stream);
 }
@@ -536,11 +538,11 @@ void matmul_backward_cuda(float* dinp, float* dweight, float* dbias, const float
     ATTN_CUBLAS_CHECK(cublasSetStream(ws->cublas, stream));
     // dinp^T (C, N) += weight^T (C, OC) . dout^T (OC, N)
     if (dinp != nullptr)
-      ATTN_CUBLAS_CHECK(cublasSgemm(ws->cublas, CUBLAS_OP_N, CUBLAS_OP_N, iC, iN, iOC, &one, weight, iC, dout, iOC,
-                                    &one, dinp, iC));
+      ATTN_CUBLAS_CHECK(
+          cublasSgemm(ws->cublas, CUBLAS_OP_N, CUBLAS_OP_N, iC, iN, iOC, &one, weight, iC, dout, iOC, &one, dinp, iC));
     // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC)
-    ATTN_CUBLAS_CHECK(cublasSgemm(ws->cublas, CUBLAS_OP_N, CUBLAS_OP_T, iC, iOC, iN, &one, inp, iC, dout, iOC, &one,
-                                  dweight, iC));
+    ATTN_CUBLAS_CHECK(
+        cublasSgemm(ws->cublas, CUBLAS_OP_N, CUBLAS_OP_T, iC, iOC, iN, &one, inp, iC, dout, iOC, &one, dweight, iC));
   }
   if (dbias != nullptr) launch_colsum<1>(ColumnOf{dout, OC}, N, OC, Dsts<1>{{dbias}}, ws, stream);
 }
@@ -589,9 +591,8 @@ void meanpool_backward_cuda(float* dinp, const float* dout, int64_t B, int64_t T
 
 // ---- losses -------------------------------------------------------------------------------------
 
-double softmax_crossentropy_forward_cuda(float* probs, int64_t* n_correct, const float* logits,
-                                         const int32_t* targets, int64_t N, int64_t V, AttentionCudaWorkspace* ws,
-                                         cudaStream_t stream) {
+double softmax_crossentropy_forward_cuda(float* probs, int64_t* n_correct, const float* logits, const int32_t* targets,
+                                         int64_t N, int64_t V, AttentionCudaWorkspace* ws, cudaStream_t stream) {
   if (N <= 0 || V <= 0) {
     if (n_correct != nullptr) *n_correct = 0;
     return 0.0;
@@ -622,8 +623,7 @@ void softmax_crossentropy_backward_cuda(float* dlogits, const float* probs, cons
 namespace {
 
 // sum (pred - target)^2 (target may be null) over n > 0, in float64, partition fixed by n.
-double sum_squares(const float* pred, const float* target, int64_t n, AttentionCudaWorkspace* ws,
-                   cudaStream_t stream) {
+double sum_squares(const float* pred, const float* target, int64_t n, AttentionCudaWorkspace* ws, cudaStream_t stream) {
   const int64_t blocks = std::clamp<int64_t>((n + 8 * kThreads - 1) / (8 * kThreads), 1, 1024);  // from n only
   Carver sizing(nullptr);
   sizing.take<double>(static_cast<size_t>(blocks));

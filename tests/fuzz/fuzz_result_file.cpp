@@ -1,8 +1,8 @@
 // libFuzzer target: a per-cell result file of arbitrary bytes (a truncated or corrupt
-// HDF5 file under runs/), with and without a valid checksum header. read_cell_summary may throw std::runtime_error; cell_file_valid
-// and read_valid_cell_summary never throw. Anything else (another exception, a crash, a
-// sanitizer report) is a bug. Note: libhdf5 itself is not instrumented, so ASan sees
-// only what it does through our code and the allocator.
+// HDF5 file under runs/), with and without a valid checksum header. read_cell_summary may throw std::runtime_error;
+// cell_file_valid and read_valid_cell_summary never throw. Anything else (another exception, a crash, a sanitizer
+// report) is a bug. Note: libhdf5 itself is not instrumented, so ASan sees only what it does through our code and the
+// allocator.
 #include <fcntl.h>
 #include <unistd.h>
 

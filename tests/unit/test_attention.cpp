@@ -138,10 +138,14 @@ Ref reference(const AttentionSpec& spec, const AttentionShape& sh, const std::ve
 
 // ---- cases ----------------------------------------------------------------------------
 
-std::string act_name(const ActivationSpec& a) { return spec_token(a); }
+std::string act_name(const ActivationSpec& a) {
+  return spec_token(a);
+}
 
 // Every activation of the registry, with its degrees and scales.
-std::vector<ActivationSpec> all_activations() { return registry_test_specs(); }
+std::vector<ActivationSpec> all_activations() {
+  return registry_test_specs();
+}
 
 struct ShapeCase {
   AttentionShape sh;
@@ -198,7 +202,9 @@ Inputs random_inputs(const ShapeCase& c, uint32_t seed) {
   return in;
 }
 
-std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+std::vector<double> to_double(const std::vector<float>& x) {
+  return {x.begin(), x.end()};
+}
 
 // An output buffer filled with NaN (so anything left unwritten fails the finite check)
 // and followed by guard values that an out-of-bounds write would change (ggml style).
@@ -208,9 +214,7 @@ struct Guarded {
   static constexpr T kGuardValue = T(-12345.678);
   std::vector<T> buf;
   int64_t n;
-  explicit Guarded(int64_t n_) : buf(n_ + kGuard, T(NAN)), n(n_) {
-    std::fill(buf.begin() + n, buf.end(), kGuardValue);
-  }
+  explicit Guarded(int64_t n_) : buf(n_ + kGuard, T(NAN)), n(n_) { std::fill(buf.begin() + n, buf.end(), kGuardValue); }
   T* data() { return buf.data(); }
   bool guard_ok() const {
     for (int64_t i = n; i < n + kGuard; ++i)
@@ -248,8 +252,13 @@ struct KernelOut {
   Guarded<float> O, lse, dQ, dK, dV;
   Guarded<double> attn, jac;
   explicit KernelOut(const AttentionShape& s)
-      : O(s.B * s.H * s.Nq * s.dv), lse(s.B * s.H * s.Nq), dQ(s.B * s.H * s.Nq * s.d), dK(s.B * s.H * s.Nk * s.d),
-        dV(s.B * s.H * s.Nk * s.dv), attn(s.B * s.H), jac(s.B * s.H) {}
+      : O(s.B * s.H * s.Nq * s.dv),
+        lse(s.B * s.H * s.Nq),
+        dQ(s.B * s.H * s.Nq * s.d),
+        dK(s.B * s.H * s.Nk * s.d),
+        dV(s.B * s.H * s.Nk * s.dv),
+        attn(s.B * s.H),
+        jac(s.B * s.H) {}
 };
 
 void run_kernel(const AttentionSpec& spec, const ShapeCase& c, const Inputs& in, KernelOut& out) {
@@ -276,8 +285,12 @@ struct Case {
   ShapeCase shape;
 };
 
-std::string case_name(const Case& c) { return act_name(c.act) + "__" + shape_name(c.shape); }
-void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }  // gtest prints this on failure
+std::string case_name(const Case& c) {
+  return act_name(c.act) + "__" + shape_name(c.shape);
+}
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << case_name(c);
+}  // gtest prints this on failure
 
 void check_vs_reference(const Case& c) {
   SCOPED_TRACE("case: " + case_name(c));
@@ -285,8 +298,8 @@ void check_vs_reference(const Case& c) {
   spec.act = c.act;
   spec.causal = c.shape.causal;
   const Inputs in = random_inputs(c.shape, 1234);
-  const Ref ref = reference(spec, c.shape.sh, to_double(in.q), to_double(in.k), to_double(in.v),
-                            to_double(in.mask), to_double(in.dO));
+  const Ref ref = reference(spec, c.shape.sh, to_double(in.q), to_double(in.k), to_double(in.v), to_double(in.mask),
+                            to_double(in.dO));
   KernelOut out(c.shape.sh);
   run_kernel(spec, c.shape, in, out);
   const double tol = tolerance(c.shape.sh);
@@ -296,8 +309,12 @@ void check_vs_reference(const Case& c) {
   EXPECT_TRUE(close("dQ", out.dQ.data(), ref.dQ, tol));
   EXPECT_TRUE(close("dK", out.dK.data(), ref.dK, tol));
   EXPECT_TRUE(close("dV", out.dV.data(), ref.dV, tol));
-  for (auto [name, ok] : {std::pair{"O", out.O.guard_ok()}, {"lse", out.lse.guard_ok()}, {"dQ", out.dQ.guard_ok()},
-                          {"dK", out.dK.guard_ok()}, {"dV", out.dV.guard_ok()}, {"attn_fro", out.attn.guard_ok()},
+  for (auto [name, ok] : {std::pair{"O", out.O.guard_ok()},
+                          {"lse", out.lse.guard_ok()},
+                          {"dQ", out.dQ.guard_ok()},
+                          {"dK", out.dK.guard_ok()},
+                          {"dV", out.dV.guard_ok()},
+                          {"attn_fro", out.attn.guard_ok()},
                           {"jac_fro", out.jac.guard_ok()}})
     EXPECT_TRUE(ok) << "write past the end of " << name;
 }
@@ -306,7 +323,9 @@ class AttentionVsReference : public ::testing::TestWithParam<Case> {};
 
 // The products through our AVX-512 GEMM tiles where the CPU has them (own_gemms in
 // kernels/cpu/attention.cpp), else OpenBLAS.
-TEST_P(AttentionVsReference, ForwardBackwardNorms) { check_vs_reference(GetParam()); }
+TEST_P(AttentionVsReference, ForwardBackwardNorms) {
+  check_vs_reference(GetParam());
+}
 
 // The same cases through OpenBLAS (the path of CPUs without AVX-512, and of
 // ATTNSWEEP_CPU_GEMM=openblas), so that both paths stay tested on an AVX-512 machine.
@@ -525,10 +544,14 @@ TEST(Theorem41, SoftmaxNormBounds) {
         for (int64_t j = 0; j < N; ++j) {
           float& s = S[i * N + j];
           const std::string k = kind;
-          if (k == "random") s = 3.0f * nd(rng);
-          else if (k == "huge") s = 1e4f * nd(rng);
-          else if (k == "onehot") s = j == (i * 7) % N ? 1e4f : -1e4f;
-          else s = (j == i % N || j == (i + 1) % N) ? 1e4f : -1e4f;  // two equal maximal logits
+          if (k == "random")
+            s = 3.0f * nd(rng);
+          else if (k == "huge")
+            s = 1e4f * nd(rng);
+          else if (k == "onehot")
+            s = j == (i * 7) % N ? 1e4f : -1e4f;
+          else
+            s = (j == i % N || j == (i + 1) % N) ? 1e4f : -1e4f;  // two equal maximal logits
         }
       const auto n = softmax_norms_of(S, N);
       for (int which : {0, 2}) {  // kernel, reference

@@ -66,7 +66,9 @@ class DeviceBuffer {
 };
 
 using Workspace = std::unique_ptr<AttentionCudaWorkspace, void (*)(AttentionCudaWorkspace*)>;
-Workspace make_workspace() { return Workspace(attention_cuda_workspace_create(), attention_cuda_workspace_destroy); }
+Workspace make_workspace() {
+  return Workspace(attention_cuda_workspace_create(), attention_cuda_workspace_destroy);
+}
 
 // bfloat16 on the host: round to nearest even, as __float2bfloat16 does.
 uint16_t to_bf16(float f) {
@@ -200,10 +202,10 @@ Outputs run_gpu(const Inputs& in, Path path, AttentionCudaWorkspace* ws) {
       attention_backward_cuda_ref(in.spec, s, Q.get(), K.get(), V.get(), m, O.get(), dO.get(), lse.get(), dQ.get(),
                                   dK.get(), dV.get(), ws, nullptr);
     } else {
-      attention_forward_cuda(in.spec, s, CudaDType::f32, Q.get(), K.get(), V.get(), m, O.get(), lse.get(),
-                             attn.get(), jac.get(), ws, nullptr);
-      attention_backward_cuda(in.spec, s, CudaDType::f32, Q.get(), K.get(), V.get(), m, O.get(), dO.get(),
-                              lse.get(), dQ.get(), dK.get(), dV.get(), ws, nullptr);
+      attention_forward_cuda(in.spec, s, CudaDType::f32, Q.get(), K.get(), V.get(), m, O.get(), lse.get(), attn.get(),
+                             jac.get(), ws, nullptr);
+      attention_backward_cuda(in.spec, s, CudaDType::f32, Q.get(), K.get(), V.get(), m, O.get(), dO.get(), lse.get(),
+                              dQ.get(), dK.get(), dV.get(), ws, nullptr);
     }
     o.O = O.download();
     o.dQ = dQ.download();
@@ -221,8 +223,8 @@ Outputs run_gpu(const Inputs& in, Path path, AttentionCudaWorkspace* ws) {
 // the scale of the terms a tensor is made of, for tensors that are zero in exact
 // arithmetic (softmax over one key: dQ = dK = 0 as the difference of two equal dot
 // products); allow (may be empty) is a per-entry allowance for ReLU's kink (below).
-void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
-                  double tol, double floor = 1e-6, const std::vector<double>& allow = {}) {
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol,
+                  double floor = 1e-6, const std::vector<double>& allow = {}) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double scale = floor, worst = -1.0;
   size_t at = 0;
@@ -234,8 +236,8 @@ void expect_close(const std::string& what, const std::vector<float>& got, const 
     const double e = std::fabs(static_cast<double>(got[i]) - want[i]) - (allow.empty() ? 0.0 : allow[i]);
     if (e > worst) worst = e, at = i;
   }
-  EXPECT_LE(worst, tol * scale) << what << ": worst at [" << at << "] got " << (got.empty() ? 0.f : got[at])
-                                << " want " << (want.empty() ? 0.f : want[at]) << ", scale " << scale
+  EXPECT_LE(worst, tol * scale) << what << ": worst at [" << at << "] got " << (got.empty() ? 0.f : got[at]) << " want "
+                                << (want.empty() ? 0.f : want[at]) << ", scale " << scale
                                 << (allow.empty() ? "" : ", allowance there " + std::to_string(allow[at]));
 }
 
@@ -486,8 +488,8 @@ float from_f16(uint16_t h) {
 TEST(HalfFloatHost, RoundTrip) {
   for (float x : {0.0f, 1.0f, -2.5f, 65504.0f, 1e-7f, 3.14159f, -1e-3f})
     EXPECT_NEAR(from_f16(to_f16(x)), x, 1e-3 * std::fabs(x) + 6e-8) << x;
-  EXPECT_EQ(to_f16(1.0009765625f), 0x3c01);  // 1 + 2^-10: exact
-  EXPECT_EQ(to_f16(1.00048828125f), 0x3c00); // 1 + 2^-11: a tie, to even
+  EXPECT_EQ(to_f16(1.0009765625f), 0x3c01);   // 1 + 2^-10: exact
+  EXPECT_EQ(to_f16(1.00048828125f), 0x3c00);  // 1 + 2^-11: a tie, to even
   EXPECT_EQ(to_f16(5.9604645e-08f), 0x0001);  // 2^-24: the smallest subnormal
   EXPECT_EQ(to_f16(1.0f), 0x3c00);
   EXPECT_EQ(to_f16(-2.0f), 0xc000);
@@ -610,8 +612,8 @@ TEST(AttentionCudaMma, BackwardFromMmaForward) {
     DeviceBuffer<uint16_t> Q(to_bf16(in.Q)), K(to_bf16(in.K)), V(to_bf16(in.V)), dO(to_bf16(in.dO));
     DeviceBuffer<uint16_t> O(s.B * s.H * s.Nq * s.dv), dQ(in.Q.size()), dK(in.K.size()), dV(in.V.size());
     DeviceBuffer<float> mask(in.mask), lse(s.B * s.H * s.Nq);
-    attention_forward_cuda_mma(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), mask.get(), O.get(),
-                               lse.get(), nullptr, nullptr, ws.get(), nullptr);
+    attention_forward_cuda_mma(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), mask.get(), O.get(), lse.get(),
+                               nullptr, nullptr, ws.get(), nullptr);
     attention_backward_cuda(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), mask.get(), O.get(), dO.get(),
                             lse.get(), dQ.get(), dK.get(), dV.get(), ws.get(), nullptr);
     std::vector<double> allow_dQ, allow_dK;
@@ -656,8 +658,8 @@ TEST_P(AttentionCudaMmaBwd, BackwardMatchesCpu) {
     DeviceBuffer<uint16_t> dQ(std::vector<uint16_t>(in.Q.size(), 0xffffu));
     DeviceBuffer<uint16_t> dK(std::vector<uint16_t>(in.K.size(), 0xffffu));
     DeviceBuffer<uint16_t> dV(std::vector<uint16_t>(in.V.size(), 0xffffu));
-    attention_backward_cuda_mma(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), m, O.get(), dO.get(),
-                                lse.get(), dQ.get(), dK.get(), dV.get(), ws.get(), nullptr);
+    attention_backward_cuda_mma(in.spec, s, CudaDType::bf16, Q.get(), K.get(), V.get(), m, O.get(), dO.get(), lse.get(),
+                                dQ.get(), dK.get(), dV.get(), ws.get(), nullptr);
     gq = from_bf16(dQ.download());
     gk = from_bf16(dK.download());
     gv = from_bf16(dV.download());

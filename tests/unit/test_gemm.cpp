@@ -63,9 +63,9 @@ std::string name(const Shape& s) {
 // Tails of 8 rows / 32 and 16 columns, K = 1, single rows / columns, the reference cell's
 // shapes, and enough rows for several dweight chunks (chunk = max(64, 65536 / (C + OC))).
 const std::vector<Shape> kShapes = {
-    {1, 1, 1},     {1, 64, 64},   {2, 3, 5},      {7, 1, 33},     {9, 17, 1},    {8, 32, 32},  {13, 16, 17},
-    {31, 33, 47},  {64, 64, 64},  {65, 64, 192},  {130, 256, 64}, {129, 48, 64}, {100, 1, 16}, {3, 300, 70},
-    {2100, 24, 40}, {700, 200, 150}, {1, 256, 256}, {257, 31, 7},
+    {1, 1, 1},    {1, 64, 64},  {2, 3, 5},      {7, 1, 33},      {9, 17, 1},     {8, 32, 32},
+    {13, 16, 17}, {31, 33, 47}, {64, 64, 64},   {65, 64, 192},   {130, 256, 64}, {129, 48, 64},
+    {100, 1, 16}, {3, 300, 70}, {2100, 24, 40}, {700, 200, 150}, {1, 256, 256},  {257, 31, 7},
 };
 
 // The float64 reference and, per element, sum |terms| for the error bound.
@@ -92,8 +92,8 @@ Ref ref_forward(const FVec& x, const FVec& w, const float* b, const Shape& s) {
     const double g = got[i];
     const double bound = static_cast<double>(nterms + 2) * kU * ref.mag[i] + 1e-30;
     if (!std::isfinite(g) || std::abs(g - ref.val[i]) > bound)
-      return ::testing::AssertionFailure() << what << "[" << i << "] = " << g << ", reference " << ref.val[i]
-                                           << ", bound " << bound;
+      return ::testing::AssertionFailure()
+             << what << "[" << i << "] = " << g << ", reference " << ref.val[i] << ", bound " << bound;
   }
   return ::testing::AssertionSuccess();
 }
@@ -160,7 +160,8 @@ void check_against_float64(cpu::GemmPath path) {
         }
         EXPECT_TRUE(guard_ok("dinp", g.dx));
         // dweight = dw0 + dout^T @ x
-        Ref r{std::vector<double>(init.dw.begin(), init.dw.end() - kGuard), std::vector<double>(init.dw.size() - kGuard)};
+        Ref r{std::vector<double>(init.dw.begin(), init.dw.end() - kGuard),
+              std::vector<double>(init.dw.size() - kGuard)};
         for (int64_t o = 0; o < s.OC; ++o)
           for (int64_t c = 0; c < s.C; ++c) {
             double v = 0, m = 0;
@@ -194,7 +195,9 @@ TEST(Gemm, Avx512PathMatchesFloat64) {
   check_against_float64(cpu::GemmPath::Auto);
 }
 
-TEST(Gemm, OpenBlasPathMatchesFloat64) { check_against_float64(cpu::GemmPath::OpenBlas); }
+TEST(Gemm, OpenBlasPathMatchesFloat64) {
+  check_against_float64(cpu::GemmPath::OpenBlas);
+}
 
 TEST(Gemm, PathSelection) {
   {
@@ -282,7 +285,7 @@ void check_fused_gelu(cpu::GemmPath path) {
     FVec act(ni);
     gelu_forward(act.data(), pre.data(), s.N * s.C);
     FVec dact(ni, 0.0f), dpre_u(ni, 0.0f), dw_u = randn(static_cast<size_t>(s.OC * s.C), 38),
-        db_u = randn(static_cast<size_t>(s.OC), 39);
+                                           db_u = randn(static_cast<size_t>(s.OC), 39);
     FVec dw_f = dw_u, db_f = db_u, dpre_f = out_buf(ni, 40);
     matmul_backward(dact.data(), dw_u.data(), db_u.data(), dout.data(), act.data(), w.data(), s.N, s.C, s.OC);
     gelu_backward(dpre_u.data(), pre.data(), dact.data(), s.N * s.C);
@@ -300,7 +303,9 @@ TEST(Gemm, FusedGeluIsTheUnfusedOpsAvx512) {
   check_fused_gelu(cpu::GemmPath::Auto);
 }
 
-TEST(Gemm, FusedGeluIsTheUnfusedOpsOpenBlas) { check_fused_gelu(cpu::GemmPath::OpenBlas); }
+TEST(Gemm, FusedGeluIsTheUnfusedOpsOpenBlas) {
+  check_fused_gelu(cpu::GemmPath::OpenBlas);
+}
 
 // matmul_backward_overwrite gives exactly zero-fill + matmul_backward (compared with ==,
 // zeros' signs aside), whatever dinp held before, on both paths.
@@ -356,7 +361,6 @@ TEST(Gemm, BackwardOverwriteIsZeroThenBackwardOpenBlas) {
   check_backward_overwrite(cpu::GemmPath::OpenBlas);
 }
 
-
 // ---- the fused transformer layer (kernels/ops.h layer_forward_fused_cpu / backward) ----
 // One layer of B = 11 samples of T = 49 tokens (blocks of 5 samples: the last is short),
 // C = 64, 4 heads, F = 256: random parameters near their initial scales, the forward by
@@ -370,8 +374,20 @@ struct LayerCase {
     FVec ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res1, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res2;
     std::vector<double> attn, jac;
     Acts()
-        : ln1(BT * C), ln1_mean(BT), ln1_rstd(BT), qkv(BT * 3 * C), atty(BT * C), lse(B * H * T), res1(BT * C),
-          ln2(BT * C), ln2_mean(BT), ln2_rstd(BT), fch(BT * F), fch_gelu(BT * F), res2(BT * C), attn(B * H, -1.0),
+        : ln1(BT * C),
+          ln1_mean(BT),
+          ln1_rstd(BT),
+          qkv(BT * 3 * C),
+          atty(BT * C),
+          lse(B * H * T),
+          res1(BT * C),
+          ln2(BT * C),
+          ln2_mean(BT),
+          ln2_rstd(BT),
+          fch(BT * F),
+          fch_gelu(BT * F),
+          res2(BT * C),
+          attn(B * H, -1.0),
           jac(B * H, -1.0) {}
   } ref;
 
@@ -381,11 +397,19 @@ struct LayerCase {
     return v;
   }
   LayerCase(const ActivationSpec& act, bool norms)
-      : inp(randn(static_cast<size_t>(BT * C), 71)), ln1_w(param(C, 72, 0.1f, 1.0f)), ln1_b(param(C, 73, 0.1f, 0.0f)),
-        qkv_w(param(3 * C * C, 74, 0.125f, 0.0f)), qkv_b(param(3 * C, 75, 0.1f, 0.0f)),
-        proj_w(param(C * C, 76, 0.125f, 0.0f)), proj_b(param(C, 77, 0.1f, 0.0f)), ln2_w(param(C, 78, 0.1f, 1.0f)),
-        ln2_b(param(C, 79, 0.1f, 0.0f)), fc_w(param(F * C, 80, 0.125f, 0.0f)), fc_b(param(F, 81, 0.1f, 0.0f)),
-        fcproj_w(param(C * F, 82, 0.0625f, 0.0f)), fcproj_b(param(C, 83, 0.1f, 0.0f)) {
+      : inp(randn(static_cast<size_t>(BT * C), 71)),
+        ln1_w(param(C, 72, 0.1f, 1.0f)),
+        ln1_b(param(C, 73, 0.1f, 0.0f)),
+        qkv_w(param(3 * C * C, 74, 0.125f, 0.0f)),
+        qkv_b(param(3 * C, 75, 0.1f, 0.0f)),
+        proj_w(param(C * C, 76, 0.125f, 0.0f)),
+        proj_b(param(C, 77, 0.1f, 0.0f)),
+        ln2_w(param(C, 78, 0.1f, 1.0f)),
+        ln2_b(param(C, 79, 0.1f, 0.0f)),
+        fc_w(param(F * C, 80, 0.125f, 0.0f)),
+        fc_b(param(F, 81, 0.1f, 0.0f)),
+        fcproj_w(param(C * F, 82, 0.0625f, 0.0f)),
+        fcproj_b(param(C, 83, 0.1f, 0.0f)) {
     spec.act = act;
     spec.collect_norms = norms;
     Acts& r = ref;
@@ -394,8 +418,8 @@ struct LayerCase {
     matmul_forward(r.qkv.data(), r.ln1.data(), qkv_w.data(), qkv_b.data(), BT, C, 3 * C);
     attention_forward_packed_cpu(spec, sh, r.qkv.data(), r.atty.data(), r.lse.data(), r.attn.data(), r.jac.data());
     matmul_residual_forward(r.res1.data(), r.atty.data(), proj_w.data(), proj_b.data(), inp.data(), BT, C, C);
-    layernorm_forward(r.ln2.data(), r.ln2_mean.data(), r.ln2_rstd.data(), r.res1.data(), ln2_w.data(), ln2_b.data(),
-                      BT, C);
+    layernorm_forward(r.ln2.data(), r.ln2_mean.data(), r.ln2_rstd.data(), r.res1.data(), ln2_w.data(), ln2_b.data(), BT,
+                      C);
     matmul_gelu_forward(r.fch.data(), r.fch_gelu.data(), r.ln2.data(), fc_w.data(), fc_b.data(), BT, C, F);
     matmul_residual_forward(r.res2.data(), r.fch_gelu.data(), fcproj_w.data(), fcproj_b.data(), r.res1.data(), BT, F,
                             C);
@@ -478,11 +502,11 @@ std::vector<double> abs_products(const FVec& a, const FVec& b, int64_t n, int64_
 
 // The fused backward against the op sequence: the activation gradient dres out bit for
 // bit (the per-block intermediates dbig, dln, dqkv are the fused path's own scratch; dres
-// and the parameter gradients depend on all of them), since every op on it is row-local; the parameter gradients, which the fused path sums per block of samples and
-// then across blocks in float64 where the ops run one float32 chain over all n = B T rows,
-// within twice the rigorous bound of a float32 sum of n terms, 2 (n + 2) u sum|terms|
-// (terms: the products of the two operands; LayerNorm: dout xhat and dout); and the fused
-// results bit for bit the same at 1, 2 and 3 threads.
+// and the parameter gradients depend on all of them), since every op on it is row-local; the parameter gradients, which
+// the fused path sums per block of samples and then across blocks in float64 where the ops run one float32 chain over
+// all n = B T rows, within twice the rigorous bound of a float32 sum of n terms, 2 (n + 2) u sum|terms| (terms: the
+// products of the two operands; LayerNorm: dout xhat and dout); and the fused results bit for bit the same at 1, 2 and
+// 3 threads.
 TEST(Gemm, FusedLayerBackwardIsTheOpSequence) {
   for (const ActivationSpec& act : kLayerActs) {
     const LayerCase lc(act, false);
@@ -493,9 +517,18 @@ TEST(Gemm, FusedLayerBackwardIsTheOpSequence) {
     struct Grads {
       FVec ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
       Grads()  // random: the gradients are added to
-          : ln1_w(randn(C, 91)), ln1_b(randn(C, 92)), qkv_w(randn(3 * C * C, 93)), qkv_b(randn(3 * C, 94)),
-            proj_w(randn(C * C, 95)), proj_b(randn(C, 96)), ln2_w(randn(C, 97)), ln2_b(randn(C, 98)),
-            fc_w(randn(F * C, 99)), fc_b(randn(F, 100)), fcproj_w(randn(C * F, 101)), fcproj_b(randn(C, 102)) {}
+          : ln1_w(randn(C, 91)),
+            ln1_b(randn(C, 92)),
+            qkv_w(randn(3 * C * C, 93)),
+            qkv_b(randn(3 * C, 94)),
+            proj_w(randn(C * C, 95)),
+            proj_b(randn(C, 96)),
+            ln2_w(randn(C, 97)),
+            ln2_b(randn(C, 98)),
+            fc_w(randn(F * C, 99)),
+            fc_b(randn(F, 100)),
+            fcproj_w(randn(C * F, 101)),
+            fcproj_b(randn(C, 102)) {}
     };
     struct Scratch {
       FVec dres, dln, dbig, dqkv;
@@ -517,8 +550,8 @@ TEST(Gemm, FusedLayerBackwardIsTheOpSequence) {
                               r.atty.data(), lc.proj_w.data(), BT, C, C);
     attention_backward_packed_cpu(lc.spec, lc.sh, r.qkv.data(), r.atty.data(), ref_s.dln.data(), r.lse.data(),
                                   ref_s.dqkv.data());
-    matmul_backward_overwrite(ref_s.dln.data(), ref_g.qkv_w.data(), ref_g.qkv_b.data(), ref_s.dqkv.data(),
-                              r.ln1.data(), lc.qkv_w.data(), BT, C, 3 * C);
+    matmul_backward_overwrite(ref_s.dln.data(), ref_g.qkv_w.data(), ref_g.qkv_b.data(), ref_s.dqkv.data(), r.ln1.data(),
+                              lc.qkv_w.data(), BT, C, 3 * C);
     const FVec dln1 = ref_s.dln;
     layernorm_backward(ref_s.dres.data(), ref_g.ln1_w.data(), ref_g.ln1_b.data(), ref_s.dln.data(), lc.inp.data(),
                        lc.ln1_w.data(), r.ln1_mean.data(), r.ln1_rstd.data(), BT, C);
@@ -529,8 +562,8 @@ TEST(Gemm, FusedLayerBackwardIsTheOpSequence) {
       FVec h(x.size());
       for (int64_t i = 0; i < BT; ++i)
         for (int64_t c = 0; c < C; ++c)
-          h[static_cast<size_t>(i * C + c)] = (x[static_cast<size_t>(i * C + c)] - mean[static_cast<size_t>(i)]) *
-                                              rstd[static_cast<size_t>(i)];
+          h[static_cast<size_t>(i * C + c)] =
+              (x[static_cast<size_t>(i * C + c)] - mean[static_cast<size_t>(i)]) * rstd[static_cast<size_t>(i)];
       return h;
     };
     auto diag = [&](const FVec& a, const FVec& b) {  // sum_i |a[i][c] b[i][c]|

@@ -498,7 +498,8 @@ TEST(Params, TableIsConsistent) {
     }
   }
   EXPECT_EQ(find_param("nope"), nullptr);
-  EXPECT_EQ(task_names(), (std::vector<std::string>{"norm_probe", "image", "icl_regression", "listops", "pde", "synthetic"}));
+  EXPECT_EQ(task_names(),
+            (std::vector<std::string>{"norm_probe", "image", "icl_regression", "listops", "pde", "synthetic"}));
 }
 
 TEST(Params, EstimatedCost) {

@@ -20,7 +20,9 @@
 namespace attnsweep {
 namespace {
 
-ActivationSpec softmax_spec() { return ActivationSpec{}; }
+ActivationSpec softmax_spec() {
+  return ActivationSpec{};
+}
 ActivationSpec spec(Activation a, int degree, ScaleKind scale) {
   ActivationSpec s;
   s.activation = a;
@@ -88,7 +90,8 @@ TEST(IclRegression, TokenStatistics) {
       const double want = std::pow(rho, std::abs(static_cast<double>(i - j)));
       EXPECT_NEAR(cov[static_cast<size_t>(i * d + j)] / n, want, 0.035) << i << "," << j;
       // The query: 4000 draws only, sd <= sqrt(2/4000) = 0.022, allowed 5 sd.
-      EXPECT_NEAR(qcov[static_cast<size_t>(i * d + j)] / static_cast<double>(P), want, 0.11) << "query " << i << "," << j;
+      EXPECT_NEAR(qcov[static_cast<size_t>(i * d + j)] / static_cast<double>(P), want, 0.11)
+          << "query " << i << "," << j;
     }
   EXPECT_NEAR(mean_x / (static_cast<double>(P * (L + 1)) * d), 0.0, 0.01);
   EXPECT_NEAR(res2 / n, noise, 0.0035);
@@ -132,9 +135,9 @@ HandWeights identity_weights(int64_t C, float qk = 1.0f) {
 TEST(IclRegression, ReadoutMatchesModelForwardWithScoreScaleOneOverSqrtC) {
   const int64_t d = 5, C = d + 1, L = 40;
   const IclSetup s = make_icl_setup(d, L, 0.5, 0.1, 3);
-  for (const ActivationSpec& act : {softmax_spec(), spec(Activation::poly, 1, ScaleKind::inv_n),
-                                    spec(Activation::poly, 3, ScaleKind::inv_sqrt_n),
-                                    spec(Activation::relu, 1, ScaleKind::inv_n), spec(Activation::sigmoid, 1, ScaleKind::none)}) {
+  for (const ActivationSpec& act :
+       {softmax_spec(), spec(Activation::poly, 1, ScaleKind::inv_n), spec(Activation::poly, 3, ScaleKind::inv_sqrt_n),
+        spec(Activation::relu, 1, ScaleKind::inv_n), spec(Activation::sigmoid, 1, ScaleKind::none)}) {
     ModelConfig mc;
     mc.head = Head::readout;
     mc.tokens = L + 1;
@@ -157,8 +160,8 @@ TEST(IclRegression, ReadoutMatchesModelForwardWithScoreScaleOneOverSqrtC) {
       const double pred = (l0 - l1 + 1.0) / 2.0;
       std::vector<double> out(static_cast<size_t>(C));
       readout_attention_output(act, W, tokens.data(), L, out.data());
-      EXPECT_NEAR(pred, out[static_cast<size_t>(C - 1)], 2e-4 * (1 + std::fabs(pred))) << "activation "
-                                                                                       << static_cast<int>(act.activation);
+      EXPECT_NEAR(pred, out[static_cast<size_t>(C - 1)], 2e-4 * (1 + std::fabs(pred)))
+          << "activation " << static_cast<int>(act.activation);
       if (act.activation == Activation::softmax) {
         // Independently: s_i = (K x_i) . (Q z) / sqrt(6), softmax, prediction = (V sum p_i x_i)_last.
         const double* z = tokens.data() + L * C;
@@ -169,7 +172,8 @@ TEST(IclRegression, ReadoutMatchesModelForwardWithScoreScaleOneOverSqrtC) {
         for (int64_t t = 0; t < L; ++t) {
           for (int64_t i = 0; i < C; ++i) {
             double k = 0;
-            for (int64_t j = 0; j < C; ++j) k += W.K[static_cast<size_t>(i * C + j)] * tokens[static_cast<size_t>(t * C + j)];
+            for (int64_t j = 0; j < C; ++j)
+              k += W.K[static_cast<size_t>(i * C + j)] * tokens[static_cast<size_t>(t * C + j)];
             sc[static_cast<size_t>(t)] += k * q[static_cast<size_t>(i)] / std::sqrt(6.0);
           }
           mx = std::max(mx, sc[static_cast<size_t>(t)]);
@@ -178,7 +182,8 @@ TEST(IclRegression, ReadoutMatchesModelForwardWithScoreScaleOneOverSqrtC) {
           const double e = std::exp(sc[static_cast<size_t>(t)] - mx);
           zsum += e;
           double v = 0;
-          for (int64_t j = 0; j < C; ++j) v += W.V[static_cast<size_t>((C - 1) * C + j)] * tokens[static_cast<size_t>(t * C + j)];
+          for (int64_t j = 0; j < C; ++j)
+            v += W.V[static_cast<size_t>((C - 1) * C + j)] * tokens[static_cast<size_t>(t * C + j)];
           want += e * v;
         }
         want /= zsum;
@@ -204,10 +209,11 @@ TEST(IclRegression, LimitInIdentityCaseIsClosedForm) {
     for (int64_t i = 0; i < d; ++i) wx += pr.w[static_cast<size_t>(i)] * z[i], xx += z[i] * z[i];
     const std::vector<double> g = icl_token_covariance(s, pr.w.data());
     std::vector<double> out(C);
-    for (auto [act, factor] : {std::pair{softmax_spec(), 1.0}, std::pair{spec(Activation::poly, 1, ScaleKind::inv_n), 1.0},
-                               std::pair{spec(Activation::relu, 1, ScaleKind::inv_n), 0.5},
-                               std::pair{spec(Activation::poly, 3, ScaleKind::inv_n), 3.0 * xx / 6.0},
-                               std::pair{spec(Activation::poly, 2, ScaleKind::inv_n), 0.0}}) {
+    for (auto [act, factor] :
+         {std::pair{softmax_spec(), 1.0}, std::pair{spec(Activation::poly, 1, ScaleKind::inv_n), 1.0},
+          std::pair{spec(Activation::relu, 1, ScaleKind::inv_n), 0.5},
+          std::pair{spec(Activation::poly, 3, ScaleKind::inv_n), 3.0 * xx / 6.0},
+          std::pair{spec(Activation::poly, 2, ScaleKind::inv_n), 0.0}}) {
       readout_limit_output(act, W, g.data(), z, out.data());
       for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[static_cast<size_t>(i)], factor * z[i] / std::sqrt(6.0), 1e-12);
       EXPECT_NEAR(out[static_cast<size_t>(d)], factor * wx / std::sqrt(6.0), 1e-12);
@@ -230,7 +236,8 @@ double delta_constant(const ActivationSpec& act, const std::vector<double>& g, c
   for (double& v : a) v *= qk * qk / std::sqrt(static_cast<double>(C));
   double aga = 0, tr = 0, ga2 = 0;
   for (int64_t i = 0; i < C; ++i) {
-    for (int64_t j = 0; j < C; ++j) ga[static_cast<size_t>(i)] += g[static_cast<size_t>(i * C + j)] * a[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < C; ++j)
+      ga[static_cast<size_t>(i)] += g[static_cast<size_t>(i * C + j)] * a[static_cast<size_t>(j)];
     aga += a[static_cast<size_t>(i)] * ga[static_cast<size_t>(i)];
     tr += g[static_cast<size_t>(i * C + i)];
     ga2 += ga[static_cast<size_t>(i)] * ga[static_cast<size_t>(i)];
@@ -253,13 +260,15 @@ TEST(IclRegression, LargePromptMatchesLimitInIdentityCase) {
       readout_limit_output(act, W, g.data(), z, tinf.data());
       double e2 = 0, n2 = 0;
       for (int64_t i = 0; i < C; ++i) {
-        e2 += (tl[static_cast<size_t>(i)] - tinf[static_cast<size_t>(i)]) * (tl[static_cast<size_t>(i)] - tinf[static_cast<size_t>(i)]);
+        e2 += (tl[static_cast<size_t>(i)] - tinf[static_cast<size_t>(i)]) *
+              (tl[static_cast<size_t>(i)] - tinf[static_cast<size_t>(i)]);
         n2 += tinf[static_cast<size_t>(i)] * tinf[static_cast<size_t>(i)];
       }
       const double expected = delta_constant(act, g, z, C) / static_cast<double>(L);
       // ||T_L - T_inf||^2 is about expected * chi^2_C / C: below 5 expected fails with
       // probability < 1e-4 per check.
-      EXPECT_LT(e2, 5 * expected) << "prompt " << p << ": |T_L - T_inf| = " << std::sqrt(e2) << ", |T_inf| = " << std::sqrt(n2);
+      EXPECT_LT(e2, 5 * expected) << "prompt " << p << ": |T_L - T_inf| = " << std::sqrt(e2)
+                                  << ", |T_inf| = " << std::sqrt(n2);
       EXPECT_GT(n2, 100 * e2);  // and the limit is far from 0 compared with the error
     }
   }
@@ -282,8 +291,8 @@ TEST(IclRegression, LimitSqErrorDecaysLikeOneOverL) {
     float qk;
     int64_t delta_from_l;  // the delta method is checked from this L on
   };
-  for (const Case& c : {Case{spec(Activation::poly, 1, ScaleKind::inv_n), 1.0f, 0},
-                        Case{softmax_spec(), 1.0f, 1 << 30}, Case{softmax_spec(), static_cast<float>(M_SQRT1_2), 128}}) {
+  for (const Case& c : {Case{spec(Activation::poly, 1, ScaleKind::inv_n), 1.0f, 0}, Case{softmax_spec(), 1.0f, 1 << 30},
+                        Case{softmax_spec(), static_cast<float>(M_SQRT1_2), 128}}) {
     const ReadoutWeights W = readout_weights(identity_weights(C, c.qk).view());
     std::vector<double> logl, loge;
     for (int64_t L : {32, 128, 512, 1024}) {
@@ -306,7 +315,8 @@ TEST(IclRegression, LimitSqErrorDecaysLikeOneOverL) {
     }
     double ml = 0, me = 0, sxy = 0, sxx = 0;
     for (size_t i = 0; i < logl.size(); ++i) ml += logl[i] / 4, me += loge[i] / 4;
-    for (size_t i = 0; i < logl.size(); ++i) sxy += (logl[i] - ml) * (loge[i] - me), sxx += (logl[i] - ml) * (logl[i] - ml);
+    for (size_t i = 0; i < logl.size(); ++i)
+      sxy += (logl[i] - ml) * (loge[i] - me), sxx += (logl[i] - ml) * (logl[i] - ml);
     EXPECT_NEAR(sxy / sxx, -1.0, 0.12) << "activation " << static_cast<int>(c.act.activation) << ", qk " << c.qk;
   }
 }
@@ -315,11 +325,30 @@ TEST(IclRegression, LimitSqErrorDecaysLikeOneOverL) {
 // same number as computing it from a model initialised alike), training records it at
 // every evaluation, sigmoid has no limit (no metric), and a resumed run is identical.
 json icl_cell(const std::string& act) {
-  return json{{"task", "icl_regression"}, {"activation", act}, {"prompt_length", 24}, {"d", 5}, {"rho", 0.5},
-              {"noise_var", 0.1}, {"seed", 3}, {"init_seed", 4}, {"init_std", 0.3}, {"steps", 0}, {"batch", 16},
-              {"lr", 1e-2}, {"optimizer", "sgd"}, {"lr_schedule", "constant"}, {"warmup_steps", 0}, {"clip", 0.0},
-              {"weight_decay", 0.0}, {"log_every", 5}, {"eval_every", 10}, {"eval_batches", 0}, {"checkpoint_every", 0},
-              {"train_prompts", 4096}, {"test_prompts", 64}, {"devices", 1}};
+  return json{{"task", "icl_regression"},
+              {"activation", act},
+              {"prompt_length", 24},
+              {"d", 5},
+              {"rho", 0.5},
+              {"noise_var", 0.1},
+              {"seed", 3},
+              {"init_seed", 4},
+              {"init_std", 0.3},
+              {"steps", 0},
+              {"batch", 16},
+              {"lr", 1e-2},
+              {"optimizer", "sgd"},
+              {"lr_schedule", "constant"},
+              {"warmup_steps", 0},
+              {"clip", 0.0},
+              {"weight_decay", 0.0},
+              {"log_every", 5},
+              {"eval_every", 10},
+              {"eval_batches", 0},
+              {"checkpoint_every", 0},
+              {"train_prompts", 4096},
+              {"test_prompts", 64},
+              {"devices", 1}};
 }
 
 TEST(IclRegression, StepsZeroMeasuresAtInit) {
@@ -382,7 +411,8 @@ TEST(IclRegression, TrainingRecordsTheLimitAtEveryEvalAndResumes) {
   const TaskOutput resumed = run_icl_regression(cell, c2);  // resumes at step 20
   std::filesystem::remove(ck);
   for (const TaskOutput* o : {&first, &resumed}) {
-    EXPECT_EQ(std::memcmp(&o->final_metrics.at("limit_sq_error"), &a.final_metrics.at("limit_sq_error"), sizeof(double)), 0);
+    EXPECT_EQ(
+        std::memcmp(&o->final_metrics.at("limit_sq_error"), &a.final_metrics.at("limit_sq_error"), sizeof(double)), 0);
     for (const auto& s : o->series)
       if (s.path == "/icl/limit_sq_error") {
         EXPECT_EQ(std::get<std::vector<double>>(s.data), traj);

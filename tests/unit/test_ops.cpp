@@ -25,7 +25,9 @@ FVec randn(size_t n, uint32_t seed, float sd = 1.0f) {
   for (auto& e : x) e = nd(rng);
   return x;
 }
-Vec dbl(const FVec& x) { return {x.begin(), x.end()}; }
+Vec dbl(const FVec& x) {
+  return {x.begin(), x.end()};
+}
 
 // max(||got-ref|| / ||ref||, max|got-ref| / max|ref|) <= tol, non-finite values first.
 template <class T>
@@ -76,7 +78,9 @@ Vec fd_grad(const std::function<Vec(const std::vector<Vec>&)>& f, std::vector<Ve
 
 // Backward outputs accumulate: start from this and subtract it before comparing.
 constexpr float kPre = 0.5f;
-FVec pre(size_t n) { return FVec(n, kPre); }
+FVec pre(size_t n) {
+  return FVec(n, kPre);
+}
 FVec minus_pre(FVec g) {
   for (auto& e : g) e -= kPre;
   return g;
@@ -121,28 +125,30 @@ TEST(Ops, Matmul) {
 // to 128) where the CPU has them.
 TEST(Ops, Layernorm) {
   for (const int64_t C : {9, 16, 64, 128}) {
-  SCOPED_TRACE("C = " + std::to_string(C));
-  const int64_t N = 4;
-  const FVec x = randn(N * C, 5, 2.0f), w = randn(C, 6), b = randn(C, 7), dout = randn(N * C, 8);
-  auto f = [&](const std::vector<Vec>& in) {
-    Vec o(N * C);
-    for (int64_t i = 0; i < N; ++i) {
-      double m = 0, v = 0;
-      for (int64_t c = 0; c < C; ++c) m += in[0][i * C + c] / C;
-      for (int64_t c = 0; c < C; ++c) v += (in[0][i * C + c] - m) * (in[0][i * C + c] - m) / C;
-      for (int64_t c = 0; c < C; ++c) o[i * C + c] = (in[0][i * C + c] - m) / std::sqrt(v + 1e-5) * in[1][c] + in[2][c];
-    }
-    return o;
-  };
-  const std::vector<Vec> in = {dbl(x), dbl(w), dbl(b)};
-  FVec out(N * C), mean(N), rstd(N);
-  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-  EXPECT_TRUE(close("out", out, f(in), kTolF32));
-  FVec dx = pre(N * C), dw = pre(C), db = pre(C);
-  layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
-  EXPECT_TRUE(close("dinp", minus_pre(dx), fd_grad(f, in, 0, dbl(dout)), kTolGrad));
-  EXPECT_TRUE(close("dweight", minus_pre(dw), fd_grad(f, in, 1, dbl(dout)), kTolGrad));
-  EXPECT_TRUE(close("dbias", minus_pre(db), fd_grad(f, in, 2, dbl(dout)), kTolGrad));
+    SCOPED_TRACE("C = " + std::to_string(C));
+    const int64_t N = 4;
+    const FVec x = randn(N * C, 5, 2.0f), w = randn(C, 6), b = randn(C, 7), dout = randn(N * C, 8);
+    auto f = [&](const std::vector<Vec>& in) {
+      Vec o(N * C);
+      for (int64_t i = 0; i < N; ++i) {
+        double m = 0, v = 0;
+        for (int64_t c = 0; c < C; ++c) m += in[0][i * C + c] / C;
+        for (int64_t c = 0; c < C; ++c) v += (in[0][i * C + c] - m) * (in[0][i * C + c] - m) / C;
+        for (int64_t c = 0; c < C; ++c)
+          o[i * C + c] = (in[0][i * C + c] - m) / std::sqrt(v + 1e-5) * in[1][c] + in[2][c];
+      }
+      return o;
+    };
+    const std::vector<Vec> in = {dbl(x), dbl(w), dbl(b)};
+    FVec out(N * C), mean(N), rstd(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    EXPECT_TRUE(close("out", out, f(in), kTolF32));
+    FVec dx = pre(N * C), dw = pre(C), db = pre(C);
+    layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N,
+                       C);
+    EXPECT_TRUE(close("dinp", minus_pre(dx), fd_grad(f, in, 0, dbl(dout)), kTolGrad));
+    EXPECT_TRUE(close("dweight", minus_pre(dw), fd_grad(f, in, 1, dbl(dout)), kTolGrad));
+    EXPECT_TRUE(close("dbias", minus_pre(db), fd_grad(f, in, 2, dbl(dout)), kTolGrad));
   }
 }
 
@@ -208,8 +214,7 @@ TEST(Ops, Gelu) {
 TEST(Ops, GeluTailAndRange) {
   std::vector<float> x;
   for (int i = 0; i < 64; ++i) x.push_back(-12.0f + 24.0f * static_cast<float>(i) / 63.0f);
-  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, -30.0f, 100.0f, -100.0f, 1e4f, -1e4f, 0.5f})
-    x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, -30.0f, 100.0f, -100.0f, 1e4f, -1e4f, 0.5f}) x.push_back(v);
   const int64_t n = static_cast<int64_t>(x.size());  // 75: four vectors and a partial one
   ASSERT_NE(n % 16, 0);
   const FVec dout = randn(static_cast<size_t>(n), 21);
@@ -300,8 +305,8 @@ TEST(Ops, SoftmaxCrossEntropy) {
   };
   int64_t correct_ref = 0;
   for (int64_t i = 0; i < N; ++i)
-    correct_ref += std::max_element(logits.begin() + i * V, logits.begin() + (i + 1) * V) - (logits.begin() + i * V) ==
-                   targets[i];
+    correct_ref +=
+        std::max_element(logits.begin() + i * V, logits.begin() + (i + 1) * V) - (logits.begin() + i * V) == targets[i];
   FVec probs(N * V), dl = pre(N * V);
   int64_t correct = -1;
   const double loss = softmax_crossentropy_forward(probs.data(), &correct, logits.data(), targets.data(), N, V);

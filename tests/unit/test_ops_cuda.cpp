@@ -83,7 +83,9 @@ class Dev {
 };
 
 using Workspace = std::unique_ptr<AttentionCudaWorkspace, void (*)(AttentionCudaWorkspace*)>;
-Workspace make_workspace() { return Workspace(attention_cuda_workspace_create(), attention_cuda_workspace_destroy); }
+Workspace make_workspace() {
+  return Workspace(attention_cuda_workspace_create(), attention_cuda_workspace_destroy);
+}
 
 using FVec = std::vector<float>;
 
@@ -95,7 +97,9 @@ FVec randn(size_t n, uint32_t seed, float sd = 1.0f) {
   return x;
 }
 
-FVec zeros(int64_t n) { return FVec(static_cast<size_t>(n), 0.0f); }
+FVec zeros(int64_t n) {
+  return FVec(static_cast<size_t>(n), 0.0f);
+}
 
 std::vector<int32_t> randint(size_t n, int32_t hi, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -151,8 +155,8 @@ void expect_equal(const std::string& what, const FVec& got, const FVec& want) {
 
 void expect_loss_close(const std::string& what, double got, double want) {
   ASSERT_TRUE(std::isfinite(got)) << what << " = " << got;
-  EXPECT_LE(std::fabs(got - want), kTolLoss * std::max(1.0, std::fabs(want))) << what << ": got " << got << " want "
-                                                                             << want;
+  EXPECT_LE(std::fabs(got - want), kTolLoss * std::max(1.0, std::fabs(want)))
+      << what << ": got " << got << " want " << want;
 }
 
 const int64_t kSizes[] = {1, 7, 33, 129, 1025};
@@ -168,8 +172,8 @@ std::string shape_str(const char* op, std::initializer_list<std::pair<const char
 
 void run_matmul_case(int64_t N, int64_t C, int64_t OC, bool bias, bool want_dinp, bool want_dbias, uint32_t seed,
                      AttentionCudaWorkspace* ws) {
-  const std::string what = shape_str("matmul", {{"N", N}, {"C", C}, {"OC", OC}, {"bias", bias},
-                                                {"dinp", want_dinp}, {"dbias", want_dbias}});
+  const std::string what =
+      shape_str("matmul", {{"N", N}, {"C", C}, {"OC", OC}, {"bias", bias}, {"dinp", want_dinp}, {"dbias", want_dbias}});
   SCOPED_TRACE(what);
   const FVec inp = randn(N * C, seed), w = randn(OC * C, seed + 1, 0.3f), b = randn(OC, seed + 2);
   const FVec dout = randn(N * OC, seed + 3), dinp0 = randn(N * C, seed + 4), dw0 = randn(OC * C, seed + 5),
@@ -181,8 +185,8 @@ void run_matmul_case(int64_t N, int64_t C, int64_t OC, bool bias, bool want_dinp
 
   Dev<float> g_inp(inp), g_w(w), g_b(b), g_dout(dout), g_out(zeros(N * OC)), g_dinp(dinp0), g_dw(dw0), g_db(db0);
   matmul_forward_cuda(g_out.get(), g_inp.get(), g_w.get(), bias ? g_b.get() : nullptr, N, C, OC, ws, nullptr);
-  matmul_backward_cuda(want_dinp ? g_dinp.get() : nullptr, g_dw.get(), want_dbias ? g_db.get() : nullptr,
-                       g_dout.get(), g_inp.get(), g_w.get(), N, C, OC, ws, nullptr);
+  matmul_backward_cuda(want_dinp ? g_dinp.get() : nullptr, g_dw.get(), want_dbias ? g_db.get() : nullptr, g_dout.get(),
+                       g_inp.get(), g_w.get(), N, C, OC, ws, nullptr);
   expect_close(what + " out", g_out.download(what + " out"), out, kTolGemm);
   expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolGemm);  // == dinp0 when not wanted
   expect_close(what + " dweight", g_dw.download(what + " dweight"), dw, kTolGemm);
@@ -355,8 +359,8 @@ void run_xent_case(int64_t N, int64_t V, bool integer_logits, AttentionCudaWorks
   expect_close(what + " probs", g_probs.download(what + " probs"), probs, kTolUlp);
   expect_close(what + " dlogits", g_dl.download(what + " dlogits"), dl, kTolUlp);
   // n_correct may be null.
-  EXPECT_NO_THROW(softmax_crossentropy_forward_cuda(g_probs.get(), nullptr, g_logits.get(), g_targets.get(), N, V,
-                                                    ws, nullptr));
+  EXPECT_NO_THROW(
+      softmax_crossentropy_forward_cuda(g_probs.get(), nullptr, g_logits.get(), g_targets.get(), N, V, ws, nullptr));
 }
 
 TEST(OpsCuda, SoftmaxCrossEntropyMatchesCpu) {
@@ -399,8 +403,8 @@ void run_embedding_case(int64_t B, int64_t T, int64_t C, int32_t V, bool use_wpe
   const FVec dwte0 = randn(V * C, 64), dwpe0 = randn(T * C, 65);
   FVec out(B * T * C), dwte = dwte0, dwpe = dwpe0;
   embedding_forward(out.data(), ids.data(), wte.data(), use_wpe ? wpe.data() : nullptr, B, T, C);
-  embedding_backward(use_dwte ? dwte.data() : nullptr, use_wpe ? dwpe.data() : nullptr, dout.data(), ids.data(), B,
-                     T, C);
+  embedding_backward(use_dwte ? dwte.data() : nullptr, use_wpe ? dwpe.data() : nullptr, dout.data(), ids.data(), B, T,
+                     C);
   Dev<int32_t> g_ids(ids);
   Dev<float> g_wte(wte), g_wpe(wpe), g_dout(dout), g_out(zeros(B * T * C)), g_dwte(dwte0), g_dwpe(dwpe0);
   embedding_forward_cuda(g_out.get(), g_ids.get(), g_wte.get(), use_wpe ? g_wpe.get() : nullptr, B, T, C, nullptr);
@@ -421,8 +425,8 @@ TEST(OpsCuda, EmbeddingMatchesCpuExactly) {
         ++k;
         run_embedding_case(k % 2 ? 1 : 7, T, C, V, k % 3 != 0, k % 5 != 0);
       }
-  run_embedding_case(2, 1025, 129, 50, true, true);   // 2050 tokens: three 1024-id tiles
-  run_embedding_case(3, 7, 1025, 1025, true, true);   // C > 128: several column blocks
+  run_embedding_case(2, 1025, 129, 50, true, true);  // 2050 tokens: three 1024-id tiles
+  run_embedding_case(3, 7, 1025, 1025, true, true);  // C > 128: several column blocks
 }
 
 TEST(OpsCuda, PatchifyMatchesCpuExactly) {
@@ -430,8 +434,8 @@ TEST(OpsCuda, PatchifyMatchesCpuExactly) {
   struct P {
     int64_t B, Cin, Hh, W, p;
   };
-  for (const P& c : {P{1, 1, 7, 7, 1}, P{3, 1, 7, 49, 7}, P{2, 3, 32, 32, 4}, P{1, 3, 33, 66, 33},
-                     P{2, 3, 224, 224, 16}}) {
+  for (const P& c :
+       {P{1, 1, 7, 7, 1}, P{3, 1, 7, 49, 7}, P{2, 3, 32, 32, 4}, P{1, 3, 33, 66, 33}, P{2, 3, 224, 224, 16}}) {
     const std::string what = shape_str("patchify", {{"B", c.B}, {"Cin", c.Cin}, {"H", c.Hh}, {"W", c.W}, {"p", c.p}});
     SCOPED_TRACE(what);
     const int64_t n = c.B * c.Cin * c.Hh * c.W;  // patches have as many elements as the image
@@ -528,8 +532,8 @@ ReduceRun reduce_run(cudaStream_t stream) {
     const int64_t N = 1025, V = 1025;
     Dev<float> logits(randn(N * V, 21, 3.0f)), probs(zeros(N * V));
     Dev<int32_t> targets(randint(N, V, 22));
-    r.xent = softmax_crossentropy_forward_cuda(probs.get(), &r.correct, logits.get(), targets.get(), N, V, ws.get(),
-                                               stream);
+    r.xent =
+        softmax_crossentropy_forward_cuda(probs.get(), &r.correct, logits.get(), targets.get(), N, V, ws.get(), stream);
     r.probs = probs.download("probs");
   }
   {
@@ -568,7 +572,6 @@ TEST(OpsCudaDeterminism, ReductionsBitIdentical) {
   EXPECT_EQ(std::memcmp(&a.mse, &b.mse, sizeof(double)), 0) << a.mse << " vs " << b.mse;
   EXPECT_EQ(a.correct, b.correct);
 }
-
 
 // ---- the model's data movement (model_ops.h) ----------------------------------------------
 // Copies, single additions and batch sums in the CPU's order: bit-identical. Every output
@@ -631,7 +634,8 @@ TEST(OpsCuda, ModelOpsMatchCpuExactly) {
     if (T >= 2) {  // the read-out: T tokens, the last one the query
       const int64_t Lp = T - 1;
       const FVec rq0 = randn(B * C, ++seed), rk0 = randn(B * Lp * C, ++seed), rv0 = randn(B * Lp * C, ++seed);
-      const FVec pred0 = randn(B, ++seed), dpred = randn(B, ++seed), o = randn(B * C, ++seed), do0 = randn(B * C, ++seed);
+      const FVec pred0 = randn(B, ++seed), dpred = randn(B, ++seed), o = randn(B * C, ++seed),
+                 do0 = randn(B * C, ++seed);
       FVec q = rq0, k = rk0, v = rv0, m = big0, pred = pred0, dout = do0;
       readout_split(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
       readout_merge(m.data(), rq0.data(), rk0.data(), rv0.data(), B, T, H, hd);

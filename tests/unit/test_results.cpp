@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstring>
 #include <iterator>
 #include <map>
 #include <random>
@@ -181,7 +181,8 @@ TEST_F(ResultsTest, CellFileWriteIsAtomic) {
   EXPECT_EQ(listing(""), std::vector<std::string>{"abc.h5"});
 
   EXPECT_THROW(write_cell_file(path("missing/dir/x.h5"), sample_cell("x")), std::runtime_error);
-  EXPECT_THROW(write_cell_file("/proc/attnsweep_unwritable.h5", sample_cell("x")), std::runtime_error);  // even for root
+  EXPECT_THROW(write_cell_file("/proc/attnsweep_unwritable.h5", sample_cell("x")),
+               std::runtime_error);  // even for root
   CellResult running = sample_cell("r");
   running.status = "running";
   EXPECT_THROW(write_cell_file(path("r.h5"), running), std::runtime_error);
@@ -253,7 +254,8 @@ TEST_F(ResultsTest, CellFileChecksum) {
     f.seekp(at);
     f.put(static_cast<char>(c ^ 0x01));
   };
-  for (std::streamoff at : {std::streamoff{600}, static_cast<std::streamoff>(size / 2), static_cast<std::streamoff>(size - 1)}) {
+  for (std::streamoff at :
+       {std::streamoff{600}, static_cast<std::streamoff>(size / 2), static_cast<std::streamoff>(size - 1)}) {
     const std::string copy = "flip" + std::to_string(at) + ".h5";
     flip(copy, at);
     EXPECT_FALSE(cell_file_valid(path(copy), "abc", &why)) << "byte " << at;
@@ -326,8 +328,13 @@ class AggregateTest : public ResultsTest {
           ++good_;
         }
     CellResult d = sample_cell("diverged_one");  // excluded from fits, kept as a row
-    d.config = json{{"activation", "poly"}, {"degree", 3}, {"scale", "inv_sqrt_n"}, {"lr", 1e-3},
-                    {"prompt_length", 1024}, {"seed", 0}, {"note", "has, comma \"and\" quotes"}};
+    d.config = json{{"activation", "poly"},
+                    {"degree", 3},
+                    {"scale", "inv_sqrt_n"},
+                    {"lr", 1e-3},
+                    {"prompt_length", 1024},
+                    {"seed", 0},
+                    {"note", "has, comma \"and\" quotes"}};
     d.final_metrics = {{"attn_fro", 1e9}};
     d.status = "diverged";
     d.diverged_at_step = 3;
@@ -381,9 +388,9 @@ TEST_F(AggregateTest, CellsSkippedAndFits) {
 
 TEST_F(AggregateTest, CellColumnsAndTypes) {
   AggregateResult a = aggregate_dir(dir_.string(), {});
-  const std::vector<std::string> expected{"cell_id", "status",   "device",       "wall_seconds", "diverged_at_step",
-                                          "activation", "degree", "lr",          "note",         "prompt_length",
-                                          "scale",   "seed",     "attn_fro",     "jac_fro",      "test_loss"};
+  const std::vector<std::string> expected{"cell_id",    "status", "device",   "wall_seconds", "diverged_at_step",
+                                          "activation", "degree", "lr",       "note",         "prompt_length",
+                                          "scale",      "seed",   "attn_fro", "jac_fro",      "test_loss"};
   EXPECT_EQ(a.columns, expected);
   h5::File f = h5::File::open_read(path("aggregate.h5"));
   h5::Group cells = f.open_group("/cells");
@@ -444,7 +451,11 @@ TEST_F(AggregateTest, SummaryCsv) {
   EXPECT_EQ(header, joined);
   std::string first;
   std::getline(in, first);
-  EXPECT_EQ(first.rfind("diverged_one,diverged,cpu,1.5,3,poly,3,0.001,\"has, comma \"\"and\"\" quotes\",1024,inv_sqrt_n,0,1e+09,,", 0), 0u)
+  EXPECT_EQ(
+      first.rfind(
+          "diverged_one,diverged,cpu,1.5,3,poly,3,0.001,\"has, comma \"\"and\"\" quotes\",1024,inv_sqrt_n,0,1e+09,,",
+          0),
+      0u)
       << first;
   EXPECT_EQ(read_scalar_csv_count(path("summary.csv")), double(a.cells + 1));
 }
@@ -473,13 +484,19 @@ TEST_F(AggregateTest, ReadableWithH5py) {
             "try:\n  import h5py, numpy\nexcept ImportError:\n  sys.exit(77)\n"
             "with h5py.File(sys.argv[1], 'r') as f:\n"
             "  cells = {k: f['cells'][k][()] for k in f['cells']}\n"
-            "  assert len(cells) == " << a.columns.size() << ", len(cells)\n"
+            "  assert len(cells) == "
+         << a.columns.size()
+         << ", len(cells)\n"
             "  for k, v in cells.items():\n"
-            "    assert v.shape == (" << a.cells << ",), (k, v.shape)\n"
+            "    assert v.shape == ("
+         << a.cells
+         << ",), (k, v.shape)\n"
             "  assert cells['prompt_length'].dtype == numpy.int64\n"
             "  assert numpy.isnan(cells['jac_fro']).any()\n"
             "  assert f['cells/cell_id'].asstr()[0] == 'diverged_one'\n"
-            "  assert f['trajectories/train_loss'].shape == (" << a.cells << ", 17)\n"
+            "  assert f['trajectories/train_loss'].shape == ("
+         << a.cells
+         << ", 17)\n"
             "  assert abs(f['fits/slope'][0] - 0.5) < 1e-12\n"
             "  assert f.attrs['attnsweep_version'] == '" ATTNSWEEP_VERSION "'\n";
   std::ofstream(path("check.py")) << script.str();
@@ -524,7 +541,7 @@ TEST_F(AggregateTest, NormTrajectoriesAreFourDimensionalAndNaNPadded) {
   auto v = n.read_block<float>({row, 0, 0, 0}, {1, 17, 2, 3});
   EXPECT_EQ(v[0 * 6 + 1 * 3 + 2], 0.5f * 5);   // t=0, l=1, h=2 -> element 5
   EXPECT_EQ(v[4 * 6 + 1 * 3 + 2], 0.5f * 29);  // t=4 -> element 29
-  EXPECT_TRUE(std::isnan(v[5 * 6]));            // past its 5 steps
+  EXPECT_TRUE(std::isnan(v[5 * 6]));           // past its 5 steps
   const uint64_t p64 = static_cast<uint64_t>(std::find(ids.begin(), ids.end(), "poly_n64_s0") - ids.begin());
   auto w = n.read_block<float>({p64, 0, 0, 0}, {1, 17, 2, 3});
   EXPECT_EQ(w[0], 1.0f);
@@ -565,8 +582,8 @@ TEST_F(AggregateTest, RerunReadsOnlyChangedFiles) {
 
   // One file rewritten (new metric, longer trajectory), one added, one removed.
   CellResult r = sample_cell("poly_n64_s0", 20);
-  r.config = json{{"activation", "poly"}, {"degree", 3}, {"scale", "inv_sqrt_n"}, {"lr", 1e-3},
-                  {"prompt_length", 64}, {"seed", 0}};
+  r.config = json{{"activation", "poly"}, {"degree", 3},         {"scale", "inv_sqrt_n"},
+                  {"lr", 1e-3},           {"prompt_length", 64}, {"seed", 0}};
   r.final_metrics = {{"attn_fro", 3 * 8.0}, {"jac_fro", 0.5 * 512.0}, {"extra", 7.0}};
   fs::remove(path("runs/poly_n64_s0.h5"));
   write_cell_file(path("runs/poly_n64_s0.h5"), r);
@@ -614,7 +631,7 @@ TEST_F(ResultsTest, FitsOfLimitSqErrorAndTestMseAgainstL) {
       for (int64_t init_seed : {0, 1, 2}) {
         CellResult r;
         r.config = json{{"task", "icl_regression"}, {"activation", "softmax"}, {"prompt_length", L},
-                        {"init_std", std_}, {"init_seed", init_seed}, {"steps", 0}};
+                        {"init_std", std_},         {"init_seed", init_seed},  {"steps", 0}};
         r.cell_id = "icl_" + std::to_string(cells++);
         r.final_metrics = {{"limit_sq_error", cc / double(L)}, {"test_mse", 0.5 * cc / std::sqrt(double(L))}};
         r.datasets.push_back({"/icl/limit_sq_error", {1}, std::vector<double>{cc / double(L)}, "limit_sq_error"});
@@ -681,7 +698,8 @@ TEST_F(AggregateTest, UnchangedRerunLeavesAggregateAlone) {
   EXPECT_NE(rewritten.st_ino, before.st_ino);  // the fits changed: a new file
   h5::File f = h5::File::open_read(path("aggregate.h5"));
   EXPECT_EQ(f.open_dataset("/fits/points").read<int64_t>(), (std::vector<int64_t>{4, 4, 4}));
-  EXPECT_EQ(f.open_dataset("/trajectories/train_loss").shape(), (std::vector<uint64_t>{static_cast<uint64_t>(good_), 17}));
+  EXPECT_EQ(f.open_dataset("/trajectories/train_loss").shape(),
+            (std::vector<uint64_t>{static_cast<uint64_t>(good_), 17}));
 }
 
 // Makes the (first) chunk of `dataset` in the cell file `p` fail to inflate, then writes

@@ -16,13 +16,13 @@
 #include <thread>
 
 #include "coordinator/grid.h"
+#include "coordinator/train_command.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
 #include "kernels/device.h"
 #include "results/h5.h"
 #include "tests/unit/trainer_test_util.h"
 #include "worker/cpu_env.h"
-#include "coordinator/train_command.h"
 #include "worker/run_cell.h"
 #include "worker/trainer.h"
 
@@ -79,7 +79,7 @@ TEST_F(TrainerTest, ShapesAndLearning) {
   EXPECT_EQ(o.status, "complete");
   EXPECT_EQ(series(o, "/train/step").shape, (std::vector<uint64_t>{21}));  // 0, 6, ..., 114 and 119
   EXPECT_EQ(series(o, "/norms/attn_fro").shape, (std::vector<uint64_t>{21, 2, 2}));
-  EXPECT_EQ(series(o, "/eval/step").shape, (std::vector<uint64_t>{6}));   // 20..120
+  EXPECT_EQ(series(o, "/eval/step").shape, (std::vector<uint64_t>{6}));  // 20..120
   EXPECT_TRUE(std::holds_alternative<std::vector<int64_t>>(series(o, "/train/step").data));
   EXPECT_TRUE(std::holds_alternative<std::vector<float>>(series(o, "/train/loss").data));
   const auto& eval_loss = std::get<std::vector<float>>(series(o, "/eval/loss").data);
@@ -244,7 +244,8 @@ TEST_F(TrainerTest, DataParallelIsDeterministic) {
   ck.checkpoint_path = path("dp.ckpt");
   EXPECT_EQ(train_cell(c, ck, synthetic_data([&](int64_t f) {
                          if (f == 5) stop = SIGUSR1;
-                       })).status,
+                       }))
+                .status,
             "interrupted");
   stop = 0;
   expect_identical(a, train_cell(c, ck, synthetic_data()));
@@ -312,7 +313,9 @@ TEST_F(TrainerTest, UnscaledPoly9WithLr1Diverges) {
   EXPECT_TRUE(std::isnan(o.final_metrics.at("test_loss")));
 }
 
-bool have_fashion_mnist() { return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); }
+bool have_fashion_mnist() {
+  return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+}
 
 std::string run_image_error(const json& config) {
   TaskContext ctx;
@@ -430,8 +433,10 @@ struct EnvGuard {
     if (const char* v = std::getenv(name.c_str())) old = v;
   }
   ~EnvGuard() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
+    if (old)
+      ::setenv(name.c_str(), old->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
   }
 };
 std::optional<std::string> fix_of(const std::vector<std::pair<std::string, std::string>>& fixes, const std::string& k) {

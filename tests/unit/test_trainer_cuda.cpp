@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -30,8 +30,9 @@ namespace attnsweep {
 namespace {
 namespace fs = std::filesystem;
 
-#define SKIP_WITHOUT_GPUS(n) \
-  if (cuda_device_count() < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA device(s), " << cuda_device_count() << " visible"
+#define SKIP_WITHOUT_GPUS(n)     \
+  if (cuda_device_count() < (n)) \
+  GTEST_SKIP() << "needs " << (n) << " CUDA device(s), " << cuda_device_count() << " visible"
 
 // Paper B's in-context regression, small: N tokens of dim features, the target a fixed
 // linear function of the prompt's mean and the query. A function of (split, index) only.
@@ -71,7 +72,8 @@ TrainingData token_data(int64_t tokens, int64_t vocab) {
       Rng rng(seed_of({static_cast<uint64_t>(split), 0x70Cull, static_cast<uint64_t>(idx[i])}));
       int64_t sum = 0;
       for (int64_t j = 0; j < tokens; ++j) {
-        const int64_t id = std::min<int64_t>(vocab - 1, static_cast<int64_t>(rng.uniform() * static_cast<double>(vocab)));
+        const int64_t id =
+            std::min<int64_t>(vocab - 1, static_cast<int64_t>(rng.uniform() * static_cast<double>(vocab)));
         x[i * tokens + j] = static_cast<float>(id);
         sum += id;
       }
@@ -123,12 +125,14 @@ struct Case {
 // take the fused attention kernels, the others (4, 8) their materialising fallback.
 std::vector<Case> cases() {
   std::vector<Case> v;
-  v.push_back({"classify softmax mean-pool (fused attention, hd 16)", json{{"dim", 32}, {"heads", 2}}, synthetic_data()});
-  v.push_back({"classify relu/N cls", json{{"activation", "relu"}, {"scale", "inv_n"}, {"cls", true}}, synthetic_data()});
+  v.push_back(
+      {"classify softmax mean-pool (fused attention, hd 16)", json{{"dim", 32}, {"heads", 2}}, synthetic_data()});
+  v.push_back(
+      {"classify relu/N cls", json{{"activation", "relu"}, {"scale", "inv_n"}, {"cls", true}}, synthetic_data()});
   v.push_back({"classify poly3/sqrtN tokens",
-               json{{"activation", "poly"}, {"degree", 3}, {"scale", "inv_sqrt_n"}, {"heads", 4}},
-               token_data(10, 13)});
-  v.push_back({"readout softmax (fused, hd 16)", json{{"dim", 16}, {"layers", 1}, {"heads", 1}}, regression_data(9, 16)});
+               json{{"activation", "poly"}, {"degree", 3}, {"scale", "inv_sqrt_n"}, {"heads", 4}}, token_data(10, 13)});
+  v.push_back(
+      {"readout softmax (fused, hd 16)", json{{"dim", 16}, {"layers", 1}, {"heads", 1}}, regression_data(9, 16)});
   v.push_back({"readout poly2/N",
                json{{"dim", 8}, {"layers", 1}, {"heads", 1}, {"activation", "poly"}, {"degree", 2}, {"scale", "inv_n"}},
                regression_data(12, 8)});
@@ -142,7 +146,9 @@ json config_of(const Case& c) {
   return j;
 }
 
-std::vector<float> floats(const TaskOutput& o, const std::string& p) { return std::get<std::vector<float>>(series(o, p).data); }
+std::vector<float> floats(const TaskOutput& o, const std::string& p) {
+  return std::get<std::vector<float>>(series(o, p).data);
+}
 
 // ---- one forward / backward at the same weights ---------------------------------------
 // Tolerances: both sides run the same float32 math; they differ by summation order
@@ -193,7 +199,8 @@ TEST(CudaModel, LossNormsAndGradientsMatchCpu) {
         for (int64_t i = t.offset; i < t.offset + t.size; ++i) {
           ASSERT_TRUE(std::isfinite(gg[static_cast<size_t>(i)])) << t.name;
           scale = std::max(scale, std::fabs(static_cast<double>(gc[static_cast<size_t>(i)])));
-          worst = std::max(worst, std::fabs(static_cast<double>(gg[static_cast<size_t>(i)]) - gc[static_cast<size_t>(i)]));
+          worst =
+              std::max(worst, std::fabs(static_cast<double>(gg[static_cast<size_t>(i)]) - gc[static_cast<size_t>(i)]));
         }
         EXPECT_LE(worst, 1e-4 * scale + 1e-12) << t.name << " (largest |grad| " << scale << ")";
       }
@@ -225,7 +232,8 @@ class CudaTrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::random_device rd;
-    dir_ = fs::temp_directory_path() / ("attnsweep_trainer_cuda_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    dir_ = fs::temp_directory_path() /
+           ("attnsweep_trainer_cuda_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
     fs::create_directories(dir_);
   }
   void TearDown() override {
@@ -342,7 +350,8 @@ TEST_F(CudaTrainerTest, CheckpointResumesOnTheOtherBackend) {
     first.checkpoint_path = path(std::string("x_") + from + ".ckpt");
     EXPECT_EQ(train_cell(c, first, synthetic_data([&](int64_t k) {
                            if (k == 10) stop = SIGUSR1;
-                         })).status,
+                         }))
+                  .status,
               "interrupted");
     TaskContext second = on(to);
     second.checkpoint_path = first.checkpoint_path;
@@ -353,8 +362,10 @@ TEST_F(CudaTrainerTest, CheckpointResumesOnTheOtherBackend) {
     const auto lr = floats(resumed, "/train/loss"), lb = floats(before, "/train/loss");
     ASSERT_EQ(lr.size(), lb.size());
     for (size_t i = 0; i < lr.size(); ++i) {
-      if (steps[i] < 11) EXPECT_EQ(std::memcmp(&lr[i], &lb[i], sizeof(float)), 0) << "step " << steps[i];
-      else EXPECT_NEAR(lr[i], lb[i], 1e-3 * std::fabs(lb[i])) << "step " << steps[i];
+      if (steps[i] < 11)
+        EXPECT_EQ(std::memcmp(&lr[i], &lb[i], sizeof(float)), 0) << "step " << steps[i];
+      else
+        EXPECT_NEAR(lr[i], lb[i], 1e-3 * std::fabs(lb[i])) << "step " << steps[i];
     }
   }
 }
@@ -383,7 +394,8 @@ TEST(CudaCollective, NcclAllReduceSumsOverVisibleGpus) {
   }
   std::vector<int> devices(static_cast<size_t>(k));
   std::vector<cudaStream_t> streams;
-  for (int r = 0; r < k; ++r) devices[static_cast<size_t>(r)] = r, streams.push_back(be[static_cast<size_t>(r)]->stream());
+  for (int r = 0; r < k; ++r)
+    devices[static_cast<size_t>(r)] = r, streams.push_back(be[static_cast<size_t>(r)]->stream());
   NcclComms* comms = nccl_comms_create(devices.data(), k);
   nccl_allreduce_sum(comms, ptrs.data(), n, streams.data());
   const float factor = static_cast<float>(k * (k + 1) / 2);
@@ -459,7 +471,8 @@ TEST_F(CudaTrainerTest, DataParallelTwoGpusMatchOne) {
   ck.checkpoint_path = path("dp.ckpt");
   EXPECT_EQ(train_cell(cell, ck, synthetic_data([&](int64_t f) {
                          if (f == 5) stop = SIGUSR1;
-                       })).status,
+                       }))
+                .status,
             "interrupted");
   stop = 0;
   expect_identical(a, train_cell(cell, ck, synthetic_data()));

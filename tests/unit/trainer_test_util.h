@@ -50,11 +50,25 @@ inline TrainingData synthetic_data(std::function<void(int64_t)> on_fill = nullpt
 }
 
 inline json tiny_config() {
-  return json{{"task", "image"}, {"activation", "softmax"}, {"dim", 16},     {"layers", 2},
-              {"heads", 2},      {"mlp_ratio", 2},          {"steps", 24},   {"batch", 8},
-              {"lr", 3e-3},      {"warmup_steps", 4},       {"clip", 1.0},   {"log_every", 3},
-              {"eval_every", 10}, {"eval_batches", 0},      {"seed", 5},     {"init_seed", 1},
-              {"optimizer", "adamw"}, {"weight_decay", 0.05}, {"checkpoint_every", 0}};
+  return json{{"task", "image"},
+              {"activation", "softmax"},
+              {"dim", 16},
+              {"layers", 2},
+              {"heads", 2},
+              {"mlp_ratio", 2},
+              {"steps", 24},
+              {"batch", 8},
+              {"lr", 3e-3},
+              {"warmup_steps", 4},
+              {"clip", 1.0},
+              {"log_every", 3},
+              {"eval_every", 10},
+              {"eval_batches", 0},
+              {"seed", 5},
+              {"init_seed", 1},
+              {"optimizer", "adamw"},
+              {"weight_decay", 0.05},
+              {"checkpoint_every", 0}};
 }
 
 // Bit-for-bit equality of two task outputs (NaN == NaN when the bits agree).
@@ -64,7 +78,8 @@ inline void expect_identical(const TaskOutput& a, const TaskOutput& b) {
   ASSERT_EQ(a.final_metrics.size(), b.final_metrics.size());
   for (const auto& [k, v] : a.final_metrics) {
     ASSERT_TRUE(b.final_metrics.count(k)) << k;
-    EXPECT_EQ(std::memcmp(&v, &b.final_metrics.at(k), sizeof v), 0) << k << ": " << v << " vs " << b.final_metrics.at(k);
+    EXPECT_EQ(std::memcmp(&v, &b.final_metrics.at(k), sizeof v), 0)
+        << k << ": " << v << " vs " << b.final_metrics.at(k);
   }
   ASSERT_EQ(a.series.size(), b.series.size());
   for (size_t i = 0; i < a.series.size(); ++i) {
