@@ -289,10 +289,20 @@ struct Trajectory {
   std::vector<double> eval_task;  // [E, M]: the task's eval_metrics (TrainingData::measure)
 };
 
-// Checkpoint file: magic, payload, FNV-1a 64 of everything before it, end marker. A
-// file counts only when the marker and the checksum are there (a crash mid-write, or
-// a truncated copy, is ignored and training starts over).
-constexpr char kMagic[8] = {'A', 'T', 'S', 'W', 'C', 'K', 'P', '1'};
+// Checkpoint file: magic, format version (uint32), payload, FNV-1a 64 of everything
+// before it, end marker. A file counts only when the marker and the checksum are there
+// (a crash mid-write, or a truncated copy, is ignored and training starts over). A
+// complete checkpoint of another format (an older or newer attnsweep; format 1 had no
+// version field and the magic ATSWCKP1) is refused: the attempt fails naming the file,
+// rather than silently starting over. Bump kCheckpointFormat whenever the payload changes.
+constexpr char kMagic[8] = {'A', 'T', 'S', 'W', 'C', 'K', 'P', 'T'};
+constexpr char kMagicFormat1[8] = {'A', 'T', 'S', 'W', 'C', 'K', 'P', '1'};
+constexpr uint32_t kCheckpointFormat = 2;
+
+// A checkpoint this build cannot read: not "ignored", the cell fails with this message.
+struct CheckpointFormatError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 constexpr char kEnd[8] = {'A', 'T', 'S', 'W', 'E', 'N', 'D', '!'};
 
 uint64_t fnv1a(const char* p, size_t n) {
@@ -366,6 +376,7 @@ void save_checkpoint(const std::string& path, const std::string& config_text, co
                      const TrainState& st) {
   Writer w;
   w.buf.append(kMagic, sizeof kMagic);
+  w.put<uint32_t>(kCheckpointFormat);
   w.put_str(config_text);
   w.put<int64_t>(st.step);
   w.put<int64_t>(st.samples_seen);
@@ -422,16 +433,25 @@ bool load_checkpoint(const std::string& path, const std::string& config_text, Tr
   const std::string buf = ss.str();
   try {
     constexpr size_t kTrailer = sizeof(uint64_t) + sizeof kEnd;
+    const bool complete = buf.size() >= sizeof kMagic + kTrailer &&
+                          std::memcmp(buf.data() + buf.size() - sizeof kEnd, kEnd, sizeof kEnd) == 0;
+    auto refuse = [&](const std::string& format) {
+      throw CheckpointFormatError(path + ": a checkpoint of format " + format + ", this attnsweep reads format " +
+                                  std::to_string(kCheckpointFormat) +
+                                  " only; remove the file to restart the cell from step 0, or resume with the "
+                                  "attnsweep that wrote it");
+    };
+    if (complete && std::memcmp(buf.data(), kMagicFormat1, sizeof kMagicFormat1) == 0) refuse("1");
     if (buf.size() < sizeof kMagic + kTrailer || std::memcmp(buf.data(), kMagic, sizeof kMagic) != 0)
       throw std::runtime_error("not an attnsweep checkpoint");
-    if (std::memcmp(buf.data() + buf.size() - sizeof kEnd, kEnd, sizeof kEnd) != 0)
-      throw std::runtime_error("no end marker (incomplete write)");
+    if (!complete) throw std::runtime_error("no end marker (incomplete write)");
     const size_t body = buf.size() - kTrailer;
     uint64_t sum;
     std::memcpy(&sum, buf.data() + body, sizeof sum);
     if (sum != fnv1a(buf.data(), body)) throw std::runtime_error("checksum mismatch");
     const std::string payload = buf.substr(0, body);
     Reader r{payload, sizeof kMagic};
+    if (const uint32_t format = r.get<uint32_t>(); format != kCheckpointFormat) refuse(std::to_string(format));
     if (r.get_str() != config_text) throw std::runtime_error("written for a different config");
     TrainState s;
     s.step = r.get<int64_t>();
@@ -459,6 +479,8 @@ bool load_checkpoint(const std::string& path, const std::string& config_text, Tr
     if (r.pos != payload.size()) throw std::runtime_error("trailing bytes");
     tr.load_state(params, m, v);  // every replica resumes from the same state
     st = std::move(s);
+  } catch (const CheckpointFormatError&) {
+    throw;
   } catch (const std::exception& e) {
     *why = e.what();
     return false;

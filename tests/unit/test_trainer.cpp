@@ -156,6 +156,50 @@ TEST_F(TrainerTest, PeriodicCheckpointResumesAndDamagedOneIsIgnored) {
   expect_identical(whole, train_cell(c, ctx, synthetic_data()));
 }
 
+// A complete checkpoint of another format (an older or newer attnsweep) is refused with
+// a message naming the file, not silently ignored; the file is left for the user.
+TEST_F(TrainerTest, CheckpointOfAnotherFormatIsRefused) {
+  json c = tiny_config();
+  c["checkpoint_every"] = 10;
+  TaskContext ctx;
+  ctx.checkpoint_path = path("fmt.ckpt");
+  train_cell(c, ctx, synthetic_data());
+  std::string buf;
+  {
+    std::ifstream f(ctx.checkpoint_path, std::ios::binary);
+    buf.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  ASSERT_GT(buf.size(), 32u);
+  ASSERT_EQ(buf.substr(0, 8), "ATSWCKPT");
+  // Re-seals a body (everything before the checksum) as the writer does: FNV-1a 64, end marker.
+  auto seal = [](std::string body) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char ch : body) h = (h ^ ch) * 0x100000001b3ull;
+    body.append(reinterpret_cast<const char*>(&h), sizeof h);
+    return body + "ATSWEND!";
+  };
+  const std::string body = buf.substr(0, buf.size() - 16);
+  std::string newer = body;
+  const uint32_t three = 3;
+  std::memcpy(&newer[8], &three, sizeof three);
+  const std::string format1 = "ATSWCKP1" + body.substr(12);  // format 1: no version field
+  for (const auto& [what, bytes] : {std::pair{"3", seal(newer)}, std::pair{"1", seal(format1)}}) {
+    {
+      std::ofstream f(ctx.checkpoint_path, std::ios::binary | std::ios::trunc);
+      f << bytes;
+    }
+    try {
+      train_cell(c, ctx, synthetic_data());
+      ADD_FAILURE() << "a checkpoint of format " << what << " was not refused";
+    } catch (const std::runtime_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(ctx.checkpoint_path), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::string("format ") + what), std::string::npos) << msg;
+    }
+    EXPECT_EQ(fs::file_size(ctx.checkpoint_path), bytes.size()) << "the refused checkpoint is left as it was";
+  }
+}
+
 // Data parallelism: k = 2 replicas on the same global batch follow k = 1 for 20 AdamW
 // steps. Not bitwise: each replica's backward sums its 8 rows in float32 and the
 // all-reduce adds the two halves in float64, where k = 1 sums all 16 rows in one
