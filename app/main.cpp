@@ -422,10 +422,25 @@ int cmd_aggregate(int argc, char** argv) {
                   f.slope_ci95, f.r2, static_cast<long long>(f.points), range);
     }
   }
-  std::printf("aggregated %lld cells (%lld read, %lld unchanged)%s -> %s/aggregate.h5, %s/summary.csv\n",
+  // Paired comparisons (results/paired.h): the test metrics here, every metric in paired.csv.
+  bool header = false;
+  for (const PairedDiff& d : r.paired) {
+    if (d.metric.rfind("test_", 0) != 0) continue;
+    if (!header)
+      std::printf(
+          "paired differences a - b over cells equal but for the activation (mean, 95%% CI):\n%-13s %6s %-36s "
+          "%-36s %5s %10s %9s %s\n",
+          "metric", "N", "a", "b", "pairs", "mean", "+-95%", "a lower");
+    header = true;
+    std::printf("%-13s %6s %-36s %-36s %5lld %10.4g %9.3g %lld/%lld\n", d.metric.c_str(),
+                std::isnan(d.prompt_length) ? "-" : std::to_string(std::llround(d.prompt_length)).c_str(), d.a.c_str(),
+                d.b.c_str(), static_cast<long long>(d.pairs), d.mean_diff, d.ci95, static_cast<long long>(d.a_lower),
+                static_cast<long long>(d.pairs));
+  }
+  std::printf("aggregated %lld cells (%lld read, %lld unchanged)%s -> %s/aggregate.h5, %s/summary.csv%s\n",
               static_cast<long long>(r.cells), static_cast<long long>(r.reread), static_cast<long long>(r.reused),
               r.skipped.empty() ? "" : (" (" + std::to_string(r.skipped.size()) + " files skipped)").c_str(),
-              dir.c_str(), dir.c_str());
+              dir.c_str(), dir.c_str(), r.paired.empty() ? "" : (", " + dir + "/paired.csv").c_str());
   return kExitOk;
 }
 

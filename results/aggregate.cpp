@@ -31,6 +31,8 @@
 
 #include "results/cell_file.h"
 #include "results/h5.h"
+#include "results/paired.h"
+#include "results/table.h"
 #include "worker/atomic_file.h"
 
 namespace attnsweep {
@@ -44,30 +46,8 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // against the context length L (paper B).
 const std::vector<std::string> kFitMetrics = {"attn_fro", "jac_fro", "limit_sq_error", "test_mse"};
 
-// Replicates, pooled in a fit rather than naming its group: `seed` and any `*_seed`
-// (`init_seed`, `model.seed`).
-bool replicate_key(const std::string& k) {
-  const std::string last = k.substr(k.rfind('.') == std::string::npos ? 0 : k.rfind('.') + 1);
-  return last == "seed" || (last.size() > 5 && last.compare(last.size() - 5, 5, "_seed") == 0);
-}
 // Groups of a cell file whose 1-D datasets become /trajectories/<group>_<name>.
 const std::vector<std::string> kTrajectoryGroups = {"/train", "/eval", "/icl"};
-
-// Shortest text that reads back as the same double ("0.001", "3", "1e-05").
-std::string format_number(double v) {
-  if (std::isnan(v)) return "";
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
-}
-
-// Parameter value as it appears in a fit's group label: strings bare, numbers compact.
-std::string label_value(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_number_integer()) return v.dump();
-  if (v.is_number()) return format_number(v.get<double>());
-  return v.dump();
-}
 
 // Nested config objects become dotted keys ("model.layers"); '/' cannot name a dataset.
 void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
@@ -308,60 +288,6 @@ void write_index(h5::File& f, const std::vector<Row>& rows, const std::map<std::
   g.write_strings("row", texts, "the row's summary and trajectory shapes as JSON (reused while the file is unchanged)");
 }
 
-// One /cells column (and summary.csv column).
-struct Column {
-  enum Type { Int, Float, String } type = Float;
-  std::string name, description;
-  std::vector<int64_t> ints;
-  std::vector<double> floats;
-  std::vector<std::string> strings;
-
-  std::string csv(size_t i) const {
-    switch (type) {
-      case Int: return std::to_string(ints[i]);
-      case Float: return format_number(floats[i]);
-      case String: return strings[i];
-    }
-    return {};
-  }
-};
-
-Column string_column(std::string name, std::string description, const std::vector<std::string>& values) {
-  Column c{Column::String, std::move(name), std::move(description), {}, {}, values};
-  return c;
-}
-
-// A parameter or metric column from per-row JSON values (null = missing): int64 when
-// every row has an integer (or boolean) value, float64 (NaN = missing) when all present
-// values are numbers, otherwise strings ("" = missing; non-strings as JSON text).
-Column json_column(std::string name, std::string description, const std::vector<json>& values) {
-  bool all_present = true, all_numeric = true, all_integer = true;
-  for (const json& v : values) {
-    if (v.is_null()) {
-      all_present = false;
-      continue;
-    }
-    if (!v.is_number() && !v.is_boolean()) all_numeric = false;
-    if (!v.is_number_integer() && !v.is_boolean()) all_integer = false;
-  }
-  Column c;
-  c.name = std::move(name);
-  c.description = std::move(description);
-  if (all_numeric && all_integer && all_present && !values.empty()) {
-    c.type = Column::Int;
-    for (const json& v : values) c.ints.push_back(v.is_boolean() ? int64_t{v.get<bool>()} : v.get<int64_t>());
-  } else if (all_numeric) {
-    c.type = Column::Float;
-    for (const json& v : values)
-      c.floats.push_back(v.is_null() ? kNaN : v.is_boolean() ? double{v.get<bool>() ? 1.0 : 0.0} : v.get<double>());
-  } else {
-    c.type = Column::String;
-    for (const json& v : values)
-      c.strings.push_back(v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump());
-  }
-  return c;
-}
-
 std::vector<Column> build_columns(const std::vector<Row>& rows) {
   std::vector<Column> cols;
   auto pick = [&](auto get) {
@@ -417,44 +343,6 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
   return cols;
 }
 
-// RFC 4180: quote a field holding a comma, quote or line break; double the quotes.
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"') out += '"';
-    out += ch;
-  }
-  return out + "\"";
-}
-
-void write_csv(const std::string& path, const std::vector<Column>& cols, size_t rows) {
-  const std::string tmp = temp_path_for(path);
-  TempFileGuard guard(tmp);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp + ": cannot create file");
-    for (size_t c = 0; c < cols.size(); ++c) out << (c ? "," : "") << csv_field(cols[c].name);
-    out << "\n";
-    for (size_t i = 0; i < rows; ++i) {
-      for (size_t c = 0; c < cols.size(); ++c) out << (c ? "," : "") << csv_field(cols[c].csv(i));
-      out << "\n";
-    }
-    out.close();
-    if (!out) throw std::runtime_error(tmp + ": write failed");
-  }
-  commit_file(tmp, path);
-  guard.release();
-}
-
-void write_column(h5::Group& g, const Column& c) {
-  switch (c.type) {
-    case Column::Int: g.write_dataset<int64_t>(c.name, {c.ints.size()}, c.ints, c.description); break;
-    case Column::Float: g.write_dataset<double>(c.name, {c.floats.size()}, c.floats, c.description); break;
-    case Column::String: g.write_strings(c.name, c.strings, c.description); break;
-  }
-}
-
 // Fits of each metric against prompt_length per group of the other parameters.
 std::vector<Fit> compute_fits(const std::vector<Row>& rows, const AggregateOptions& opt) {
   std::map<std::pair<std::string, std::string>, std::pair<std::vector<double>, std::vector<double>>> points;
@@ -464,11 +352,7 @@ std::vector<Fit> compute_fits(const std::vector<Row>& rows, const AggregateOptio
     if (n_it == r.params.end() || !n_it->second.is_number()) continue;
     const double n = n_it->second.get<double>();
     if (n < static_cast<double>(opt.fit_min_n) || n > static_cast<double>(opt.fit_max_n)) continue;
-    std::string group;
-    for (const auto& [k, v] : r.params) {
-      if (k == "prompt_length" || replicate_key(k)) continue;
-      group += (group.empty() ? "" : " ") + k + "=" + label_value(v);
-    }
+    const std::string group = group_label(r.params);
     for (const std::string& metric : kFitMetrics) {
       auto m = r.summary.final_metrics.find(metric);
       if (m == r.summary.final_metrics.end() || !(m->second > 0) || !std::isfinite(m->second)) continue;
@@ -912,6 +796,19 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   std::vector<Column> cols = build_columns(rows);
   for (const Column& c : cols) result.columns.push_back(c.name);
   result.fits = compute_fits(rows, opt);
+  {
+    std::vector<PairedCell> paired;
+    for (const Row& r : rows) paired.push_back({r.params, r.summary.final_metrics, r.summary.status == "complete"});
+    result.paired = paired_differences(paired);
+  }
+  // DIR/paired.csv when the cells hold comparisons (a stale one goes).
+  const std::string paired_csv = (root / "paired.csv").string();
+  auto write_paired_csv = [&] {
+    if (!result.paired.empty())
+      write_paired(paired_csv, result.paired);
+    else
+      fs::remove(paired_csv, ec);
+  };
 
   // Nothing changed since the previous aggregate (same files, same stamps, same order,
   // same fits and skipped files): it is already what would be written. Rewrite nothing
@@ -930,6 +827,7 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   }
   if (unchanged) {
     write_csv((root / "summary.csv").string(), cols, rows.size());
+    write_paired_csv();
     touch(out_path);
     return result;
   }
@@ -1131,6 +1029,7 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
       }
     }
     write_fits(f, result.fits);
+    if (!result.paired.empty()) write_paired_group(f, result.paired);
     f.write_strings("/skipped", result.skipped, "runs/NAME: why a result file was left out");
     write_index(f, rows, trajectories);
     f.close();
@@ -1139,6 +1038,7 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   guard.release();
 
   write_csv((root / "summary.csv").string(), cols, rows.size());
+  write_paired_csv();
   return result;
 }
 

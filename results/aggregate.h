@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "results/paired.h"
+
 namespace attnsweep {
 
 struct AggregateOptions {
@@ -45,6 +47,7 @@ struct AggregateResult {
   std::vector<std::string> skipped;  // "runs/x.h5: reason"
   std::vector<Fit> fits;             // sorted by group, then metric
   std::vector<std::string> columns;  // the /cells (and summary.csv) columns, in order
+  std::vector<PairedDiff> paired;    // /paired and paired.csv (results/paired.h)
 };
 
 // Throws std::runtime_error when DIR has no runs/ folder.

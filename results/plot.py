@@ -29,7 +29,7 @@ except ImportError as e:  # the caller names the Debian packages
 FIXED = {"cell_id", "status", "device", "wall_seconds", "diverged_at_step"}
 # Labels and order of the activations and scales: the registry (kernels/activation.h),
 # handed over by `attnsweep report` as JSON in argv[3] (`attnsweep activations --json`).
-ACT_NAMES, ACT_RANK, SCALE_NAMES, SCALE_RANK, TAKES_DEGREE = {}, {}, {}, {}, set()
+ACT_NAMES, ACT_RANK, SCALE_NAMES, SCALE_RANK, TAKES_DEGREE, TAKES_SCALE = {}, {}, {}, {}, set(), set()
 
 
 def set_registry(reg):
@@ -38,6 +38,8 @@ def set_registry(reg):
         ACT_RANK[a["name"]] = i
         if a["takes_degree"]:
             TAKES_DEGREE.add(a["name"])
+        if a["takes_scale"]:
+            TAKES_SCALE.add(a["name"])
     for i, s in enumerate(reg["scales"]):
         SCALE_NAMES[s["name"]] = s["label"]
         SCALE_RANK[s["name"]] = i
@@ -80,6 +82,11 @@ def load(dirname):
                 data["metrics"].append(k)
         if "skipped" in f:
             data["skipped"] = list(f["skipped"].asstr()[()])
+        data["paired"] = {}
+        if "paired" in f:  # results/paired.h: activations compared within pairs of cells
+            for k in f["paired"]:
+                d = f["paired"][k]
+                data["paired"][k] = np.array(d.asstr()[()], dtype=object) if d.dtype.kind in "OSU" else d[()]
         if "trajectories" in f:
             for k in f["trajectories"]:
                 data["traj"][k] = f["trajectories"][k]  # read lazily below
@@ -378,6 +385,100 @@ class Report:
                  "trained attention against L; paper B predicts softmax and linear attention approach each other "
                  "as L grows. Means over seeds, error bars ±1 sd.", fig)
 
+    # (4b) paired comparisons (results/paired.h): cells equal but for the activation
+    def paired(self):
+        pd = self.data["paired"]
+        if not pd or len(pd.get("metric", [])) == 0:
+            return
+        present = set(pd["metric"])
+        metric = next((m for m in ("test_mse", "test_accuracy", "test_loss") if m in present), None)
+        if metric is None or self.N is None:
+            return
+        c = self.data["cells"]
+        params = self.data["params"]
+
+        def text(v):
+            v = v.item() if hasattr(v, "item") else v
+            return None if is_missing(v) else value_text(v)
+
+        def spec_and_group(i):
+            vals = {k: text(c[k][i]) for k in params}
+            act = vals.get("activation")
+            spec = [("activation", act)]
+            if act in TAKES_DEGREE and vals.get("degree") is not None:
+                spec.append(("degree", vals["degree"]))
+            if act in TAKES_SCALE and vals.get("scale") is not None:
+                spec.append(("scale", vals["scale"]))
+            group = " ".join(f"{k}={v}" for k, v in sorted(vals.items())
+                             if v is not None and k not in ("activation", "degree", "scale", "prompt_length")
+                             and not is_replicate(k))
+            return " ".join(f"{k}={v}" for k, v in spec), group
+
+        def pretty(spec):
+            return Groups.pretty(tuple(tuple(kv.split("=", 1)) for kv in spec.split(" ")))
+
+        # against prompt length: rows of cells that have one
+        rows = [r for r in np.where(pd["metric"] == metric)[0] if np.isfinite(float(pd["prompt_length"][r]))]
+        comparisons = sorted({(pd["group"][r], pd["a"][r], pd["b"][r]) for r in rows})
+        if not comparisons:
+            return
+        if len(comparisons) > 6:
+            comparisons = comparisons[:6]
+        labels = [spec_and_group(i) for i in range(self.data["n"])]
+        # a group is named by the parameters that differ between the compared groups only
+        kv = {g: dict(x.split("=", 1) for x in g.split(" ") if "=" in x) for g, _, _ in comparisons}
+        varying = sorted({k for d in kv.values() for k in d if len({e.get(k) for e in kv.values()}) > 1})
+        short = {g: ", ".join(f"{k}={kv[g].get(k, '–')}" for k in varying) for g in kv}
+        v = c[metric].astype(float) if metric in c else np.full(self.data["n"], np.nan)
+        reps = [k for k in params if is_replicate(k)]
+        fig, axes = plt.subplots(len(comparisons), 2, figsize=(11.0, 3.7 * len(comparisons)), squeeze=False)
+        for (group, a, b), (ax, ax2) in zip(comparisons, axes):
+            sel = [r for r in rows if pd["group"][r] == group and pd["a"][r] == a and pd["b"][r] == b]
+            sel.sort(key=lambda r: pd["prompt_length"][r])
+            n = np.array([pd["prompt_length"][r] for r in sel], float)
+            d = np.array([pd["mean_diff"][r] for r in sel], float)
+            ci = np.array([pd["ci95"][r] for r in sel], float)
+            pairs = [int(pd["pairs"][r]) for r in sel]
+            lower = [int(pd["a_lower"][r]) for r in sel]
+            ax.axhline(0, color="0.6", lw=0.8)
+            ax.errorbar(n, d, yerr=np.where(np.isfinite(ci), ci, 0), marker="o", ms=5, lw=1.5, capsize=4, color="C3")
+            for x, y, k, m in zip(n, d, lower, pairs):
+                ax.annotate(f"{k}/{m}", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8, color="0.3")
+            ax.set_xscale("log")
+            ax.set_xlabel("prompt length")
+            ax.set_ylabel(f"{metric}: {pretty(a)} − {pretty(b)}")
+            ax.set_title("Paired difference, 95% CI" + (f" · {short[group]}" if short[group] else ""), fontsize=10)
+            # the distribution over initialisations: every cell, each pair joined by a line
+            ok = self.complete & np.isfinite(v)
+            cells = {}
+            for i in range(self.data["n"]):
+                spec, gr = labels[i]
+                if ok[i] and gr == group and spec in (a, b):
+                    key = (self.N[i],) + tuple(text(c[k][i]) for k in reps)
+                    cells.setdefault(key, {})[spec] = v[i]
+            for side, spec, col in ((-1, a, "C0"), (1, b, "C1")):
+                xs = [k[0] * (1.07 ** side) for k, m in cells.items() if spec in m]
+                ys = [m[spec] for k, m in cells.items() if spec in m]
+                ax2.scatter(xs, ys, s=12, color=col, alpha=0.75, label=pretty(spec), zorder=3)
+            for k, m in cells.items():
+                if a in m and b in m:
+                    ax2.plot([k[0] / 1.07, k[0] * 1.07], [m[a], m[b]], color="0.7", lw=0.6, zorder=2)
+            if cells:
+                ax2.set_xscale("log")
+            ax2.set_xlabel("prompt length")
+            ax2.set_ylabel(metric)
+            ax2.set_title("Every cell (one point per " + " × ".join(reps or ["cell"]) + "), pairs joined", fontsize=10)
+            if cells:
+                ax2.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        self.add("Paired comparison of activations",
+                 "Cells equal in every parameter but the activation, seeds included (the same initialisation and "
+                 "data), are compared pair by pair. Left: mean over pairs of the difference of the final "
+                 f"{metric} against prompt length, with its 95% Student-t interval; k/m = pairs where the first "
+                 "activation's value is the lower. Right: the distribution over initialisations and data seeds, "
+                 "every cell a point and each pair joined, so that basins of the training dynamics stay "
+                 "visible. From aggregate.h5 /paired (also paired.csv).", fig)
+
     # (5) loss curves
     def loss_curves(self):
         tr = self.data["traj"]
@@ -505,7 +606,8 @@ def main():
     status = read_json(os.path.join(dirname, "status.json"))
     groups = Groups(data)
     rep = Report(data, groups)
-    for make in (rep.norms_vs_n, rep.norm_trajectories, rep.accuracy_vs_n, rep.concentration, rep.loss_curves):
+    for make in (rep.norms_vs_n, rep.norm_trajectories, rep.accuracy_vs_n, rep.concentration, rep.paired,
+                 rep.loss_curves):
         make()
     table, table_rows = rep.table()
 

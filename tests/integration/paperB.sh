@@ -71,3 +71,28 @@ for path in sorted(glob.glob(f"{sys.argv[1]}/runs/*.h5")):
         assert np.isfinite(mse) and 0 < mse < 5, (path, mse)
         print(f"{cfg['activation']:8s} L={cfg['prompt_length']:4d}: test_mse {mse:.3f}, limit_sq_error {traj[-1]:.4f}")
 PY
+
+# Softmax and linear attention from the same weights pair up (results/paired.h): aggregate
+# writes paired.csv with one test_mse row per L whose difference is the two cells'
+# difference, and the report draws the paired comparison.
+"$ATTNSWEEP" aggregate icl > agg.txt
+check "aggregate names paired.csv" grep -q "paired.csv" agg.txt
+$PY - icl <<'PY'
+import csv, sys
+import numpy as np
+
+out = sys.argv[1]
+cells = list(csv.DictReader(open(f"{out}/summary.csv")))
+rows = [r for r in csv.DictReader(open(f"{out}/paired.csv")) if r["metric"] == "test_mse"]
+assert [float(r["prompt_length"]) for r in rows] == [10, 40, 160], rows
+for r in rows:
+    assert r["a"] == "activation=softmax" and r["b"] == "activation=poly degree=1 scale=inv_n", r
+    assert int(r["pairs"]) == 1, r
+    L = r["prompt_length"]
+    mse = {c["activation"]: float(c["test_mse"]) for c in cells if c["prompt_length"] == L}
+    assert np.isclose(float(r["mean_diff"]), mse["softmax"] - mse["poly"], rtol=1e-12, atol=0), (r, mse)
+print("paired.csv: test_mse softmax - linear at L 10, 40, 160:", [round(float(r["mean_diff"]), 4) for r in rows])
+PY
+check "paired.csv holds softmax - linear per L" true
+"$ATTNSWEEP" report icl > report.txt 2>&1
+check "report draws the paired comparison" grep -q "Paired comparison of activations" icl/report.html

@@ -106,14 +106,16 @@ run_rc "$ATTNSWEEP" report im
 check "trained report exits 0 (got $RC: $ERR)" test "$RC" = 0
 echo "$OUT"
 FIGS=$(sed -n 's/^figures: //p' <<<"$OUT")
-check "trained report has 3 figures (got $FIGS)" test "$FIGS" = 3
+check "trained report has 4 figures (got $FIGS)" test "$FIGS" = 4
 check "one <img> per figure" test "$(img_count im/report.html)" = "$FIGS"
-for title in "Norms over training, per layer" "Accuracy against prompt length" "Training loss"; do
+for title in "Norms over training, per layer" "Accuracy against prompt length" "Paired comparison of activations" \
+             "Training loss"; do
   check "trained report has the figure '$title'" grep -q "<h2>Figure [0-9]. $title</h2>" im/report.html
 done
-# What the three figures are drawn from: per-layer norm trajectories of every cell,
-# test accuracy of 2 seeds per activation and prompt length (the error bars), loss
-# curves of 2 seeds per panel (the bands).
+# What the four figures are drawn from: per-layer norm trajectories of every cell,
+# test accuracy of 2 seeds per activation and prompt length (the error bars; and the
+# 2 softmax-relu pairs per prompt length of the paired figure, aggregate.h5 /paired),
+# loss curves of 2 seeds per panel (the bands).
 check "aggregate of the trained sweep holds the figures' data" $PY - im/aggregate.h5 <<'PY'
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1]) as f:
@@ -122,6 +124,9 @@ with h5py.File(sys.argv[1]) as f:
         a = f["trajectories"][name][()]
         assert a.shape == (8, 9, 2, 2), (name, a.shape)  # 8 cells, steps 0..40 every 5, 2 layers, 2 heads
         assert np.isfinite(a).all() and (a > 0).all(), name
+    p = {k: (f["paired"][k].asstr()[()] if f["paired"][k].dtype.kind == "O" else f["paired"][k][()]) for k in f["paired"]}
+    sel = p["metric"] == "test_accuracy"
+    assert sorted(p["prompt_length"][sel]) == [16, 49] and (p["pairs"][sel] == 2).all(), p
     loss = f["trajectories/train_loss"][()]
     assert loss.shape == (8, 9) and np.isfinite(loss).all(), loss.shape
     for act in ("softmax", "relu"):
@@ -155,7 +160,7 @@ run_rc "$ATTNSWEEP" report tr
 check "trained report exits 0 (got $RC: $ERR)" test "$RC" = 0
 echo "$OUT"
 FIGS=$(sed -n 's/^figures: //p' <<<"$OUT")
-check "trained report: norms over training, accuracy and loss figures (figures: $FIGS)" test "$FIGS" = 3
+check "trained report: norms over training, accuracy, paired and loss figures (figures: $FIGS)" test "$FIGS" = 4
 check "one <img> per figure" test "$(img_count tr/report.html)" = "$FIGS"
 check "header counts diverged and failed" $PY - tr/report.html <<'PY'
 import re, sys

@@ -358,7 +358,19 @@ TEST_F(AggregateTest, CellsSkippedAndFits) {
   EXPECT_EQ(a.skipped[0], "runs/renamed.h5: cell_id is poly_n16_s0, expected renamed");
   EXPECT_EQ(a.skipped[1], "runs/text.h5: not an HDF5 file");
   EXPECT_EQ(a.skipped[2].rfind("runs/truncated.h5: truncated file", 0), 0u) << a.skipped[2];
-  EXPECT_EQ(listing(""), (std::vector<std::string>{"aggregate.h5", "runs", "summary.csv"}));
+  EXPECT_EQ(listing(""), (std::vector<std::string>{"aggregate.h5", "paired.csv", "runs", "summary.csv"}));
+  // softmax and poly cells equal but for the activation pair (seeds 0 and 1) on the one
+  // metric both have, at each N: softmax's 2N against poly's 3 sqrt(N)
+  ASSERT_EQ(a.paired.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const double n = std::vector<double>{16, 64, 256}[i];
+    EXPECT_EQ(a.paired[i].prompt_length, n);
+    EXPECT_EQ(a.paired[i].metric, "attn_fro");
+    EXPECT_EQ(a.paired[i].a, "activation=softmax");
+    EXPECT_EQ(a.paired[i].group, "lr=0.001");
+    EXPECT_EQ(a.paired[i].pairs, 2);
+    EXPECT_NEAR(a.paired[i].mean_diff, 2 * n - 3 * std::sqrt(n), 1e-9);
+  }
 
   ASSERT_EQ(a.fits.size(), 3u);
   const std::string poly = "activation=poly degree=3 lr=0.001 scale=inv_sqrt_n";

@@ -1,0 +1,192 @@
+#include "results/paired.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <tuple>
+
+#include "kernels/activation.h"
+#include "results/aggregate.h"
+#include "results/table.h"
+
+namespace attnsweep {
+namespace {
+using json = nlohmann::json;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A cell's activation as the keys that name it, and its place in the registry's order.
+struct Spec {
+  std::string label;
+  std::tuple<int32_t, double, int32_t, double> order;
+};
+std::optional<Spec> spec_of(const std::map<std::string, json>& params) {
+  auto it = params.find("activation");
+  if (it == params.end() || !it->second.is_string()) return std::nullopt;
+  auto id = activation_from_name(it->second.get<std::string>());
+  if (!id) return std::nullopt;
+  const ActivationInfo& info = activation_info(*id);
+  Spec s;
+  s.label = "activation=" + std::string(info.name);
+  double degree = 0, scale_value = 0;
+  int32_t scale_rank = 0;
+  if (info.takes_degree) {
+    auto d = params.find("degree");
+    if (d != params.end()) {
+      s.label += " degree=" + label_value(d->second);
+      if (d->second.is_number()) degree = d->second.get<double>();
+    }
+  }
+  if (info.takes_scale) {
+    auto c = params.find("scale");
+    if (c != params.end()) {
+      s.label += " scale=" + label_value(c->second);
+      if (c->second.is_number()) {
+        scale_rank = static_cast<int32_t>(kScales.size());
+        scale_value = c->second.get<double>();
+      } else if (c->second.is_string()) {
+        if (auto k = scale_from_name(c->second.get<std::string>())) scale_rank = static_cast<int32_t>(*k);
+      }
+    }
+  }
+  s.order = {static_cast<int32_t>(*id), degree, scale_rank, scale_value};
+  return s;
+}
+
+bool activation_key(const std::string& k) { return k == "activation" || k == "degree" || k == "scale"; }
+
+struct Key {  // one comparison
+  std::string group;
+  double n;
+  std::tuple<int32_t, double, int32_t, double> order_a, order_b;
+  std::string a, b, metric;
+  auto tie() const { return std::tie(group, n, order_a, a, order_b, b, metric); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+}  // namespace
+
+std::vector<PairedDiff> paired_differences(const std::vector<PairedCell>& cells) {
+  // pair key (every parameter but the activation's) -> activation label -> cell
+  struct Member {
+    Spec spec;
+    const PairedCell* cell;
+  };
+  std::map<std::string, std::vector<Member>> pairs;
+  std::map<std::string, std::pair<std::string, double>> where;  // pair key -> (group, prompt_length)
+  for (const PairedCell& c : cells) {
+    if (!c.complete) continue;
+    auto spec = spec_of(c.params);
+    if (!spec) continue;
+    std::string key;  // every parameter but the activation's, seeds included
+    for (const auto& [k, v] : c.params)
+      if (!activation_key(k)) key += k + "=" + v.dump() + "\n";
+    auto n = c.params.find("prompt_length");
+    const double length = n != c.params.end() && n->second.is_number() ? n->second.get<double>() : kNaN;
+    const std::string group = group_label(c.params, activation_key);
+    std::vector<Member>& m = pairs[key];
+    if (std::none_of(m.begin(), m.end(), [&](const Member& x) { return x.spec.label == spec->label; }))
+      m.push_back({*spec, &c});
+    where[key] = {group, length};
+  }
+  std::map<Key, std::vector<std::pair<double, double>>> values;
+  for (auto& [key, members] : pairs) {
+    std::sort(members.begin(), members.end(), [](const Member& x, const Member& y) {
+      return std::tie(x.spec.order, x.spec.label) < std::tie(y.spec.order, y.spec.label);
+    });
+    for (size_t i = 0; i < members.size(); ++i)
+      for (size_t j = i + 1; j < members.size(); ++j)
+        for (const auto& [metric, va] : members[i].cell->metrics) {
+          auto vb = members[j].cell->metrics.find(metric);
+          if (vb == members[j].cell->metrics.end() || !std::isfinite(va) || !std::isfinite(vb->second)) continue;
+          Key k{where[key].first,
+                where[key].second,
+                members[i].spec.order,
+                members[j].spec.order,
+                members[i].spec.label,
+                members[j].spec.label,
+                metric};
+          values[k].emplace_back(va, vb->second);
+        }
+  }
+  std::vector<PairedDiff> out;
+  for (const auto& [k, v] : values) {
+    PairedDiff d;
+    d.metric = k.metric;
+    d.group = k.group;
+    d.prompt_length = k.n;
+    d.a = k.a;
+    d.b = k.b;
+    d.pairs = static_cast<int64_t>(v.size());
+    double sa = 0, sb = 0;
+    for (const auto& [x, y] : v) {
+      sa += x;
+      sb += y;
+      d.a_lower += x < y;
+    }
+    const double m = static_cast<double>(v.size());
+    d.mean_a = sa / m;
+    d.mean_b = sb / m;
+    d.mean_diff = d.mean_a - d.mean_b;
+    if (v.size() >= 2) {
+      double ss = 0;
+      for (const auto& [x, y] : v) ss += (x - y - d.mean_diff) * (x - y - d.mean_diff);
+      d.sd_diff = std::sqrt(ss / (m - 1));
+      d.ci95 = student_t_quantile(0.975, m - 1) * d.sd_diff / std::sqrt(m);
+    } else {
+      d.sd_diff = d.ci95 = kNaN;
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+namespace {
+std::vector<Column> paired_columns(const std::vector<PairedDiff>& diffs) {
+  auto strings = [&](auto get) {
+    std::vector<std::string> v;
+    for (const PairedDiff& x : diffs) v.push_back(get(x));
+    return v;
+  };
+  auto doubles = [&](auto get) {
+    std::vector<double> v;
+    for (const PairedDiff& x : diffs) v.push_back(get(x));
+    return v;
+  };
+  auto ints = [&](auto get) {
+    std::vector<int64_t> v;
+    for (const PairedDiff& x : diffs) v.push_back(get(x));
+    return v;
+  };
+  return {
+      string_column("metric", "/final metric compared", strings([](const PairedDiff& x) { return x.metric; })),
+      string_column("group", "the other parameters but the seeds and prompt_length, k=v in key order",
+                    strings([](const PairedDiff& x) { return x.group; })),
+      float_column("prompt_length", "prompt_length of the pairs (NaN when the cells have none)",
+                   doubles([](const PairedDiff& x) { return x.prompt_length; })),
+      string_column("a", "first activation (registry order), k=v", strings([](const PairedDiff& x) { return x.a; })),
+      string_column("b", "second activation, k=v", strings([](const PairedDiff& x) { return x.b; })),
+      int_column("pairs", "pairs of cells equal in every parameter but the activation",
+                 ints([](const PairedDiff& x) { return x.pairs; })),
+      float_column("mean_a", "mean of the metric over a's cells", doubles([](const PairedDiff& x) { return x.mean_a; })),
+      float_column("mean_b", "mean of the metric over b's cells", doubles([](const PairedDiff& x) { return x.mean_b; })),
+      float_column("mean_diff", "mean over pairs of metric(a) - metric(b)",
+                   doubles([](const PairedDiff& x) { return x.mean_diff; })),
+      float_column("sd_diff", "standard deviation of the paired differences (NaN below 2 pairs)",
+                   doubles([](const PairedDiff& x) { return x.sd_diff; })),
+      float_column("ci95", "half-width of the 95% Student-t interval of mean_diff (NaN below 2 pairs)",
+                   doubles([](const PairedDiff& x) { return x.ci95; })),
+      int_column("a_lower", "pairs where a's metric is below b's", ints([](const PairedDiff& x) { return x.a_lower; })),
+  };
+}
+}  // namespace
+
+void write_paired(const std::string& csv_path, const std::vector<PairedDiff>& diffs) {
+  write_csv(csv_path, paired_columns(diffs), diffs.size());
+}
+
+void write_paired_group(h5::File& f, const std::vector<PairedDiff>& diffs) {
+  h5::Group g = f.require_group("/paired");
+  for (const Column& c : paired_columns(diffs)) write_column(g, c);
+}
+
+}  // namespace attnsweep

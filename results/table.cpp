@@ -1,0 +1,131 @@
+#include "results/table.h"
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+
+#include "worker/atomic_file.h"
+
+namespace attnsweep {
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// RFC 4180: quote a field holding a comma, quote or line break; double the quotes.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"') out += '"';
+    out += ch;
+  }
+  return out + "\"";
+}
+}  // namespace
+
+std::string format_number(double v) {
+  if (std::isnan(v)) return "";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+std::string label_value(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return v.dump();
+  if (v.is_number()) return format_number(v.get<double>());
+  return v.dump();
+}
+
+std::string Column::csv(size_t i) const {
+  switch (type) {
+    case Int: return std::to_string(ints[i]);
+    case Float: return format_number(floats[i]);
+    case String: return strings[i];
+  }
+  return {};
+}
+
+bool replicate_key(const std::string& k) {
+  const std::string last = k.substr(k.rfind('.') == std::string::npos ? 0 : k.rfind('.') + 1);
+  return last == "seed" || (last.size() > 5 && last.compare(last.size() - 5, 5, "_seed") == 0);
+}
+
+std::string group_label(const std::map<std::string, nlohmann::json>& params,
+                        const std::function<bool(const std::string&)>& skip) {
+  std::string group;
+  for (const auto& [k, v] : params) {
+    if (k == "prompt_length" || replicate_key(k) || (skip && skip(k))) continue;
+    group += (group.empty() ? "" : " ") + k + "=" + label_value(v);
+  }
+  return group;
+}
+
+Column string_column(std::string name, std::string description, const std::vector<std::string>& values) {
+  return Column{Column::String, std::move(name), std::move(description), {}, {}, values};
+}
+Column float_column(std::string name, std::string description, const std::vector<double>& values) {
+  return Column{Column::Float, std::move(name), std::move(description), {}, values, {}};
+}
+Column int_column(std::string name, std::string description, const std::vector<int64_t>& values) {
+  return Column{Column::Int, std::move(name), std::move(description), values, {}, {}};
+}
+
+Column json_column(std::string name, std::string description, const std::vector<nlohmann::json>& values) {
+  bool all_present = true, all_numeric = true, all_integer = true;
+  for (const nlohmann::json& v : values) {
+    if (v.is_null()) {
+      all_present = false;
+      continue;
+    }
+    if (!v.is_number() && !v.is_boolean()) all_numeric = false;
+    if (!v.is_number_integer() && !v.is_boolean()) all_integer = false;
+  }
+  Column c;
+  c.name = std::move(name);
+  c.description = std::move(description);
+  if (all_numeric && all_integer && all_present && !values.empty()) {
+    c.type = Column::Int;
+    for (const nlohmann::json& v : values)
+      c.ints.push_back(v.is_boolean() ? int64_t{v.get<bool>()} : v.get<int64_t>());
+  } else if (all_numeric) {
+    c.type = Column::Float;
+    for (const nlohmann::json& v : values)
+      c.floats.push_back(v.is_null() ? kNaN : v.is_boolean() ? double{v.get<bool>() ? 1.0 : 0.0} : v.get<double>());
+  } else {
+    c.type = Column::String;
+    for (const nlohmann::json& v : values)
+      c.strings.push_back(v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return c;
+}
+
+void write_csv(const std::string& path, const std::vector<Column>& cols, size_t rows) {
+  const std::string tmp = temp_path_for(path);
+  TempFileGuard guard(tmp);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error(tmp + ": cannot create file");
+    for (size_t c = 0; c < cols.size(); ++c) out << (c ? "," : "") << csv_field(cols[c].name);
+    out << "\n";
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t c = 0; c < cols.size(); ++c) out << (c ? "," : "") << csv_field(cols[c].csv(i));
+      out << "\n";
+    }
+    out.close();
+    if (!out) throw std::runtime_error(tmp + ": write failed");
+  }
+  commit_file(tmp, path);
+  guard.release();
+}
+
+void write_column(h5::Group& g, const Column& c) {
+  switch (c.type) {
+    case Column::Int: g.write_dataset<int64_t>(c.name, {c.ints.size()}, c.ints, c.description); break;
+    case Column::Float: g.write_dataset<double>(c.name, {c.floats.size()}, c.floats, c.description); break;
+    case Column::String: g.write_strings(c.name, c.strings, c.description); break;
+  }
+}
+
+}  // namespace attnsweep

@@ -1,0 +1,59 @@
+// Tables that attnsweep writes twice, as HDF5 datasets (one per column) and as CSV:
+// aggregate.h5 /cells + summary.csv (results/aggregate.cpp), /paired + paired.csv
+// (results/paired.cpp). One column type, one number format, one CSV dialect.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "results/h5.h"
+
+namespace attnsweep {
+
+// Shortest text that reads back as the same double ("0.001", "3", "1e-05"); "" for NaN.
+std::string format_number(double v);
+
+// A parameter value as it appears in a group label: strings bare, numbers compact.
+std::string label_value(const nlohmann::json& v);
+
+// Replicates, pooled in a fit or a paired comparison rather than naming its group:
+// `seed` and any `*_seed` (`init_seed`, `model.seed`).
+bool replicate_key(const std::string& k);
+
+// The group a cell belongs to in a fit or comparison: its parameters but prompt_length,
+// the replicates and any key `skip` names, as k=v in key order.
+std::string group_label(const std::map<std::string, nlohmann::json>& params,
+                        const std::function<bool(const std::string&)>& skip = {});
+
+// One column: int64, float64 (NaN = missing) or strings ("" = missing).
+struct Column {
+  enum Type { Int, Float, String } type = Float;
+  std::string name, description;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  std::vector<std::string> strings;
+
+  std::string csv(size_t i) const;
+};
+
+Column string_column(std::string name, std::string description, const std::vector<std::string>& values);
+Column float_column(std::string name, std::string description, const std::vector<double>& values);
+Column int_column(std::string name, std::string description, const std::vector<int64_t>& values);
+
+// A parameter or metric column from per-row JSON values (null = missing): int64 when
+// every row has an integer (or boolean) value, float64 (NaN = missing) when all present
+// values are numbers, otherwise strings ("" = missing; non-strings as JSON text).
+Column json_column(std::string name, std::string description, const std::vector<nlohmann::json>& values);
+
+// RFC 4180 CSV with a header line, written atomically (temporary + rename).
+void write_csv(const std::string& path, const std::vector<Column>& cols, size_t rows);
+
+// The column as a dataset of `g` named after it, with its description.
+void write_column(h5::Group& g, const Column& c);
+
+}  // namespace attnsweep
