@@ -437,6 +437,12 @@ int cmd_aggregate(int argc, char** argv) {
                 d.b.c_str(), static_cast<long long>(d.pairs), d.mean_diff, d.ci95, static_cast<long long>(d.a_lower),
                 static_cast<long long>(d.pairs));
   }
+  for (const BestScaleFit& f : r.best_scale.fits)
+    std::printf(
+        "best scale c*(N) by %s, log c* against log N: slope %.3f, 95%% bootstrap [%.3f, %.3f] over %lld N "
+        "(paper A's 1/sqrt(N): -0.5)%s%s\n",
+        f.metric.c_str(), f.slope, f.slope_lo, f.slope_hi, static_cast<long long>(f.points),
+        r.best_scale.fits.size() > 2 ? ": " : "", r.best_scale.fits.size() > 2 ? f.group.c_str() : "");
   std::printf("aggregated %lld cells (%lld read, %lld unchanged)%s -> %s/aggregate.h5, %s/summary.csv%s\n",
               static_cast<long long>(r.cells), static_cast<long long>(r.reread), static_cast<long long>(r.reused),
               r.skipped.empty() ? "" : (" (" + std::to_string(r.skipped.size()) + " files skipped)").c_str(),

@@ -29,6 +29,7 @@
 #include <csignal>
 #include <cstring>
 
+#include "results/best_scale.h"
 #include "results/cell_file.h"
 #include "results/h5.h"
 #include "results/paired.h"
@@ -797,17 +798,23 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   for (const Column& c : cols) result.columns.push_back(c.name);
   result.fits = compute_fits(rows, opt);
   {
-    std::vector<PairedCell> paired;
-    for (const Row& r : rows) paired.push_back({r.params, r.summary.final_metrics, r.summary.status == "complete"});
-    result.paired = paired_differences(paired);
+    std::vector<CellRow> analysed;
+    for (const Row& r : rows) analysed.push_back({r.params, r.summary.final_metrics, r.summary.status == "complete"});
+    result.paired = paired_differences(analysed);
+    result.best_scale = best_scales(analysed);
   }
-  // DIR/paired.csv when the cells hold comparisons (a stale one goes).
-  const std::string paired_csv = (root / "paired.csv").string();
-  auto write_paired_csv = [&] {
+  // DIR/paired.csv and DIR/best_scale.csv when the cells hold comparisons or numeric
+  // scales (a stale one goes).
+  auto write_analyses_csv = [&] {
+    const std::string paired_csv = (root / "paired.csv").string(), best_csv = (root / "best_scale.csv").string();
     if (!result.paired.empty())
       write_paired(paired_csv, result.paired);
     else
       fs::remove(paired_csv, ec);
+    if (!result.best_scale.best.empty())
+      write_best_scale(best_csv, result.best_scale);
+    else
+      fs::remove(best_csv, ec);
   };
 
   // Nothing changed since the previous aggregate (same files, same stamps, same order,
@@ -827,7 +834,7 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   }
   if (unchanged) {
     write_csv((root / "summary.csv").string(), cols, rows.size());
-    write_paired_csv();
+    write_analyses_csv();
     touch(out_path);
     return result;
   }
@@ -1030,6 +1037,7 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
     }
     write_fits(f, result.fits);
     if (!result.paired.empty()) write_paired_group(f, result.paired);
+    write_best_scale_group(f, result.best_scale);
     f.write_strings("/skipped", result.skipped, "runs/NAME: why a result file was left out");
     write_index(f, rows, trajectories);
     f.close();
@@ -1038,7 +1046,7 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   guard.release();
 
   write_csv((root / "summary.csv").string(), cols, rows.size());
-  write_paired_csv();
+  write_analyses_csv();
   return result;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "results/best_scale.h"
 #include "results/paired.h"
 
 namespace attnsweep {
@@ -48,6 +49,7 @@ struct AggregateResult {
   std::vector<Fit> fits;             // sorted by group, then metric
   std::vector<std::string> columns;  // the /cells (and summary.csv) columns, in order
   std::vector<PairedDiff> paired;    // /paired and paired.csv (results/paired.h)
+  BestScaleResult best_scale;        // /best_scale(_fit) and best_scale.csv (results/best_scale.h)
 };
 
 // Throws std::runtime_error when DIR has no runs/ folder.

@@ -53,7 +53,9 @@ std::optional<Spec> spec_of(const std::map<std::string, json>& params) {
   return s;
 }
 
-bool activation_key(const std::string& k) { return k == "activation" || k == "degree" || k == "scale"; }
+bool activation_key(const std::string& k) {
+  return k == "activation" || k == "degree" || k == "scale";
+}
 
 struct Key {  // one comparison
   std::string group;
@@ -65,15 +67,15 @@ struct Key {  // one comparison
 };
 }  // namespace
 
-std::vector<PairedDiff> paired_differences(const std::vector<PairedCell>& cells) {
+std::vector<PairedDiff> paired_differences(const std::vector<CellRow>& cells) {
   // pair key (every parameter but the activation's) -> activation label -> cell
   struct Member {
     Spec spec;
-    const PairedCell* cell;
+    const CellRow* cell;
   };
   std::map<std::string, std::vector<Member>> pairs;
   std::map<std::string, std::pair<std::string, double>> where;  // pair key -> (group, prompt_length)
-  for (const PairedCell& c : cells) {
+  for (const CellRow& c : cells) {
     if (!c.complete) continue;
     auto spec = spec_of(c.params);
     if (!spec) continue;
@@ -167,8 +169,10 @@ std::vector<Column> paired_columns(const std::vector<PairedDiff>& diffs) {
       string_column("b", "second activation, k=v", strings([](const PairedDiff& x) { return x.b; })),
       int_column("pairs", "pairs of cells equal in every parameter but the activation",
                  ints([](const PairedDiff& x) { return x.pairs; })),
-      float_column("mean_a", "mean of the metric over a's cells", doubles([](const PairedDiff& x) { return x.mean_a; })),
-      float_column("mean_b", "mean of the metric over b's cells", doubles([](const PairedDiff& x) { return x.mean_b; })),
+      float_column("mean_a", "mean of the metric over a's cells",
+                   doubles([](const PairedDiff& x) { return x.mean_a; })),
+      float_column("mean_b", "mean of the metric over b's cells",
+                   doubles([](const PairedDiff& x) { return x.mean_b; })),
       float_column("mean_diff", "mean over pairs of metric(a) - metric(b)",
                    doubles([](const PairedDiff& x) { return x.mean_diff; })),
       float_column("sd_diff", "standard deviation of the paired differences (NaN below 2 pairs)",

@@ -15,22 +15,17 @@
 #include <vector>
 
 #include "results/h5.h"
+#include "results/table.h"
 
 namespace attnsweep {
-
-struct PairedCell {
-  std::map<std::string, nlohmann::json> params;  // the flattened effective config
-  std::map<std::string, double> metrics;         // /final attributes
-  bool complete = false;                         // only complete cells are paired
-};
 
 // One comparison: activation a against b at one point of the other parameters, over
 // every pair (the replicates: seed, init_seed, any *_seed) where both have the metric.
 struct PairedDiff {
   std::string metric;
-  std::string group;    // the other parameters but the replicates and prompt_length, k=v in key order
+  std::string group;     // the other parameters but the replicates and prompt_length, k=v in key order
   double prompt_length;  // NaN when the cells have none
-  std::string a, b;     // the activations, k=v ("activation=softmax", "activation=poly degree=1 scale=inv_n")
+  std::string a, b;      // the activations, k=v ("activation=softmax", "activation=poly degree=1 scale=inv_n")
   int64_t pairs = 0;
   double mean_a = 0, mean_b = 0;
   double mean_diff = 0, sd_diff = 0;  // of metric(a) - metric(b); sd NaN below 2 pairs
@@ -42,7 +37,7 @@ struct PairedDiff {
 // then degree, then scale: none, inv_sqrt_n, inv_n, numbers). A cell whose activation
 // is met twice in one pair (softmax at degree 1 and 3: softmax takes no degree) counts
 // once, the first in `cells`' order. Sorted by group, prompt_length, a, b, metric.
-std::vector<PairedDiff> paired_differences(const std::vector<PairedCell>& cells);
+std::vector<PairedDiff> paired_differences(const std::vector<CellRow>& cells);
 
 // One row per PairedDiff: as CSV (DIR/paired.csv, atomically) and as aggregate.h5's
 // /paired group (one dataset per column).

@@ -82,11 +82,13 @@ def load(dirname):
                 data["metrics"].append(k)
         if "skipped" in f:
             data["skipped"] = list(f["skipped"].asstr()[()])
-        data["paired"] = {}
-        if "paired" in f:  # results/paired.h: activations compared within pairs of cells
-            for k in f["paired"]:
-                d = f["paired"][k]
-                data["paired"][k] = np.array(d.asstr()[()], dtype=object) if d.dtype.kind in "OSU" else d[()]
+        # the analyses of aggregate: results/paired.h (/paired), results/best_scale.h
+        for name in ("paired", "best_scale", "best_scale_fit"):
+            data[name] = {}
+            if name in f:
+                for k in f[name]:
+                    d = f[name][k]
+                    data[name][k] = np.array(d.asstr()[()], dtype=object) if d.dtype.kind in "OSU" else d[()]
         if "trajectories" in f:
             for k in f["trajectories"]:
                 data["traj"][k] = f["trajectories"][k]  # read lazily below
@@ -479,6 +481,70 @@ class Report:
                  "every cell a point and each pair joined, so that basins of the training dynamics stay "
                  "visible. From aggregate.h5 /paired (also paired.csv).", fig)
 
+    # (4c) the best scale c* against N (results/best_scale.h; paper A's Fig. 1)
+    def best_scale(self):
+        bs, fits = self.data["best_scale"], self.data["best_scale_fit"]
+        if not bs or len(bs.get("metric", [])) == 0:
+            return
+        metric = next((m for m in ("test_accuracy", "test_loss", "test_mse") if m in set(bs["metric"])), None)
+        rows = [r for r in range(len(bs["metric"])) if bs["metric"][r] == metric]
+        groups = sorted({bs["group"][r] for r in rows})[:6]
+        c = self.data["cells"]
+        v = c[metric].astype(float) if metric in c else None
+        scale = np.array([float(x) if not isinstance(x, str) else np.nan for x in c["scale"]]) if "scale" in c else None
+        fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.0), squeeze=False)
+        ax, ax2 = axes[0]
+        ns = sorted({float(bs["prompt_length"][r]) for r in rows})
+        for col, n in zip(colors(len(ns)), ns):
+            if v is None or scale is None or self.N is None:
+                break
+            sel = self.complete & (self.N == n) & np.isfinite(scale) & np.isfinite(v)
+            cs = np.unique(scale[sel])
+            mean = [v[sel & (scale == x)].mean() for x in cs]
+            sd = [v[sel & (scale == x)].std(ddof=1) if (sel & (scale == x)).sum() > 1 else 0 for x in cs]
+            ax.errorbar(cs, mean, yerr=sd, color=col, marker="o", ms=4, capsize=3, lw=1.3, label=f"N = {int(n)}")
+            for r in rows:
+                if float(bs["prompt_length"][r]) == n:
+                    ax.axvline(float(bs["c_star"][r]), color=col, lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("scale c")
+        ax.set_ylabel(metric)
+        ax.set_title("Final metric against the scale (mean ± sd over seeds; dashed: c*)", fontsize=10)
+        ax.legend(loc="best", fontsize=8)
+        for col, g in zip(colors(len(groups)), groups):
+            sel = sorted((r for r in rows if bs["group"][r] == g), key=lambda r: float(bs["prompt_length"][r]))
+            n = np.array([float(bs["prompt_length"][r]) for r in sel])
+            cs = np.array([float(bs["c_star"][r]) for r in sel])
+            lo = np.array([float(bs["c_lo"][r]) for r in sel])
+            hi = np.array([float(bs["c_hi"][r]) for r in sel])
+            lab = "c*(N), 95% bootstrap interval"
+            for k in range(len(fits.get("metric", []))):
+                if fits["metric"][k] == metric and fits["group"][k] == g:
+                    sl, a = float(fits["slope"][k]), float(fits["intercept"][k])
+                    lab = (f"slope {sl:+.2f} [{float(fits['slope_lo'][k]):+.2f}, {float(fits['slope_hi'][k]):+.2f}]")
+                    xs = np.array([n.min(), n.max()])
+                    ax2.plot(xs, np.exp(a) * xs ** sl, color=col, lw=1.0)
+                    ax2.plot(xs, cs[0] * (xs / n[0]) ** -0.5, color="0.5", lw=0.9, ls=":",
+                             label="slope −½ (1/√N) through the first point" if col == colors(len(groups))[0] else None)
+            edge = np.array([bool(bs["at_edge"][r]) for r in sel])
+            ax2.errorbar(n, cs, yerr=[np.maximum(cs - lo, 0), np.maximum(hi - cs, 0)], color=col, marker="o", ms=5, capsize=4, lw=0, elinewidth=1.3,
+                         label=lab + (f" · {g}" if len(groups) > 1 else ""))
+            if edge.any():
+                ax2.scatter(n[edge], cs[edge], marker="x", s=60, color="k", zorder=4, label="at the edge of the grid")
+        ax2.set_xscale("log")
+        ax2.set_yscale("log")
+        ax2.set_xlabel("prompt length N")
+        ax2.set_ylabel("best scale c*")
+        ax2.set_title("Best scale against prompt length", fontsize=10)
+        ax2.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        self.add("Best scale against prompt length",
+                 f"Left: final {metric} against the numeric scale c at each prompt length N. Right: the best "
+                 "scale c*(N) (the vertex of a parabola in log c through the best mean and its neighbours), with a "
+                 "95% bootstrap interval over seeds, and the least-squares line of log c* on log N with its "
+                 "bootstrap interval; paper A's 1/√N scaling predicts slope −½ (dotted). A cross marks a c* at "
+                 "the edge of the grid (the true best may lie beyond). From aggregate.h5 /best_scale.", fig)
+
     # (5) loss curves
     def loss_curves(self):
         tr = self.data["traj"]
@@ -607,7 +673,7 @@ def main():
     groups = Groups(data)
     rep = Report(data, groups)
     for make in (rep.norms_vs_n, rep.norm_trajectories, rep.accuracy_vs_n, rep.concentration, rep.paired,
-                 rep.loss_curves):
+                 rep.best_scale, rep.loss_curves):
         make()
     table, table_rows = rep.table()
 

@@ -87,8 +87,7 @@ Column json_column(std::string name, std::string description, const std::vector<
   c.description = std::move(description);
   if (all_numeric && all_integer && all_present && !values.empty()) {
     c.type = Column::Int;
-    for (const nlohmann::json& v : values)
-      c.ints.push_back(v.is_boolean() ? int64_t{v.get<bool>()} : v.get<int64_t>());
+    for (const nlohmann::json& v : values) c.ints.push_back(v.is_boolean() ? int64_t{v.get<bool>()} : v.get<int64_t>());
   } else if (all_numeric) {
     c.type = Column::Float;
     for (const nlohmann::json& v : values)

@@ -21,6 +21,14 @@ std::string format_number(double v);
 // A parameter value as it appears in a group label: strings bare, numbers compact.
 std::string label_value(const nlohmann::json& v);
 
+// What the analyses of aggregate (results/paired.h, results/best_scale.h) read of a
+// cell: its flattened effective config, its /final metrics, and whether it completed.
+struct CellRow {
+  std::map<std::string, nlohmann::json> params;
+  std::map<std::string, double> metrics;
+  bool complete = false;  // diverged cells take no part
+};
+
 // Replicates, pooled in a fit or a paired comparison rather than naming its group:
 // `seed` and any `*_seed` (`init_seed`, `model.seed`).
 bool replicate_key(const std::string& k);

@@ -63,7 +63,22 @@ with h5py.File(f"{d}/aggregate.h5", "r") as f:
     assert np.all(np.isfinite(c["test_accuracy"][()]))
 rows = list(csv.DictReader(open(f"{d}/summary.csv")))
 assert sorted(float(r["scale"]) for r in rows) == [0.125, 0.125, 0.5, 0.5], rows
+# The best scale per N (results/best_scale.h): with two scales and one seed it is the
+# scale of the better test accuracy, exactly, at the grid's edge; one fit over N 16, 49.
+acc = {(float(r["scale"]), int(r["prompt_length"])): float(r["test_accuracy"]) for r in rows}
+best = [r for r in csv.DictReader(open(f"{d}/best_scale.csv")) if r["metric"] == "test_accuracy"]
+assert [int(float(r["prompt_length"])) for r in best] == [16, 49], best
+for r in best:
+    n = int(float(r["prompt_length"]))
+    want = max((0.125, 0.5), key=lambda c: acc[(c, n)])
+    assert float(r["c_star"]) == want and r["at_edge"] == "1" and r["scales"] == "2" and r["seeds"] == "1", (r, acc)
+with h5py.File(f"{d}/aggregate.h5", "r") as f:
+    assert f["best_scale_fit/points"][()].tolist() == [2, 2], f["best_scale_fit/points"][()]  # accuracy and loss
+print("best scale:", [(r["prompt_length"], r["c_star"]) for r in best])
 PY
+run_rc "$ATTNSWEEP" report paperA_scale_sweep_small
+check "scale sweep report: exits 0 (got $RC: $ERR)" test "$RC" = 0
+check "scale sweep report draws the best scale" grep -q "Best scale against prompt length" paperA_scale_sweep_small/report.html
 
 # 5e-1 and 0.50 are one canonical number: the same cell id as the grid's 0.5.
 cat > same.json <<'JSON'

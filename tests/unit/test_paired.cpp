@@ -19,9 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-PairedCell cell(const std::string& act, int64_t n, int64_t init_seed, int64_t seed, double mse, bool complete = true) {
-  PairedCell c;
-  c.params = {{"task", "icl_regression"}, {"activation", act},     {"degree", 1},   {"scale", "inv_n"},
+CellRow cell(const std::string& act, int64_t n, int64_t init_seed, int64_t seed, double mse, bool complete = true) {
+  CellRow c;
+  c.params = {{"task", "icl_regression"}, {"activation", act},      {"degree", 1},  {"scale", "inv_n"},
               {"prompt_length", n},       {"init_seed", init_seed}, {"seed", seed}, {"lr", 0.1}};
   c.metrics = {{"test_mse", mse}};
   c.complete = complete;
@@ -32,7 +32,7 @@ PairedCell cell(const std::string& act, int64_t n, int64_t init_seed, int64_t se
 // sqrt(0.14/3)), softmax's risks spread far more than the differences: the interval is
 // that of the differences, t(0.975, 3) = 3.182446305284263.
 TEST(Paired, DifferencesAreThoseOfTheSameInitialisation) {
-  std::vector<PairedCell> cells;
+  std::vector<CellRow> cells;
   const double base[] = {0.2, 0.5, 0.9, 0.3}, gap[] = {0.1, 0.2, 0.3, 0.6};
   for (int64_t i = 0; i < 4; ++i) {
     cells.push_back(cell("poly", 10, i, 0, base[i]));
@@ -55,13 +55,13 @@ TEST(Paired, DifferencesAreThoseOfTheSameInitialisation) {
 
 // Cells pair only when every other parameter, both seeds included, agrees; one per L.
 TEST(Paired, OnlyCellsEqualButForTheActivationPair) {
-  std::vector<PairedCell> cells = {
-      cell("softmax", 10, 0, 0, 0.5), cell("poly", 10, 0, 0, 0.7),  // a pair at L 10
-      cell("softmax", 40, 0, 0, 0.4), cell("poly", 40, 0, 1, 0.1),  // other data seed: no pair
-      cell("softmax", 40, 1, 0, 0.4), cell("poly", 40, 2, 0, 0.1),  // other init: no pair
+  std::vector<CellRow> cells = {
+      cell("softmax", 10, 0, 0, 0.5),  cell("poly", 10, 0, 0, 0.7),          // a pair at L 10
+      cell("softmax", 40, 0, 0, 0.4),  cell("poly", 40, 0, 1, 0.1),          // other data seed: no pair
+      cell("softmax", 40, 1, 0, 0.4),  cell("poly", 40, 2, 0, 0.1),          // other init: no pair
       cell("softmax", 160, 0, 0, 0.4), cell("poly", 160, 0, 0, 0.1, false),  // diverged: no pair
   };
-  PairedCell other_lr = cell("poly", 10, 0, 0, 9.0);
+  CellRow other_lr = cell("poly", 10, 0, 0, 9.0);
   other_lr.params["lr"] = 0.2;  // another group
   cells.push_back(other_lr);
   const auto d = paired_differences(cells);
@@ -77,12 +77,12 @@ TEST(Paired, OnlyCellsEqualButForTheActivationPair) {
 // Three activations: every pair of them, in registry order; softmax's degree does not
 // name it (it takes none), so softmax at degree 1 and 3 counts once.
 TEST(Paired, EveryPairOfActivationsInRegistryOrder) {
-  std::vector<PairedCell> cells = {cell("relu", 16, 0, 0, 3.0), cell("poly", 16, 0, 0, 2.0),
-                                   cell("softmax", 16, 0, 0, 1.0)};
-  PairedCell again = cell("softmax", 16, 0, 0, 100.0);
+  std::vector<CellRow> cells = {cell("relu", 16, 0, 0, 3.0), cell("poly", 16, 0, 0, 2.0),
+                                cell("softmax", 16, 0, 0, 1.0)};
+  CellRow again = cell("softmax", 16, 0, 0, 100.0);
   again.params["degree"] = 3;
   cells.push_back(again);
-  PairedCell cubic = cell("poly", 16, 0, 0, 5.0);
+  CellRow cubic = cell("poly", 16, 0, 0, 5.0);
   cubic.params["degree"] = 3;
   cells.push_back(cubic);
   const auto d = paired_differences(cells);
@@ -104,14 +104,14 @@ TEST(Paired, EveryPairOfActivationsInRegistryOrder) {
 // do not pair (and removes a stale paired.csv).
 TEST(Paired, AggregateWritesPairedCsv) {
   std::random_device rd;
-  const fs::path dir = fs::temp_directory_path() / ("attnsweep_paired_" + std::to_string(::getpid()) + "_" +
-                                                    std::to_string(rd()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("attnsweep_paired_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
   fs::create_directories(dir / "runs");
   for (const char* act : {"softmax", "poly"})
     for (int64_t init : {0, 1, 2}) {
       CellResult r;
-      r.config = json{{"activation", act}, {"degree", 1}, {"scale", "inv_n"}, {"prompt_length", 40},
-                      {"init_seed", init}, {"seed", 0}};
+      r.config = json{{"activation", act},   {"degree", 1},       {"scale", "inv_n"},
+                      {"prompt_length", 40}, {"init_seed", init}, {"seed", 0}};
       r.cell_id = std::string(act) + std::to_string(init);
       r.final_metrics = {{"test_mse", (std::string(act) == "softmax" ? 1.0 : 0.5) + 0.25 * double(init)}};
       write_cell_file((dir / "runs" / (r.cell_id + ".h5")).string(), r);

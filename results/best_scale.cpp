@@ -1,0 +1,212 @@
+#include "results/best_scale.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <tuple>
+
+#include "results/aggregate.h"
+#include "results/table.h"
+
+namespace attnsweep {
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr int kDraws = 2000;  // bootstrap resamples: percentiles at 2.5 % move by < 1 % of the interval
+
+// The metrics a best scale is chosen by, and whether larger is better.
+const std::vector<std::pair<std::string, bool>> kTargets = {
+    {"test_accuracy", true}, {"test_loss", false}, {"test_mse", false}};
+
+// The best scale from the mean metric at each scale (`xs` = log c ascending, `ys` =
+// means, larger better): the vertex of the parabola through the best point and its two
+// neighbours (kept between them), or the best point itself at either end of the grid.
+double best_log_c(const std::vector<double>& xs, const std::vector<double>& ys, bool* at_edge) {
+  size_t i = 0;
+  for (size_t j = 1; j < ys.size(); ++j)
+    if (ys[j] > ys[i]) i = j;
+  *at_edge = i == 0 || i + 1 == ys.size();
+  if (*at_edge) return xs[i];
+  const double x0 = xs[i - 1], x1 = xs[i], x2 = xs[i + 1], y0 = ys[i - 1], y1 = ys[i], y2 = ys[i + 1];
+  // vertex of the interpolating parabola (Lagrange form)
+  const double num = (x1 - x0) * (x1 - x0) * (y1 - y2) - (x1 - x2) * (x1 - x2) * (y1 - y0);
+  const double den = (x1 - x0) * (y1 - y2) - (x1 - x2) * (y1 - y0);
+  if (!(std::abs(den) > 0)) return x1;
+  return std::clamp(x1 - 0.5 * num / den, x0, x2);
+}
+
+double percentile(std::vector<double> v, double p) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
+  if (v.empty()) return kNaN;
+  std::sort(v.begin(), v.end());
+  const double pos = p * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+double ols_slope(const std::vector<double>& x, const std::vector<double>& y, double* intercept = nullptr) {
+  const double n = static_cast<double>(x.size());
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    mx += x[i] / n;
+    my += y[i] / n;
+  }
+  double sxy = 0, sxx = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+  }
+  const double slope = sxx > 0 ? sxy / sxx : kNaN;
+  if (intercept != nullptr) *intercept = my - slope * mx;
+  return slope;
+}
+}  // namespace
+
+BestScaleResult best_scales(const std::vector<CellRow>& cells) {
+  // (metric, group) -> N -> log c -> values over seeds
+  using PerScale = std::map<double, std::vector<double>>;
+  std::map<std::pair<std::string, std::string>, std::map<double, PerScale>> data;
+  std::map<double, double> scale_of;  // log c -> c
+  for (const CellRow& c : cells) {
+    if (!c.complete) continue;
+    auto s = c.params.find("scale");
+    auto n = c.params.find("prompt_length");
+    if (s == c.params.end() || !s->second.is_number() || n == c.params.end() || !n->second.is_number()) continue;
+    const double scale = s->second.get<double>(), length = n->second.get<double>();
+    if (!(scale > 0) || !(length > 0)) continue;
+    scale_of[std::log(scale)] = scale;
+    const std::string group = group_label(c.params, [](const std::string& k) { return k == "scale"; });
+    for (const auto& [metric, larger] : kTargets) {
+      auto m = c.metrics.find(metric);
+      if (m == c.metrics.end() || !std::isfinite(m->second)) continue;
+      data[{metric, group}][length][std::log(scale)].push_back(larger ? m->second : -m->second);
+    }
+  }
+  BestScaleResult out;
+  for (const auto& [key, per_n] : data) {
+    // One generator per (metric, group), seeded from nothing but the data's shape: the
+    // same cells give the same intervals on every run.
+    std::mt19937_64 rng(0x5ca1eULL + std::hash<std::string>{}(key.first + "\n" + key.second));
+    std::vector<double> log_n, log_c;
+    std::vector<std::vector<double>> draws_of_n;  // [N][draw] log c*
+    for (const auto& [length, per_c] : per_n) {
+      if (per_c.size() < 2) continue;
+      std::vector<double> xs, means;
+      int64_t fewest = INT64_MAX;
+      for (const auto& [x, v] : per_c) {
+        xs.push_back(x);
+        double sum = 0;
+        for (double y : v) sum += y;
+        means.push_back(sum / static_cast<double>(v.size()));
+        fewest = std::min<int64_t>(fewest, static_cast<int64_t>(v.size()));
+      }
+      BestScale b;
+      b.metric = key.first;
+      b.group = key.second;
+      b.prompt_length = length;
+      const double x_star = best_log_c(xs, means, &b.at_edge);
+      b.c_star = b.at_edge ? scale_of.at(x_star) : std::exp(x_star);  // a grid point exactly, at an edge
+      b.scales = static_cast<int64_t>(xs.size());
+      b.seeds = fewest;
+      // Bootstrap: each scale's seeds resampled with replacement, the estimate redone.
+      std::vector<double> draws(kDraws);
+      std::vector<double> m(xs.size());
+      for (int d = 0; d < kDraws; ++d) {
+        size_t j = 0;
+        for (const auto& [x, v] : per_c) {
+          std::uniform_int_distribution<size_t> pick(0, v.size() - 1);
+          double sum = 0;
+          for (size_t k = 0; k < v.size(); ++k) sum += v[pick(rng)];
+          m[j++] = sum / static_cast<double>(v.size());
+        }
+        bool edge = false;
+        draws[d] = best_log_c(xs, m, &edge);
+      }
+      b.c_lo = std::exp(percentile(draws, 0.025));
+      b.c_hi = std::exp(percentile(draws, 0.975));
+      out.best.push_back(b);
+      log_n.push_back(std::log(length));
+      log_c.push_back(x_star);
+      draws_of_n.push_back(std::move(draws));
+    }
+    if (log_n.size() < 2) continue;
+    BestScaleFit f;
+    f.metric = key.first;
+    f.group = key.second;
+    f.points = static_cast<int64_t>(log_n.size());
+    f.slope = ols_slope(log_n, log_c, &f.intercept);
+    std::vector<double> slopes(kDraws), y(log_n.size());
+    for (int d = 0; d < kDraws; ++d) {
+      for (size_t i = 0; i < log_n.size(); ++i) y[i] = draws_of_n[i][static_cast<size_t>(d)];
+      slopes[static_cast<size_t>(d)] = ols_slope(log_n, y);
+    }
+    f.slope_lo = percentile(slopes, 0.025);
+    f.slope_hi = percentile(slopes, 0.975);
+    out.fits.push_back(f);
+  }
+  return out;
+}
+
+namespace {
+std::vector<Column> best_columns(const std::vector<BestScale>& v) {
+  auto col = [&](auto get) {
+    std::vector<std::decay_t<decltype(get(v[0]))>> out;
+    for (const BestScale& x : v) out.push_back(get(x));
+    return out;
+  };
+  if (v.empty()) return {};
+  return {
+      string_column("metric", "test metric the scale is best by (accuracy: largest; loss, mse: smallest)",
+                    col([](const BestScale& x) { return x.metric; })),
+      string_column("group", "the other parameters but scale, prompt_length and the seeds, k=v in key order",
+                    col([](const BestScale& x) { return x.group; })),
+      float_column("prompt_length", "N", col([](const BestScale& x) { return x.prompt_length; })),
+      float_column("c_star", "best scale: the parabola vertex in log c through the best mean and its neighbours",
+                   col([](const BestScale& x) { return x.c_star; })),
+      float_column("c_lo", "2.5th percentile of c_star over bootstrap resamples of the seeds",
+                   col([](const BestScale& x) { return x.c_lo; })),
+      float_column("c_hi", "97.5th percentile of c_star over bootstrap resamples of the seeds",
+                   col([](const BestScale& x) { return x.c_hi; })),
+      int_column("at_edge", "1 when the best mean is at the smallest or largest scale of the grid",
+                 col([](const BestScale& x) { return int64_t{x.at_edge}; })),
+      int_column("scales", "distinct scales at this N", col([](const BestScale& x) { return x.scales; })),
+      int_column("seeds", "replicates per scale (the fewest)", col([](const BestScale& x) { return x.seeds; })),
+  };
+}
+std::vector<Column> fit_columns(const std::vector<BestScaleFit>& v) {
+  auto col = [&](auto get) {
+    std::vector<std::decay_t<decltype(get(v[0]))>> out;
+    for (const BestScaleFit& x : v) out.push_back(get(x));
+    return out;
+  };
+  if (v.empty()) return {};
+  return {
+      string_column("metric", "as in /best_scale", col([](const BestScaleFit& x) { return x.metric; })),
+      string_column("group", "as in /best_scale", col([](const BestScaleFit& x) { return x.group; })),
+      float_column("slope", "OLS slope of log c_star on log N (paper A's 1/sqrt(N): -0.5)",
+                   col([](const BestScaleFit& x) { return x.slope; })),
+      float_column("intercept", "OLS intercept (natural logs)", col([](const BestScaleFit& x) { return x.intercept; })),
+      float_column("slope_lo", "2.5th percentile of the slope over bootstrap resamples",
+                   col([](const BestScaleFit& x) { return x.slope_lo; })),
+      float_column("slope_hi", "97.5th percentile of the slope over bootstrap resamples",
+                   col([](const BestScaleFit& x) { return x.slope_hi; })),
+      int_column("points", "prompt lengths in the fit", col([](const BestScaleFit& x) { return x.points; })),
+  };
+}
+}  // namespace
+
+void write_best_scale(const std::string& csv_path, const BestScaleResult& r) {
+  write_csv(csv_path, best_columns(r.best), r.best.size());
+}
+
+void write_best_scale_group(h5::File& f, const BestScaleResult& r) {
+  if (r.best.empty()) return;
+  h5::Group g = f.require_group("/best_scale");
+  for (const Column& c : best_columns(r.best)) write_column(g, c);
+  if (r.fits.empty()) return;
+  h5::Group h = f.require_group("/best_scale_fit");
+  for (const Column& c : fit_columns(r.fits)) write_column(h, c);
+}
+
+}  // namespace attnsweep
