@@ -40,7 +40,7 @@ TaskOutput run_norm_probe(const json& config, const TaskContext& ctx) {
   for (int64_t t = 0; t < samples; ++t) {
     if (ctx.stop_requested()) {
       TaskOutput out;
-      out.status = "interrupted";
+      out.status = CellStatus::interrupted;
       return out;
     }
     // The draws depend on (seed, N, D, d, sample), not on the activation: every
@@ -92,7 +92,7 @@ TaskOutput run_norm_probe(const json& config, const TaskContext& ctx) {
   out.series.push_back({"/probe/attn_fro", {ns}, attn, "||phi(S)||_F of each sample, S = (X W_Q)(X W_K)^T / sqrt(d)"});
   out.series.push_back({"/probe/jac_fro", {ns}, jac, "||d phi(S) / dS||_F of each sample"});
   if (!std::isfinite(out.final_metrics["attn_fro"]) || !std::isfinite(out.final_metrics["jac_fro"])) {
-    out.status = "diverged";  // overflow of phi (e.g. a high unscaled power): a finding, not a crash
+    out.status = CellStatus::diverged;  // overflow of phi (e.g. a high unscaled power): a finding, not a crash
     out.diverged_at_step = 0;
   }
   return out;

@@ -2,6 +2,7 @@
 // of files, MPI or slots: the worker writes what they return.
 #pragma once
 
+#include "experiments/cell_status.h"
 #include "kernels/activation.h"
 
 #include <nlohmann/json.hpp>
@@ -86,7 +87,7 @@ struct TaskSeries {
 };
 
 struct TaskOutput {
-  std::string status = "complete";  // complete | diverged | interrupted
+  CellStatus status = CellStatus::complete;  // complete | diverged | interrupted
   int64_t diverged_at_step = -1;
   std::map<std::string, double> final_metrics;
   std::vector<TaskSeries> series;

@@ -146,22 +146,16 @@ void find_trajectories(const h5::Group& group, size_t rank, std::vector<Trajecto
 
 constexpr int64_t kIndexFormat = 1;
 
+// The summary's JSON (worker/cell_result.h) and "traj": [[name, path, shape, description]].
 json row_to_json(const Row& r, const std::map<std::string, TrajectoryInfo>& info) {
-  json metrics = json::object();
-  for (const auto& [k, v] : r.summary.final_metrics) metrics[k] = std::isfinite(v) ? json(v) : json(nullptr);
   json traj = json::array();
   for (const TrajectorySource& t : r.trajectories) {
     auto it = info.find(t.name);
     traj.push_back({t.name, t.path, t.shape, it == info.end() ? std::string() : it->second.description});
   }
-  return {{"cell_id", r.summary.cell_id},
-          {"config", r.summary.config},
-          {"status", r.summary.status},
-          {"diverged_at_step", r.summary.diverged_at_step},
-          {"device", r.summary.device},
-          {"wall_seconds", r.summary.wall_seconds},
-          {"final", metrics},
-          {"traj", traj}};
+  json j = r.summary;
+  j["traj"] = std::move(traj);
+  return j;
 }
 
 struct IndexEntry {
@@ -258,14 +252,7 @@ Previous read_previous(const std::string& path) {
 bool row_from_index(const IndexEntry& e, Row& row, std::map<std::string, TrajectoryInfo>& info) {
   try {
     json j = json::parse(e.json_text);
-    CellSummary& s = row.summary;
-    s.cell_id = j.at("cell_id").get<std::string>();
-    s.config = j.at("config");
-    s.status = j.at("status").get<std::string>();
-    s.diverged_at_step = j.at("diverged_at_step").get<int64_t>();
-    s.device = j.at("device").get<std::string>();
-    s.wall_seconds = j.at("wall_seconds").get<double>();
-    for (const auto& [k, v] : j.at("final").items()) s.final_metrics[k] = v.is_null() ? kNaN : v.get<double>();
+    row.summary = j.get<CellSummary>();
     std::map<std::string, TrajectoryInfo> found;
     for (const json& t : j.at("traj")) {
       TrajectorySource src{t.at(0).get<std::string>(), t.at(1).get<std::string>(),
@@ -371,7 +358,8 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
   };
   cols.push_back(string_column("cell_id", "content hash of the effective config",
                                pick([](const Row& r) { return r.summary.cell_id; })));
-  cols.push_back(string_column("status", "complete or diverged", pick([](const Row& r) { return r.summary.status; })));
+  cols.push_back(string_column("status", "complete or diverged",
+                               pick([](const Row& r) { return std::string(to_string(r.summary.status)); })));
   cols.push_back(
       string_column("device", "device the cell ran on", pick([](const Row& r) { return r.summary.device; })));
   Column wall{Column::Float, "wall_seconds", "wall-clock seconds of the cell", {}, {}, {}};
@@ -459,7 +447,7 @@ void write_column(h5::Group& g, const Column& c) {
 std::vector<Fit> compute_fits(const std::vector<Row>& rows, const AggregateOptions& opt) {
   std::map<std::pair<std::string, std::string>, std::pair<std::vector<double>, std::vector<double>>> points;
   for (const Row& r : rows) {
-    if (r.summary.status != "complete") continue;
+    if (r.summary.status != CellStatus::complete) continue;
     auto n_it = r.params.find("prompt_length");
     if (n_it == r.params.end() || !n_it->second.is_number()) continue;
     const double n = n_it->second.get<double>();

@@ -67,7 +67,7 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
     std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), e.what());
     return 1;
   }
-  if (out.status == "interrupted") {
+  if (out.status == CellStatus::interrupted) {
     std::fprintf(stderr, "attnsweep train: cell %s interrupted by a signal%s%s\n", cell_id.c_str(),
                  opt.checkpoint.empty() ? "" : "; checkpoint at ", opt.checkpoint.c_str());
     return 75;

@@ -599,7 +599,7 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
         (stop || (tc.checkpoint_every > 0 && t % tc.checkpoint_every == 0 && t != resumed_at)))
       save_checkpoint(ctx.checkpoint_path, config_text, tc, tr, st);
     if (stop) {
-      out.status = "interrupted";
+      out.status = CellStatus::interrupted;
       return out;
     }
     sampler.indices(st.samples_seen, B, idx.data());
@@ -620,14 +620,14 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
       }
     }
     if (!r.finite) {
-      out.status = "diverged";
+      out.status = CellStatus::diverged;
       out.diverged_at_step = t;
       break;
     }
     if (tc.eval_every > 0 && (t + 1) % tc.eval_every == 0) record_eval(t + 1);
   }
 
-  if (out.status == "complete") {
+  if (out.status == CellStatus::complete) {
     if (tj.eval_step.empty() || tj.eval_step.back() != tc.steps) record_eval(tc.steps);
     out.final_metrics["test_loss"] = tj.eval_loss.back();
     if (classify)
@@ -646,7 +646,7 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
   const size_t M = data.measure ? data.eval_metrics.size() : 0;
   for (size_t j = 0; j < M; ++j)
     out.final_metrics[data.eval_metrics[j].name] =
-        out.status == "complete" ? tj.eval_task[tj.eval_task.size() - M + j] : std::nan("");
+        out.status == CellStatus::complete ? tj.eval_task[tj.eval_task.size() - M + j] : std::nan("");
   out.final_metrics["train_loss"] = tj.loss.empty() ? std::nan("") : tj.loss.back();
 
   const uint64_t T = tj.step.size(), E = tj.eval_step.size();
