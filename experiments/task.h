@@ -82,7 +82,8 @@ struct TrainingData {
 struct TaskSeries {
   std::string path;             // "/probe/attn_fro"
   std::vector<uint64_t> shape;  // row-major; product == number of elements
-  std::variant<std::vector<float>, std::vector<double>, std::vector<int64_t>> data;
+  using Data = std::variant<std::vector<float>, std::vector<double>, std::vector<int64_t>>;
+  Data data;
   std::string description;
 };
 

@@ -29,6 +29,7 @@
 #include <csignal>
 #include <cstring>
 
+#include "experiments/result_schema.h"
 #include "results/cell_file.h"
 #include "results/h5.h"
 #include "worker/atomic_file.h"
@@ -39,10 +40,11 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Metrics fitted against prompt_length (whichever a cell has as /final attributes): the
-// norms (paper A) and in-context regression's distance to the limit and test risk
-// against the context length L (paper B).
-const std::vector<std::string> kFitMetrics = {"attn_fro", "jac_fro", "limit_sq_error", "test_mse"};
+// What a cell file holds is declared in experiments/result_schema.cpp: the fixed
+// columns, the metrics fitted against prompt_length (whichever a cell has as /final
+// attributes: the norms of paper A, in-context regression's distance to the limit and
+// test risk against the context length L of paper B) and the trajectory groups.
+const std::vector<std::string> kFitMetrics = fitted_metrics();
 
 // Replicates, pooled in a fit rather than naming its group: `seed` and any `*_seed`
 // (`init_seed`, `model.seed`).
@@ -50,8 +52,9 @@ bool replicate_key(const std::string& k) {
   const std::string last = k.substr(k.rfind('.') == std::string::npos ? 0 : k.rfind('.') + 1);
   return last == "seed" || (last.size() > 5 && last.compare(last.size() - 5, 5, "_seed") == 0);
 }
-// Groups of a cell file whose 1-D datasets become /trajectories/<group>_<name>.
-const std::vector<std::string> kTrajectoryGroups = {"/train", "/eval", "/icl"};
+// Groups of a cell file whose 1-D datasets become /trajectories/<group>_<name>
+// (/train, /eval, /icl).
+const std::vector<std::string> kTrajectoryGroups = trajectory_groups(1);
 
 // Shortest text that reads back as the same double ("0.001", "3", "1e-05").
 std::string format_number(double v) {
@@ -83,7 +86,7 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
 
 // Groups of a cell file whose [T, L, H] datasets become /trajectories/<group>_<name>
 // [cells, T, L, H] (float32, NaN-padded): the per-layer, per-head norms over training.
-const std::vector<std::string> kTrajectoryGroups3 = {"/norms"};
+const std::vector<std::string> kTrajectoryGroups3 = trajectory_groups(3);
 
 struct TrajectorySource {
   std::string name;             // "train_loss", "norms_attn_fro"
@@ -313,11 +316,6 @@ struct Column {
   }
 };
 
-Column string_column(std::string name, std::string description, const std::vector<std::string>& values) {
-  Column c{Column::String, std::move(name), std::move(description), {}, {}, values};
-  return c;
-}
-
 // A parameter or metric column from per-row JSON values (null = missing): int64 when
 // every row has an integer (or boolean) value, float64 (NaN = missing) when all present
 // values are numbers, otherwise strings ("" = missing; non-strings as JSON text).
@@ -356,20 +354,32 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
     for (const Row& r : rows) v.push_back(get(r));
     return v;
   };
-  cols.push_back(string_column("cell_id", "content hash of the effective config",
-                               pick([](const Row& r) { return r.summary.cell_id; })));
-  cols.push_back(string_column("status", "complete or diverged",
-                               pick([](const Row& r) { return std::string(to_string(r.summary.status)); })));
-  cols.push_back(
-      string_column("device", "device the cell ran on", pick([](const Row& r) { return r.summary.device; })));
-  Column wall{Column::Float, "wall_seconds", "wall-clock seconds of the cell", {}, {}, {}};
-  Column div{Column::Int, "diverged_at_step", "step at which the loss became NaN/Inf, -1 if none", {}, {}, {}};
-  for (const Row& r : rows) {
-    wall.floats.push_back(r.summary.wall_seconds);
-    div.ints.push_back(r.summary.diverged_at_step);
+  // The fixed columns: the root attributes the result schema marks as columns.
+  for (const ResultField* f : result_columns()) {
+    Column c{Column::String, f->name, f->description, {}, {}, {}};
+    const auto want = [&](ResultType t) {
+      if (f->type != t) throw std::logic_error("aggregate: column " + f->name + " has another type in the schema");
+    };
+    if (f->name == "cell_id" || f->name == "status" || f->name == "device") {
+      want(ResultType::string);
+      c.strings = pick([&](const Row& r) {
+        return f->name == "cell_id"  ? r.summary.cell_id
+               : f->name == "status" ? std::string(to_string(r.summary.status))
+                                     : r.summary.device;
+      });
+    } else if (f->name == "wall_seconds") {
+      want(ResultType::float64);
+      c.type = Column::Float;
+      for (const Row& r : rows) c.floats.push_back(r.summary.wall_seconds);
+    } else if (f->name == "diverged_at_step") {
+      want(ResultType::int64);
+      c.type = Column::Int;
+      for (const Row& r : rows) c.ints.push_back(r.summary.diverged_at_step);
+    } else {
+      throw std::logic_error("aggregate: the result schema's column " + f->name + " is not in a cell's summary");
+    }
+    cols.push_back(std::move(c));
   }
-  cols.push_back(std::move(wall));
-  cols.push_back(std::move(div));
 
   std::set<std::string> taken;
   for (const Column& c : cols) taken.insert(c.name);

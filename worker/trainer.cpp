@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "experiments/result_schema.h"
 #include "experiments/rng.h"
 #include "kernels/device.h"
 #include "worker/atomic_file.h"
@@ -651,19 +652,17 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
 
   const uint64_t T = tj.step.size(), E = tj.eval_step.size();
   const uint64_t uL = static_cast<uint64_t>(L), uH = static_cast<uint64_t>(H);
-  out.series.push_back({"/train/step", {T}, tj.step, "optimizer step (0-based) of each logged row"});
-  out.series.push_back({"/train/loss", {T}, tj.loss, "training loss of the step's batch, before its update"});
-  out.series.push_back(
-      {"/train/accuracy", {T}, tj.accuracy, "training accuracy of the step's batch (NaN: regression)"});
-  out.series.push_back({"/train/lr", {T}, tj.lr, "learning rate of the step"});
-  out.series.push_back({"/train/grad_norm", {T}, tj.grad_norm, "global gradient norm before clipping"});
-  out.series.push_back(
-      {"/norms/attn_fro", {T, uL, uH}, tj.attn_fro, "||phi(S)||_F per layer and head, mean over the batch"});
-  out.series.push_back(
-      {"/norms/jac_fro", {T, uL, uH}, tj.jac_fro, "||d phi(S) / dS||_F per layer and head, mean over the batch"});
-  out.series.push_back({"/eval/step", {E}, tj.eval_step, "updates done when the test split was evaluated"});
-  out.series.push_back({"/eval/loss", {E}, tj.eval_loss, "mean test loss"});
-  out.series.push_back({"/eval/accuracy", {E}, tj.eval_accuracy, "test accuracy (NaN: regression)"});
+  // Paths, types and descriptions: the result schema (experiments/result_schema.cpp).
+  out.series.push_back(result_series("/train/step", {T}, tj.step));
+  out.series.push_back(result_series("/train/loss", {T}, tj.loss));
+  out.series.push_back(result_series("/train/accuracy", {T}, tj.accuracy));
+  out.series.push_back(result_series("/train/lr", {T}, tj.lr));
+  out.series.push_back(result_series("/train/grad_norm", {T}, tj.grad_norm));
+  out.series.push_back(result_series("/norms/attn_fro", {T, uL, uH}, tj.attn_fro));
+  out.series.push_back(result_series("/norms/jac_fro", {T, uL, uH}, tj.jac_fro));
+  out.series.push_back(result_series("/eval/step", {E}, tj.eval_step));
+  out.series.push_back(result_series("/eval/loss", {E}, tj.eval_loss));
+  out.series.push_back(result_series("/eval/accuracy", {E}, tj.eval_accuracy));
   for (size_t j = 0; j < M; ++j) {
     std::vector<double> col(static_cast<size_t>(E));
     for (size_t e = 0; e < E; ++e) col[e] = tj.eval_task[e * M + j];
