@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "experiments/params.h"
+#include "experiments/result_schema.h"
 #include "results/aggregate.h"
 #include "results/report_script.h"
 
@@ -142,7 +143,9 @@ int cmd_report(int argc, char** argv) {
   }
   ::close(fd);
 
-  const int rc = run_process({python, script, dir, ATTNSWEEP_VERSION, activation_registry_json().dump()});
+  // The registries the page's labels and names come from: activations and the result schema.
+  const int rc = run_process(
+      {python, script, dir, ATTNSWEEP_VERSION, activation_registry_json().dump(), result_schema_json().dump()});
   if (rc == 0) return kExitOk;
   if (rc == 3) {
     std::fprintf(stderr, "attnsweep report: %s lacks matplotlib, h5py or numpy (Debian: apt-get install %s)\n",

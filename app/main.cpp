@@ -21,6 +21,7 @@
 #include "coordinator/sweep.h"
 #include "coordinator/train_command.h"
 #include "experiments/params.h"
+#include "experiments/result_schema.h"
 #include "kernels/activation.h"
 #include "kernels/device.h"
 #include "results/aggregate.h"
@@ -54,6 +55,7 @@ const char* kUsage =
     "  attention IN.h5 --out OUT.h5 ...  one attention forward + backward, for checking numerics\n"
     "  activations [--json]              the attention activations phi and what each takes\n"
     "  schema                            the grid format as a JSON Schema (draft 2020-12), for editors\n"
+    "  results-schema [--json]           what a cell's result file holds (docs/results-schema.md's table)\n"
     "\n"
     "exit codes: 0 finished, 1 cells failed, 2 bad usage or input, 75 interrupted (resumable)\n";
 
@@ -199,6 +201,24 @@ int cmd_schema(int argc, char** argv) {
   if (help(vm, "attnsweep schema   (prints the grid format's JSON Schema; docs/grid-schema.json)", desc))
     return kExitOk;
   std::cout << grid_json_schema().dump(2) << "\n";
+  return kExitOk;
+}
+
+int cmd_results_schema(int argc, char** argv) {
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help")("json", "as JSON (what the report reads)")(
+      "markdown", "as a Markdown table (the default; docs/results-schema.md)");
+  po::positional_options_description pos;
+  po::variables_map vm;
+  if (!parse("results-schema", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm,
+           "attnsweep results-schema [--json|--markdown]   (what a cell's result file holds; docs/results-schema.md)",
+           desc))
+    return kExitOk;
+  if (vm.count("json"))
+    std::cout << result_schema_json().dump(2) << "\n";
+  else
+    std::cout << result_schema_markdown();
   return kExitOk;
 }
 
@@ -495,12 +515,13 @@ int main(int argc, char** argv) {
     if (cmd == "report") return cmd_report(argc - 1, argv + 1);
     if (cmd == "activations") return cmd_activations(argc - 1, argv + 1);
     if (cmd == "schema") return cmd_schema(argc - 1, argv + 1);
+    if (cmd == "results-schema") return cmd_results_schema(argc - 1, argv + 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnsweep %s: %s\n", cmd.c_str(), e.what());
     return 1;
   }
-  const std::string s = closest_match(
-      cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit", "report", "activations", "schema"});
+  const std::string s = closest_match(cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit",
+                                            "report", "activations", "schema", "results-schema"});
   std::fprintf(stderr, "attnsweep: %s: unknown command%s (see attnsweep --help)\n", cmd.c_str(),
                s.empty() ? "" : (" (did you mean \"" + s + "\"?)").c_str());
   return kExitUsage;

@@ -80,7 +80,7 @@ void write_cell(const fs::path& dir, int64_t k, int64_t T, int64_t L, int64_t H)
   CellResult r;
   r.config = cfg;
   r.cell_id = hex_id(cfg.dump());
-  r.status = diverges ? "diverged" : "complete";
+  r.status = diverges ? CellStatus::diverged : CellStatus::complete;
   r.diverged_at_step = diverges ? div_step * 10 : -1;
   r.device = "cuda:0";
   r.wall_seconds = 30.0 + double(n) * 0.5;

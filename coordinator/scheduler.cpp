@@ -4,29 +4,9 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
 
 namespace attnsweep {
-
-const char* state_name(CellState s) {
-  switch (s) {
-    case CellState::pending: return "pending";
-    case CellState::running: return "running";
-    case CellState::complete: return "complete";
-    case CellState::diverged: return "diverged";
-    case CellState::failed: return "failed";
-  }
-  return "?";
-}
-
-const char* outcome_name(Outcome o) {
-  switch (o) {
-    case Outcome::complete: return "complete";
-    case Outcome::diverged: return "diverged";
-    case Outcome::failed: return "failed";
-    case Outcome::interrupted: return "interrupted";
-  }
-  return "?";
-}
 
 Scheduler::Scheduler(std::vector<double> est_cost, SchedulerConfig cfg, std::vector<int> slots) : cfg_(cfg) {
   cells_.resize(est_cost.size());
@@ -37,25 +17,25 @@ Scheduler::Scheduler(std::vector<double> est_cost, SchedulerConfig cfg, std::vec
   order_.resize(cells_.size());
   std::iota(order_.begin(), order_.end(), size_t{0});
   std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return cells_[a].cost > cells_[b].cost; });
-  counts_[static_cast<int>(CellState::pending)] = cells_.size();
+  counts_[static_cast<int>(CellStatus::pending)] = cells_.size();
 }
 
-void Scheduler::set_state(size_t i, CellState s) {
+void Scheduler::set_state(size_t i, CellStatus s) {
   --counts_[static_cast<int>(cells_[i].state)];
   cells_[i].state = s;
   ++counts_[static_cast<int>(s)];
 }
 
-void Scheduler::mark_finished(size_t i, CellState s) {
+void Scheduler::mark_finished(size_t i, CellStatus s) {
   set_state(i, s);
 }
 
 std::optional<size_t> Scheduler::next(double now, int free_slots) {
-  while (first_open_ < order_.size() && cells_[order_[first_open_]].state != CellState::pending) ++first_open_;
+  while (first_open_ < order_.size() && cells_[order_[first_open_]].state != CellStatus::pending) ++first_open_;
   for (size_t k = first_open_; k < order_.size(); ++k) {
     Entry& e = cells_[order_[k]];
-    if (e.state == CellState::pending && e.not_before <= now && e.slots <= free_slots) {
-      set_state(order_[k], CellState::running);
+    if (e.state == CellStatus::pending && e.not_before <= now && e.slots <= free_slots) {
+      set_state(order_[k], CellStatus::running);
       ++e.attempts;
       return order_[k];
     }
@@ -63,34 +43,37 @@ std::optional<size_t> Scheduler::next(double now, int free_slots) {
   return std::nullopt;
 }
 
-Decision Scheduler::on_result(size_t i, Outcome o, double now, const std::string& reason) {
+Decision Scheduler::on_result(size_t i, CellStatus o, double now, const std::string& reason) {
   Entry& e = cells_[i];
   Decision d;
   switch (o) {
-    case Outcome::complete:
-      set_state(i, CellState::complete);
+    case CellStatus::complete:
+      set_state(i, CellStatus::complete);
       d.kind = Decision::done;
       break;
-    case Outcome::diverged:
-      set_state(i, CellState::diverged);
+    case CellStatus::diverged:
+      set_state(i, CellStatus::diverged);
       d.kind = Decision::done;
       break;
-    case Outcome::interrupted:
+    case CellStatus::interrupted:
       // Not the cell's fault: give the attempt back, run it again from the start.
       --e.attempts;
-      set_state(i, CellState::pending);
+      set_state(i, CellStatus::pending);
       first_open_ = 0;
       d.kind = Decision::requeued;
       break;
-    case Outcome::failed:
+    case CellStatus::pending:
+    case CellStatus::running:
+      throw std::logic_error("Scheduler::on_result: an attempt's outcome cannot be " + std::string(to_string(o)));
+    case CellStatus::failed:
       e.last_error = reason;
       if (e.attempts > cfg_.retries) {
-        set_state(i, CellState::failed);
+        set_state(i, CellStatus::failed);
         d.kind = Decision::failed;
       } else {
         const double wait = std::min(cfg_.backoff_max_s, cfg_.backoff_s * std::pow(2.0, e.attempts - 1));
         e.not_before = now + wait;
-        set_state(i, CellState::pending);
+        set_state(i, CellStatus::pending);
         first_open_ = 0;
         d.kind = Decision::retry;
         d.retry_at = e.not_before;
@@ -104,7 +87,7 @@ double Scheduler::next_ready_time() const {
   double t = std::numeric_limits<double>::infinity();
   for (size_t k = first_open_; k < order_.size(); ++k) {
     const Entry& e = cells_[order_[k]];
-    if (e.state == CellState::pending) t = std::min(t, e.not_before);
+    if (e.state == CellStatus::pending) t = std::min(t, e.not_before);
   }
   return t;
 }

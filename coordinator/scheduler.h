@@ -8,13 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "experiments/cell_status.h"
+
 namespace attnsweep {
 
-enum class CellState { pending, running, complete, diverged, failed };
-enum class Outcome { complete, diverged, failed, interrupted };
-
-const char* state_name(CellState s);
-const char* outcome_name(Outcome o);
+// A cell's state is a CellStatus of pending, running, complete, diverged or failed; an
+// attempt's outcome one of complete, diverged, failed or interrupted.
 
 struct SchedulerConfig {
   int retries = 2;         // attempts after the first
@@ -33,19 +32,19 @@ class Scheduler {
   Scheduler(std::vector<double> est_cost, SchedulerConfig cfg, std::vector<int> slots = {});
 
   // A cell already finished before this run (resume): never handed out.
-  void mark_finished(size_t i, CellState s);
+  void mark_finished(size_t i, CellStatus s);
   // Longest estimated cost first among pending cells whose back-off has passed and
   // that fit in `free_slots` slots of one rank.
   std::optional<size_t> next(double now, int free_slots = 1 << 30);
   int slots(size_t i) const { return cells_[i].slots; }
-  Decision on_result(size_t i, Outcome o, double now, const std::string& reason = "");
+  Decision on_result(size_t i, CellStatus o, double now, const std::string& reason = "");
 
-  CellState state(size_t i) const { return cells_[i].state; }
+  CellStatus state(size_t i) const { return cells_[i].state; }
   int attempts(size_t i) const { return cells_[i].attempts; }
   const std::string& last_error(size_t i) const { return cells_[i].last_error; }
   size_t size() const { return cells_.size(); }
-  size_t count(CellState s) const { return counts_[static_cast<int>(s)]; }
-  bool all_terminal() const { return count(CellState::pending) == 0 && count(CellState::running) == 0; }
+  size_t count(CellStatus s) const { return counts_[static_cast<int>(s)]; }
+  bool all_terminal() const { return count(CellStatus::pending) == 0 && count(CellStatus::running) == 0; }
   // Earliest time a pending cell becomes ready (infinity when none is pending).
   double next_ready_time() const;
 
@@ -53,16 +52,16 @@ class Scheduler {
   struct Entry {
     double cost = 0;
     int slots = 1;
-    CellState state = CellState::pending;
+    CellStatus state = CellStatus::pending;
     int attempts = 0;  // attempts started (interrupted ones are given back)
     double not_before = 0;
     std::string last_error;
   };
-  void set_state(size_t i, CellState s);
+  void set_state(size_t i, CellStatus s);
   std::vector<Entry> cells_;
   std::vector<size_t> order_;  // by cost, descending; ties in grid order
   size_t first_open_ = 0;      // order_[0, first_open_) holds no pending cell (reset on a requeue)
-  size_t counts_[5] = {0, 0, 0, 0, 0};
+  size_t counts_[kCellStatusCount] = {};
   SchedulerConfig cfg_;
 };
 

@@ -62,7 +62,7 @@ int print_status(const std::string& dir, bool as_json) {
     if (e.path().extension() != ".h5") continue;
     try {
       const CellSummary s = read_cell_summary(e.path().string());
-      (s.status == "diverged" ? diverged : complete)++;
+      (s.status == CellStatus::diverged ? diverged : complete)++;
       done_ids.insert(s.cell_id);
     } catch (...) {
     }

@@ -133,7 +133,7 @@ struct AttemptResult {
   size_t index = 0;
   std::string id;
   int attempt = 1;
-  Outcome outcome = Outcome::failed;
+  CellStatus outcome = CellStatus::failed;
   std::string reason;
   double wall_s = 0;
   int rank = 0, slot = 0;
@@ -141,8 +141,10 @@ struct AttemptResult {
 };
 
 json to_json(const AttemptResult& r) {
-  return {{"index", r.index},   {"id", r.id},         {"attempt", r.attempt}, {"outcome", outcome_name(r.outcome)},
-          {"reason", r.reason}, {"wall_s", r.wall_s}, {"rank", r.rank},       {"slot", r.slot},
+  return {{"index", r.index},     {"id", r.id},
+          {"attempt", r.attempt}, {"outcome", std::string(to_string(r.outcome))},
+          {"reason", r.reason},   {"wall_s", r.wall_s},
+          {"rank", r.rank},       {"slot", r.slot},
           {"host", r.host}};
 }
 
@@ -152,10 +154,9 @@ AttemptResult result_from_json(const json& j) {
   r.id = j.at("id").get<std::string>();
   r.attempt = j.at("attempt").get<int>();
   const std::string o = j.at("outcome").get<std::string>();
-  r.outcome = o == "complete"      ? Outcome::complete
-              : o == "diverged"    ? Outcome::diverged
-              : o == "interrupted" ? Outcome::interrupted
-                                   : Outcome::failed;
+  // Anything but complete, diverged or interrupted is a failure (as it always was).
+  const std::optional<CellStatus> outcome = cell_status_from_string(o);
+  r.outcome = outcome && (is_final(*outcome) || *outcome == CellStatus::interrupted) ? *outcome : CellStatus::failed;
   r.reason = j.value("reason", "");
   r.wall_s = j.value("wall_s", 0.0);
   r.rank = j.value("rank", 0);
@@ -299,27 +300,27 @@ class LocalSlots {
     AttemptResult r = base_result(s.a, static_cast<int>(k));
     r.wall_s = now - s.started;
     if (s.timed_out) {
-      r.outcome = Outcome::failed;
+      r.outcome = CellStatus::failed;
       char buf[64];
       std::snprintf(buf, sizeof buf, "timed out after %.1f s", s.a.timeout_s);
       r.reason = buf;
     } else if (e.exited && e.code == 0) {
       try {
         const CellSummary sum = read_cell_summary(paths_.runs(s.a.id));
-        r.outcome = sum.status == "diverged" ? Outcome::diverged : Outcome::complete;
+        r.outcome = sum.status == CellStatus::diverged ? CellStatus::diverged : CellStatus::complete;
       } catch (const std::exception& ex) {
-        r.outcome = Outcome::failed;
+        r.outcome = CellStatus::failed;
         r.reason = std::string("exit code 0 but no valid result: ") + ex.what();
       }
     } else if (e.exited && e.code == 75) {
-      r.outcome = Outcome::interrupted;
+      r.outcome = CellStatus::interrupted;
       r.reason = "interrupted by a signal";
     } else {
-      r.outcome = s.stopped ? Outcome::interrupted : Outcome::failed;
+      r.outcome = s.stopped ? CellStatus::interrupted : CellStatus::failed;
       r.reason = describe_exit(e);
     }
     // A child killed while writing leaves its temporary result behind: nobody else writes it.
-    if (r.outcome != Outcome::complete && r.outcome != Outcome::diverged)
+    if (r.outcome != CellStatus::complete && r.outcome != CellStatus::diverged)
       remove_stale_temporaries(paths_.dir() + "/runs", s.a.id + ".h5.tmp.");
     return r;
   }
@@ -393,7 +394,7 @@ class Coordinator {
   // True when a rank was lost: run_sweep then must not wait for it in MPI_Finalize.
   bool lost_a_rank() const { return live_.any_lost(); }
 
-  void mark_finished(size_t i, CellState s) {
+  void mark_finished(size_t i, CellStatus s) {
     sched_.mark_finished(i, s);
     ++resumed_;
   }
@@ -445,7 +446,7 @@ class Coordinator {
     // A lost rank may still hold a child writing a result, and the job must requeue to
     // confirm every cell: resumable, whatever the cells did.
     const bool lost = live_.any_lost();
-    const int code = interrupted || lost ? 75 : (sched_.count(CellState::failed) > 0 ? 1 : 0);
+    const int code = interrupted || lost ? 75 : (sched_.count(CellStatus::failed) > 0 ? 1 : 0);
     report(now_s(), true, interrupted ? "interrupted" : lost ? "lost_ranks" : "finished");
     for (const json& l : lost_ranks_)
       std::fprintf(stderr,
@@ -454,10 +455,10 @@ class Coordinator {
                    l["rank"].get<int>(), l["host"].get<std::string>().c_str(), l["silent_s"].get<double>(),
                    live_.timeout_s());
     rd_.append_event({{"event", "sweep_finished"},
-                      {"complete", sched_.count(CellState::complete)},
-                      {"diverged", sched_.count(CellState::diverged)},
-                      {"failed", sched_.count(CellState::failed)},
-                      {"pending", sched_.count(CellState::pending)},
+                      {"complete", sched_.count(CellStatus::complete)},
+                      {"diverged", sched_.count(CellStatus::diverged)},
+                      {"failed", sched_.count(CellStatus::failed)},
+                      {"pending", sched_.count(CellStatus::pending)},
                       {"exit_code", code},
                       {"signal", stop_signal},
                       {"lost_ranks", lost_ranks_}});
@@ -534,7 +535,7 @@ class Coordinator {
                               {"attempt", r.attempt},
                               {"rank", m->source},
                               {"host", hosts_[m->source]},
-                              {"outcome", outcome_name(r.outcome)},
+                              {"outcome", std::string(to_string(r.outcome))},
                               {"reason", alive ? "not an attempt this rank holds" : "the rank was lost"}});
           }
           break;
@@ -599,7 +600,7 @@ class Coordinator {
       shutdown_sent_[static_cast<size_t>(l.rank)] = true;
     }
     for (size_t i : l.cells) {
-      sched_.on_result(i, Outcome::interrupted, now, "rank lost");
+      sched_.on_result(i, CellStatus::interrupted, now, "rank lost");
       rd_.append_event({{"event", "reassigned"},
                         {"cell_id", grid_.cells[i].id},
                         {"rank", l.rank},
@@ -614,7 +615,7 @@ class Coordinator {
     switch (d.kind) {
       case Decision::done:
         ++finished_now_;
-        where.update({{"event", "finished"}, {"status", outcome_name(r.outcome)}, {"wall_s", r.wall_s}});
+        where.update({{"event", "finished"}, {"status", std::string(to_string(r.outcome))}, {"wall_s", r.wall_s}});
         break;
       case Decision::retry:
         where.update({{"event", "retried"}, {"reason", r.reason}, {"retry_in_s", d.retry_at - now}});
@@ -632,9 +633,9 @@ class Coordinator {
 
   void report(double now, bool final, const char* state = "running") {
     const size_t total = sched_.size();
-    const size_t done = sched_.count(CellState::complete) + sched_.count(CellState::diverged);
-    const size_t failed = sched_.count(CellState::failed);
-    const size_t running = sched_.count(CellState::running), pending = sched_.count(CellState::pending);
+    const size_t done = sched_.count(CellStatus::complete) + sched_.count(CellStatus::diverged);
+    const size_t failed = sched_.count(CellStatus::failed);
+    const size_t running = sched_.count(CellStatus::running), pending = sched_.count(CellStatus::pending);
     const double elapsed = now - t0_;
     const double rate = elapsed > 0 ? static_cast<double>(finished_now_) / elapsed : 0.0;
     const double eta = rate > 0 ? static_cast<double>(running + pending) / rate : NAN;
@@ -642,13 +643,13 @@ class Coordinator {
       last_status_ = now;
       json failed_cells = json::array();
       for (size_t i = 0; i < total; ++i)
-        if (sched_.state(i) == CellState::failed)
+        if (sched_.state(i) == CellStatus::failed)
           failed_cells.push_back({{"cell_id", grid_.cells[i].id}, {"reason", sched_.last_error(i)}});
       json st = {{"state", state},
                  {"grid", grid_.name},
                  {"total", total},
-                 {"complete", sched_.count(CellState::complete)},
-                 {"diverged", sched_.count(CellState::diverged)},
+                 {"complete", sched_.count(CellStatus::complete)},
+                 {"diverged", sched_.count(CellStatus::diverged)},
                  {"failed", failed},
                  {"running", running},
                  {"pending", pending},
@@ -685,8 +686,8 @@ class Coordinator {
           stderr,
           "attnsweep: %s: %zu cells: %zu complete, %zu diverged, %zu failed, %zu not run; %zu run now in %.1f s "
           "-> %s\n",
-          state, total, sched_.count(CellState::complete), sched_.count(CellState::diverged), failed, pending + running,
-          finished_now_, elapsed, rd_.dir().c_str());
+          state, total, sched_.count(CellStatus::complete), sched_.count(CellStatus::diverged), failed,
+          pending + running, finished_now_, elapsed, rd_.dir().c_str());
     }
   }
 
@@ -741,7 +742,7 @@ int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
           r.index = a.index;
           r.id = a.id;
           r.attempt = a.attempt;
-          r.outcome = Outcome::interrupted;
+          r.outcome = CellStatus::interrupted;
           r.reason = "rank stopping";
           r.rank = rank;
           mpi_send(0, kTagResult, to_json(r));
@@ -774,7 +775,7 @@ int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
 // Prepares the directory on rank 0: lock, manifest, cell files, finished cells.
 // Returns the indices already finished (with their state). Throws InputError for a
 // refused resume, std::runtime_error for I/O problems.
-std::vector<std::pair<size_t, CellState>> prepare_dir(const Grid& grid, const RunOptions& opt, RunDir& rd) {
+std::vector<std::pair<size_t, CellStatus>> prepare_dir(const Grid& grid, const RunOptions& opt, RunDir& rd) {
   rd.open_and_lock();
   const std::string manifest = rd.dir() + "/manifest.json";
   if (fs::exists(manifest)) {
@@ -799,7 +800,7 @@ std::vector<std::pair<size_t, CellState>> prepare_dir(const Grid& grid, const Ru
   remove_stale_temporaries(rd.dir() + "/runs");
   // Half-written checkpoints too (a killed or lost rank's); a complete one is resumed.
   remove_stale_temporaries(rd.dir() + "/checkpoints");
-  std::vector<std::pair<size_t, CellState>> finished;
+  std::vector<std::pair<size_t, CellStatus>> finished;
   for (size_t i = 0; i < grid.cells.size(); ++i) {
     const Cell& c = grid.cells[i];
     const std::string cell_path = rd.cell_file(c.id);
@@ -817,7 +818,7 @@ std::vector<std::pair<size_t, CellState>> prepare_dir(const Grid& grid, const Ru
     std::string why;
     if (cell_file_valid(result, c.id, &why)) {
       const CellSummary s = read_cell_summary(result);
-      finished.push_back({i, s.status == "diverged" ? CellState::diverged : CellState::complete});
+      finished.push_back({i, s.status == CellStatus::diverged ? CellStatus::diverged : CellStatus::complete});
     } else {
       // Never trust, never delete: keep the bad file aside for a post-mortem, recompute.
       const std::string aside = result + ".invalid";
@@ -879,7 +880,7 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
 
   // Rank 0 prepares the directory; everyone learns whether to go on.
   int setup_code = 0;
-  std::vector<std::pair<size_t, CellState>> finished;
+  std::vector<std::pair<size_t, CellStatus>> finished;
   std::string setup_error;
   RankSetup rs;
   try {

@@ -23,7 +23,7 @@ int train_cell_to_file(const std::string& cell_id, const json& config, const std
     std::error_code ec;  // the result is durable now: the checkpoint has done its job
     std::filesystem::remove(opt.checkpoint, ec);
   }
-  std::printf("cell %s %s in %.3f s\n", cell_id.c_str(), res.status.c_str(), res.wall_seconds);
+  std::printf("cell %s %s in %.3f s\n", cell_id.c_str(), std::string(to_string(res.status)).c_str(), res.wall_seconds);
   return 0;
 }
 

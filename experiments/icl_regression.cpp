@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "experiments/result_schema.h"
 #include "experiments/rng.h"
 
 namespace attnsweep {
@@ -259,10 +260,7 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
     }
   };
   if (icl_limit_defined(act)) {
-    data.eval_metrics.push_back(
-        {"limit_sq_error", "/icl/limit_sq_error",
-         "mean over the test prompts of ||T_L(z) - T_inf(z)||^2: the read-out's attention output at the query "
-         "against its large-prompt limit for the prompt's Gaussian token law (Lemma 2.1)"});
+    data.eval_metrics.push_back(result_eval_metric("limit_sq_error", "/icl/limit_sq_error"));
     const int64_t n_test = data.n_test;
     data.measure = [setup, act, n_test](const ModelWeights& w) {
       return std::vector<double>{icl_limit_sq_error(*setup, act, readout_weights(w), n_test)};

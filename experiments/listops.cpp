@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "experiments/result_schema.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
 
@@ -163,10 +164,8 @@ TaskOutput run_listops(const json& config, const TaskContext& ctx) {
   const double n = static_cast<double>(std::max<int64_t>(data.n_test, 1));
   out.final_metrics["majority_accuracy"] = static_cast<double>(*std::max_element(counts.begin(), counts.end())) / n;
   out.final_metrics["test_mean_length"] = mean_length / n;
-  out.series.push_back({"/listops/test_class_counts",
-                        {10},
-                        std::vector<int64_t>(counts.begin(), counts.end()),
-                        "test-split samples per label 0..9 (the majority baseline is the largest share)"});
+  out.series.push_back(
+      result_series("/listops/test_class_counts", {10}, std::vector<int64_t>(counts.begin(), counts.end())));
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "experiments/result_schema.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
 #include "kernels/activation.h"
@@ -40,7 +41,7 @@ TaskOutput run_norm_probe(const json& config, const TaskContext& ctx) {
   for (int64_t t = 0; t < samples; ++t) {
     if (ctx.stop_requested()) {
       TaskOutput out;
-      out.status = "interrupted";
+      out.status = CellStatus::interrupted;
       return out;
     }
     // The draws depend on (seed, N, D, d, sample), not on the activation: every
@@ -89,10 +90,10 @@ TaskOutput run_norm_probe(const json& config, const TaskContext& ctx) {
   stats("attn_fro", attn);
   stats("jac_fro", jac);
   const uint64_t ns = static_cast<uint64_t>(samples);
-  out.series.push_back({"/probe/attn_fro", {ns}, attn, "||phi(S)||_F of each sample, S = (X W_Q)(X W_K)^T / sqrt(d)"});
-  out.series.push_back({"/probe/jac_fro", {ns}, jac, "||d phi(S) / dS||_F of each sample"});
+  out.series.push_back(result_series("/probe/attn_fro", {ns}, attn));
+  out.series.push_back(result_series("/probe/jac_fro", {ns}, jac));
   if (!std::isfinite(out.final_metrics["attn_fro"]) || !std::isfinite(out.final_metrics["jac_fro"])) {
-    out.status = "diverged";  // overflow of phi (e.g. a high unscaled power): a finding, not a crash
+    out.status = CellStatus::diverged;  // overflow of phi (e.g. a high unscaled power): a finding, not a crash
     out.diverged_at_step = 0;
   }
   return out;

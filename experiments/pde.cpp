@@ -132,7 +132,7 @@ TaskOutput run_pde(const json& config, const TaskContext& ctx) {
     // the cell at once as interrupted (exit 75; there is nothing to checkpoint yet).
     if (ctx.stop_requested()) {
       TaskOutput stopped;
-      stopped.status = "interrupted";
+      stopped.status = CellStatus::interrupted;
       return stopped;
     }
   }

@@ -29,7 +29,7 @@ TaskOutput run_synthetic(const json& config, const TaskContext& ctx) {
       clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(hang ? 1e9 : seconds));
   while (clock::now() < end) {
     if (ctx.stop_requested()) {
-      out.status = "interrupted";
+      out.status = CellStatus::interrupted;
       return out;
     }
     const clock::duration left = end - clock::now();

@@ -2,6 +2,7 @@
 // of files, MPI or slots: the worker writes what they return.
 #pragma once
 
+#include "experiments/cell_status.h"
 #include "kernels/activation.h"
 
 #include <nlohmann/json.hpp>
@@ -81,12 +82,13 @@ struct TrainingData {
 struct TaskSeries {
   std::string path;             // "/probe/attn_fro"
   std::vector<uint64_t> shape;  // row-major; product == number of elements
-  std::variant<std::vector<float>, std::vector<double>, std::vector<int64_t>> data;
+  using Data = std::variant<std::vector<float>, std::vector<double>, std::vector<int64_t>>;
+  Data data;
   std::string description;
 };
 
 struct TaskOutput {
-  std::string status = "complete";  // complete | diverged | interrupted
+  CellStatus status = CellStatus::complete;  // complete | diverged | interrupted
   int64_t diverged_at_step = -1;
   std::map<std::string, double> final_metrics;
   std::vector<TaskSeries> series;

@@ -29,6 +29,7 @@
 #include <csignal>
 #include <cstring>
 
+#include "experiments/result_schema.h"
 #include "results/best_scale.h"
 #include "results/cell_file.h"
 #include "results/h5.h"
@@ -42,13 +43,15 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Metrics fitted against prompt_length (whichever a cell has as /final attributes): the
-// norms (paper A) and in-context regression's distance to the limit and test risk
-// against the context length L (paper B).
-const std::vector<std::string> kFitMetrics = {"attn_fro", "jac_fro", "limit_sq_error", "test_mse"};
+// What a cell file holds is declared in experiments/result_schema.cpp: the fixed
+// columns, the metrics fitted against prompt_length (whichever a cell has as /final
+// attributes: the norms of paper A, in-context regression's distance to the limit and
+// test risk against the context length L of paper B) and the trajectory groups.
+const std::vector<std::string> kFitMetrics = fitted_metrics();
 
-// Groups of a cell file whose 1-D datasets become /trajectories/<group>_<name>.
-const std::vector<std::string> kTrajectoryGroups = {"/train", "/eval", "/icl"};
+// Groups of a cell file whose 1-D datasets become /trajectories/<group>_<name>
+// (/train, /eval, /icl).
+const std::vector<std::string> kTrajectoryGroups = trajectory_groups(1);
 
 // Nested config objects become dotted keys ("model.layers"); '/' cannot name a dataset.
 void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
@@ -64,7 +67,7 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
 
 // Groups of a cell file whose [T, L, H] datasets become /trajectories/<group>_<name>
 // [cells, T, L, H] (float32, NaN-padded): the per-layer, per-head norms over training.
-const std::vector<std::string> kTrajectoryGroups3 = {"/norms"};
+const std::vector<std::string> kTrajectoryGroups3 = trajectory_groups(3);
 
 struct TrajectorySource {
   std::string name;             // "train_loss", "norms_attn_fro"
@@ -127,22 +130,16 @@ void find_trajectories(const h5::Group& group, size_t rank, std::vector<Trajecto
 
 constexpr int64_t kIndexFormat = 1;
 
+// The summary's JSON (worker/cell_result.h) and "traj": [[name, path, shape, description]].
 json row_to_json(const Row& r, const std::map<std::string, TrajectoryInfo>& info) {
-  json metrics = json::object();
-  for (const auto& [k, v] : r.summary.final_metrics) metrics[k] = std::isfinite(v) ? json(v) : json(nullptr);
   json traj = json::array();
   for (const TrajectorySource& t : r.trajectories) {
     auto it = info.find(t.name);
     traj.push_back({t.name, t.path, t.shape, it == info.end() ? std::string() : it->second.description});
   }
-  return {{"cell_id", r.summary.cell_id},
-          {"config", r.summary.config},
-          {"status", r.summary.status},
-          {"diverged_at_step", r.summary.diverged_at_step},
-          {"device", r.summary.device},
-          {"wall_seconds", r.summary.wall_seconds},
-          {"final", metrics},
-          {"traj", traj}};
+  json j = r.summary;
+  j["traj"] = std::move(traj);
+  return j;
 }
 
 struct IndexEntry {
@@ -239,14 +236,7 @@ Previous read_previous(const std::string& path) {
 bool row_from_index(const IndexEntry& e, Row& row, std::map<std::string, TrajectoryInfo>& info) {
   try {
     json j = json::parse(e.json_text);
-    CellSummary& s = row.summary;
-    s.cell_id = j.at("cell_id").get<std::string>();
-    s.config = j.at("config");
-    s.status = j.at("status").get<std::string>();
-    s.diverged_at_step = j.at("diverged_at_step").get<int64_t>();
-    s.device = j.at("device").get<std::string>();
-    s.wall_seconds = j.at("wall_seconds").get<double>();
-    for (const auto& [k, v] : j.at("final").items()) s.final_metrics[k] = v.is_null() ? kNaN : v.get<double>();
+    row.summary = j.get<CellSummary>();
     std::map<std::string, TrajectoryInfo> found;
     for (const json& t : j.at("traj")) {
       TrajectorySource src{t.at(0).get<std::string>(), t.at(1).get<std::string>(),
@@ -296,19 +286,32 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
     for (const Row& r : rows) v.push_back(get(r));
     return v;
   };
-  cols.push_back(string_column("cell_id", "content hash of the effective config",
-                               pick([](const Row& r) { return r.summary.cell_id; })));
-  cols.push_back(string_column("status", "complete or diverged", pick([](const Row& r) { return r.summary.status; })));
-  cols.push_back(
-      string_column("device", "device the cell ran on", pick([](const Row& r) { return r.summary.device; })));
-  Column wall{Column::Float, "wall_seconds", "wall-clock seconds of the cell", {}, {}, {}};
-  Column div{Column::Int, "diverged_at_step", "step at which the loss became NaN/Inf, -1 if none", {}, {}, {}};
-  for (const Row& r : rows) {
-    wall.floats.push_back(r.summary.wall_seconds);
-    div.ints.push_back(r.summary.diverged_at_step);
+  // The fixed columns: the root attributes the result schema marks as columns.
+  for (const ResultField* f : result_columns()) {
+    Column c{Column::String, f->name, f->description, {}, {}, {}};
+    const auto want = [&](ResultType t) {
+      if (f->type != t) throw std::logic_error("aggregate: column " + f->name + " has another type in the schema");
+    };
+    if (f->name == "cell_id" || f->name == "status" || f->name == "device") {
+      want(ResultType::string);
+      c.strings = pick([&](const Row& r) {
+        return f->name == "cell_id"  ? r.summary.cell_id
+               : f->name == "status" ? std::string(to_string(r.summary.status))
+                                     : r.summary.device;
+      });
+    } else if (f->name == "wall_seconds") {
+      want(ResultType::float64);
+      c.type = Column::Float;
+      for (const Row& r : rows) c.floats.push_back(r.summary.wall_seconds);
+    } else if (f->name == "diverged_at_step") {
+      want(ResultType::int64);
+      c.type = Column::Int;
+      for (const Row& r : rows) c.ints.push_back(r.summary.diverged_at_step);
+    } else {
+      throw std::logic_error("aggregate: the result schema's column " + f->name + " is not in a cell's summary");
+    }
+    cols.push_back(std::move(c));
   }
-  cols.push_back(std::move(wall));
-  cols.push_back(std::move(div));
 
   std::set<std::string> taken;
   for (const Column& c : cols) taken.insert(c.name);
@@ -348,7 +351,7 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
 std::vector<Fit> compute_fits(const std::vector<Row>& rows, const AggregateOptions& opt) {
   std::map<std::pair<std::string, std::string>, std::pair<std::vector<double>, std::vector<double>>> points;
   for (const Row& r : rows) {
-    if (r.summary.status != "complete") continue;
+    if (r.summary.status != CellStatus::complete) continue;
     auto n_it = r.params.find("prompt_length");
     if (n_it == r.params.end() || !n_it->second.is_number()) continue;
     const double n = n_it->second.get<double>();
@@ -799,7 +802,8 @@ AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& op
   result.fits = compute_fits(rows, opt);
   {
     std::vector<CellRow> analysed;
-    for (const Row& r : rows) analysed.push_back({r.params, r.summary.final_metrics, r.summary.status == "complete"});
+    for (const Row& r : rows)
+      analysed.push_back({r.params, r.summary.final_metrics, r.summary.status == CellStatus::complete});
     result.paired = paired_differences(analysed);
     result.best_scale = best_scales(analysed);
   }

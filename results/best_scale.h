@@ -31,7 +31,7 @@ struct BestScale {
 
 struct BestScaleFit {
   std::string metric, group;
-  double slope, intercept;  // OLS of log c* on log N
+  double slope, intercept;    // OLS of log c* on log N
   double slope_lo, slope_hi;  // 95% bootstrap interval (seeds resampled at every N)
   int64_t points = 0;         // prompt lengths in the fit
 };

@@ -26,14 +26,10 @@
 namespace attnsweep {
 namespace {
 
-bool final_status(const std::string& s) {
-  return s == "complete" || s == "diverged";
-}
-
 void check_result(const std::string& path, const CellResult& r) {
   auto bad = [&](const std::string& what) { throw std::runtime_error(path + ": " + what); };
   if (r.cell_id.empty()) bad("empty cell_id");
-  if (!final_status(r.status)) bad("status \"" + r.status + "\" is neither complete nor diverged");
+  if (!is_final(r.status)) bad("status \"" + std::string(to_string(r.status)) + "\" is neither complete nor diverged");
   for (const ResultDataset& d : r.datasets) {
     if (d.path.size() < 2 || d.path[0] != '/' || d.path.back() == '/')
       bad("dataset path \"" + d.path + "\" must be absolute, like /train/loss");
@@ -153,7 +149,7 @@ void write_cell_file(const std::string& path, const CellResult& r) {
     h5::File f = h5::File::create(tmp, kHeaderBytes);
     f.set_attribute_string("cell_id", r.cell_id);
     f.set_attribute_string("config", r.config.dump());  // std::map-ordered keys: canonical
-    f.set_attribute_string("status", r.status);
+    f.set_attribute_string("status", std::string(to_string(r.status)));
     f.set_attribute_int64("diverged_at_step", r.diverged_at_step);
     f.set_attribute_string("attnsweep_version", ATTNSWEEP_VERSION);
     f.set_attribute_string("device", r.device);
@@ -200,7 +196,12 @@ CellSummary read_cell_summary(const h5::File& f) {
     throw std::runtime_error(path + ": config attribute is not JSON (" + e.what() + ")");
   }
   if (!s.config.is_object()) throw std::runtime_error(path + ": config attribute is not a JSON object");
-  s.status = f.attribute_string("status");
+  // Any status name reads back (valid_summary then asks for a final one); a text that
+  // names none is refused with the same words.
+  const std::string status = f.attribute_string("status");
+  const std::optional<CellStatus> st = cell_status_from_string(status);
+  if (!st) throw std::runtime_error(path + ": status is " + status + ", expected complete or diverged");
+  s.status = *st;
   s.diverged_at_step = f.attribute_int64("diverged_at_step");
   s.device = f.attribute_string("device");
   s.wall_seconds = f.attribute_double("wall_seconds");
@@ -219,8 +220,8 @@ std::optional<CellSummary> valid_summary(const std::string& path, const std::str
     CellSummary s = read();
     if (!expected_id.empty() && s.cell_id != expected_id)
       reason = "cell_id is " + s.cell_id + ", expected " + expected_id;
-    else if (!final_status(s.status))
-      reason = "status is " + s.status + ", expected complete or diverged";
+    else if (!is_final(s.status))
+      reason = "status is " + std::string(to_string(s.status)) + ", expected complete or diverged";
     else
       return s;
   } catch (const std::exception& e) {

@@ -30,19 +30,8 @@ void write_cell_file(const std::string& path, const CellResult& result);
 // libhdf5 sees the file. For tests/fuzz, which checksums its own inputs.
 std::string cell_file_header(const std::string& body);
 
-// Summary read back: root attributes and /final.
-struct CellSummary {
-  std::string cell_id;
-  json config;
-  std::string status;
-  int64_t diverged_at_step = -1;
-  std::string device;
-  double wall_seconds = 0;
-  std::map<std::string, double> final_metrics;
-};
-
-// Reads the summary; throws std::runtime_error naming the file and what is wrong. The
-// checksum header is verified first: a damaged file never reaches libhdf5.
+// Reads the summary (worker/cell_result.h: root attributes and /final); throws std::runtime_error naming the file and
+// what is wrong. The checksum header is verified first: a damaged file never reaches libhdf5.
 CellSummary read_cell_summary(const std::string& path);
 
 // The same from a file already open (its name is the one it was opened with). The caller

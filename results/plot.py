@@ -3,7 +3,7 @@
 # DIR/report.html, one self-contained page (figures as base64 PNG). Compiled into the
 # attnsweep binary (results/CMakeLists.txt) and written to a temporary file at run time.
 #
-# usage: plot.py DIR VERSION REGISTRY_JSON
+# usage: plot.py DIR VERSION REGISTRY_JSON RESULT_SCHEMA_JSON
 # Prints "figures: N" (the number of <img> on the page) and the page's path.
 # Exit codes: 0 written, 2 bad input (no aggregate.h5 ...), 3 a Python module is missing.
 import base64
@@ -26,7 +26,28 @@ except ImportError as e:  # the caller names the Debian packages
     print(f"missing Python module: {e.name}", file=sys.stderr)
     sys.exit(3)
 
-FIXED = {"cell_id", "status", "device", "wall_seconds", "diverged_at_step"}
+# What the result files hold (experiments/result_schema.cpp), handed over by `attnsweep
+# report` as JSON in argv[4] (`attnsweep results-schema --json`): the final metrics and
+# trajectories the figures may use, and their axis labels.
+METRICS, TRAJECTORIES, LABEL = set(), set(), {}
+
+
+def set_schema(schema):
+    for f in schema["fields"]:
+        if f["kind"] == "metric":
+            METRICS.add(f["name"])
+            LABEL[f["name"]] = f["label"]
+        elif f["kind"] == "dataset" and f.get("trajectory"):
+            TRAJECTORIES.add(f["trajectory_name"])
+            LABEL[f["trajectory_name"]] = f["label"]
+
+
+def declared(name, kind):
+    """`name` as the figures use it; a name the schema lacks is this script's bug, said loudly."""
+    if name not in (METRICS if kind == "metric" else TRAJECTORIES):
+        die(f"plot.py uses the {kind} {name}, which the result schema does not declare", 1)
+    return name
+
 # Labels and order of the activations and scales: the registry (kernels/activation.h),
 # handed over by `attnsweep report` as JSON in argv[3] (`attnsweep activations --json`).
 ACT_NAMES, ACT_RANK, SCALE_NAMES, SCALE_RANK, TAKES_DEGREE, TAKES_SCALE = {}, {}, {}, {}, set(), set()
@@ -237,7 +258,8 @@ class Report:
     def norms_vs_n(self):
         if self.N is None or len(np.unique(self.N[self.complete])) < 2:
             return
-        panels = [(m, b) for m, b in (("attn_fro", 1.0), ("jac_fro", 0.5)) if self.metric(m) is not None]
+        panels = [(declared(m, "metric"), b) for m, b in (("attn_fro", 1.0), ("jac_fro", 0.5))]
+        panels = [(m, b) for m, b in panels if self.metric(m) is not None]
         if not panels:
             return
         fig, axes = plt.subplots(1, len(panels), figsize=(3.9 * len(panels) + 2.6, 3.9), squeeze=False)
@@ -261,7 +283,7 @@ class Report:
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("prompt length N")
-            ax.set_ylabel("‖φ(S)‖_F" if m == "attn_fro" else "‖∂φ(S)/∂S‖_F")
+            ax.set_ylabel(LABEL[m])
             ax.set_title(("Activation norm" if m == "attn_fro" else "Jacobian norm") + " at initialisation")
         legend_outside(axes[0][-1])
         fig.tight_layout()
@@ -275,11 +297,12 @@ class Report:
     # (2) per-layer norm trajectories over training
     def norm_trajectories(self):
         tr = self.data["traj"]
-        names = [n for n in ("norms_attn_fro", "norms_jac_fro") if n in tr and tr[n].ndim == 4 and tr[n].shape[1] > 1]
+        names = [declared(n, "trajectory") for n in ("norms_attn_fro", "norms_jac_fro")]
+        names = [n for n in names if n in tr and tr[n].ndim == 4 and tr[n].shape[1] > 1]
         names = [n for n in names if np.isfinite(tr[n]).any()]
         if not names:
             return
-        step = tr.get("train_step")
+        step = tr.get(declared("train_step", "trajectory"))
         groups = []
         for g in self.g.keys:
             idx = self.g.rows(g, self.complete)
@@ -317,7 +340,7 @@ class Report:
                 if r == 0:
                     ax.set_title(title)
                 if c == 0:
-                    ax.set_ylabel("‖φ(S)‖_F" if name == "norms_attn_fro" else "‖∂φ(S)/∂S‖_F")
+                    ax.set_ylabel(LABEL[name])
                 if r == len(names) - 1:
                     ax.set_xlabel("training step")
         legend_outside(axes[0][-1])
@@ -329,7 +352,7 @@ class Report:
 
     # (3) test accuracy against N
     def accuracy_vs_n(self):
-        acc = self.metric("test_accuracy")
+        acc = self.metric(declared("test_accuracy", "metric"))
         if acc is None or self.N is None:
             return
         fig, ax = plt.subplots(figsize=(7.4, 3.9))
@@ -342,7 +365,7 @@ class Report:
                         label=f"{self.g.label[g]} ({max(count)} seeds)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("prompt length N (tokens)")
-        ax.set_ylabel("test accuracy")
+        ax.set_ylabel(LABEL["test_accuracy"])
         ax.set_title("Test accuracy against prompt length")
         legend_outside(ax)
         fig.tight_layout()
@@ -353,7 +376,7 @@ class Report:
 
     # (4) paper B: concentration and test risk
     def concentration(self):
-        lim, mse = self.metric("limit_sq_error"), self.metric("test_mse")
+        lim, mse = self.metric(declared("limit_sq_error", "metric")), self.metric(declared("test_mse", "metric"))
         if self.N is None or (lim is None and mse is None):
             return
         panels = [p for p in (("limit_sq_error", lim), ("test_mse", mse)) if p[1] is not None]
@@ -374,10 +397,10 @@ class Report:
             ax.set_xlabel("context length L")
             if name == "limit_sq_error":
                 ax.set_yscale("log")
-                ax.set_ylabel("‖attn_L − attn_∞‖² (squared distance to the limit)")
+                ax.set_ylabel(LABEL[name])
                 ax.set_title("Concentration around the Gaussian limit")
             else:
-                ax.set_ylabel("test MSE")
+                ax.set_ylabel(LABEL[name])
                 ax.set_title("In-context regression test risk")
             ax.legend(loc="best")
         fig.tight_layout()
@@ -393,7 +416,7 @@ class Report:
         if not pd or len(pd.get("metric", [])) == 0:
             return
         present = set(pd["metric"])
-        metric = next((m for m in ("test_mse", "test_accuracy", "test_loss") if m in present), None)
+        metric = next((m for m in map(lambda n: declared(n, "metric"), ("test_mse", "test_accuracy", "test_loss")) if m in present), None)
         if metric is None or self.N is None:
             return
         c = self.data["cells"]
@@ -486,7 +509,7 @@ class Report:
         bs, fits = self.data["best_scale"], self.data["best_scale_fit"]
         if not bs or len(bs.get("metric", [])) == 0:
             return
-        metric = next((m for m in ("test_accuracy", "test_loss", "test_mse") if m in set(bs["metric"])), None)
+        metric = next((m for m in map(lambda n: declared(n, "metric"), ("test_accuracy", "test_loss", "test_mse")) if m in set(bs["metric"])), None)
         rows = [r for r in range(len(bs["metric"])) if bs["metric"][r] == metric]
         groups = sorted({bs["group"][r] for r in rows})[:6]
         c = self.data["cells"]
@@ -548,10 +571,10 @@ class Report:
     # (5) loss curves
     def loss_curves(self):
         tr = self.data["traj"]
-        loss = tr.get("train_loss")
+        loss = tr.get(declared("train_loss", "trajectory"))
         if loss is None or loss.ndim != 2 or loss.shape[1] < 2 or not np.isfinite(loss).any():
             return
-        step = tr.get("train_step")
+        step = tr.get(declared("train_step", "trajectory"))
         ns = sorted(np.unique(self.N[np.isfinite(self.N)])) if self.N is not None else [None]
         if len(ns) > 4:
             ns = [ns[int(round(i))] for i in np.linspace(0, len(ns) - 1, 4)]
@@ -663,10 +686,11 @@ footer { color:var(--muted); font-size:12px; padding:18px 0 30px; border-top:1px
 
 
 def main():
-    if len(sys.argv) != 4:
-        die("usage: plot.py DIR VERSION REGISTRY_JSON")
+    if len(sys.argv) != 5:
+        die("usage: plot.py DIR VERSION REGISTRY_JSON RESULT_SCHEMA_JSON")
     dirname, version = sys.argv[1], sys.argv[2]
     set_registry(json.loads(sys.argv[3]))
+    set_schema(json.loads(sys.argv[4]))
     data = load(dirname)
     manifest = read_json(os.path.join(dirname, "manifest.json"))
     status = read_json(os.path.join(dirname, "status.json"))

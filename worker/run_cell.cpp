@@ -10,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 
+#include "experiments/result_schema.h"
 #include "experiments/task.h"
 #include "kernels/device.h"
 #include "worker/trainer.h"
@@ -67,10 +68,15 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
     std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), e.what());
     return 1;
   }
-  if (out.status == "interrupted") {
+  if (out.status == CellStatus::interrupted) {
     std::fprintf(stderr, "attnsweep train: cell %s interrupted by a signal%s%s\n", cell_id.c_str(),
                  opt.checkpoint.empty() ? "" : "; checkpoint at ", opt.checkpoint.c_str());
     return 75;
+  }
+  // Only what the result schema declares reaches a file (and the docs and aggregate).
+  if (const std::string why = undeclared_outputs(out, config.value("task", std::string())); !why.empty()) {
+    std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), why.c_str());
+    return 1;
   }
   res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.finished = iso_utc_now();

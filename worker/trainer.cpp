@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "experiments/result_schema.h"
 #include "experiments/rng.h"
 #include "kernels/device.h"
 #include "worker/atomic_file.h"
@@ -599,7 +600,7 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
         (stop || (tc.checkpoint_every > 0 && t % tc.checkpoint_every == 0 && t != resumed_at)))
       save_checkpoint(ctx.checkpoint_path, config_text, tc, tr, st);
     if (stop) {
-      out.status = "interrupted";
+      out.status = CellStatus::interrupted;
       return out;
     }
     sampler.indices(st.samples_seen, B, idx.data());
@@ -620,14 +621,14 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
       }
     }
     if (!r.finite) {
-      out.status = "diverged";
+      out.status = CellStatus::diverged;
       out.diverged_at_step = t;
       break;
     }
     if (tc.eval_every > 0 && (t + 1) % tc.eval_every == 0) record_eval(t + 1);
   }
 
-  if (out.status == "complete") {
+  if (out.status == CellStatus::complete) {
     if (tj.eval_step.empty() || tj.eval_step.back() != tc.steps) record_eval(tc.steps);
     out.final_metrics["test_loss"] = tj.eval_loss.back();
     if (classify)
@@ -646,24 +647,22 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
   const size_t M = data.measure ? data.eval_metrics.size() : 0;
   for (size_t j = 0; j < M; ++j)
     out.final_metrics[data.eval_metrics[j].name] =
-        out.status == "complete" ? tj.eval_task[tj.eval_task.size() - M + j] : std::nan("");
+        out.status == CellStatus::complete ? tj.eval_task[tj.eval_task.size() - M + j] : std::nan("");
   out.final_metrics["train_loss"] = tj.loss.empty() ? std::nan("") : tj.loss.back();
 
   const uint64_t T = tj.step.size(), E = tj.eval_step.size();
   const uint64_t uL = static_cast<uint64_t>(L), uH = static_cast<uint64_t>(H);
-  out.series.push_back({"/train/step", {T}, tj.step, "optimizer step (0-based) of each logged row"});
-  out.series.push_back({"/train/loss", {T}, tj.loss, "training loss of the step's batch, before its update"});
-  out.series.push_back(
-      {"/train/accuracy", {T}, tj.accuracy, "training accuracy of the step's batch (NaN: regression)"});
-  out.series.push_back({"/train/lr", {T}, tj.lr, "learning rate of the step"});
-  out.series.push_back({"/train/grad_norm", {T}, tj.grad_norm, "global gradient norm before clipping"});
-  out.series.push_back(
-      {"/norms/attn_fro", {T, uL, uH}, tj.attn_fro, "||phi(S)||_F per layer and head, mean over the batch"});
-  out.series.push_back(
-      {"/norms/jac_fro", {T, uL, uH}, tj.jac_fro, "||d phi(S) / dS||_F per layer and head, mean over the batch"});
-  out.series.push_back({"/eval/step", {E}, tj.eval_step, "updates done when the test split was evaluated"});
-  out.series.push_back({"/eval/loss", {E}, tj.eval_loss, "mean test loss"});
-  out.series.push_back({"/eval/accuracy", {E}, tj.eval_accuracy, "test accuracy (NaN: regression)"});
+  // Paths, types and descriptions: the result schema (experiments/result_schema.cpp).
+  out.series.push_back(result_series("/train/step", {T}, tj.step));
+  out.series.push_back(result_series("/train/loss", {T}, tj.loss));
+  out.series.push_back(result_series("/train/accuracy", {T}, tj.accuracy));
+  out.series.push_back(result_series("/train/lr", {T}, tj.lr));
+  out.series.push_back(result_series("/train/grad_norm", {T}, tj.grad_norm));
+  out.series.push_back(result_series("/norms/attn_fro", {T, uL, uH}, tj.attn_fro));
+  out.series.push_back(result_series("/norms/jac_fro", {T, uL, uH}, tj.jac_fro));
+  out.series.push_back(result_series("/eval/step", {E}, tj.eval_step));
+  out.series.push_back(result_series("/eval/loss", {E}, tj.eval_loss));
+  out.series.push_back(result_series("/eval/accuracy", {E}, tj.eval_accuracy));
   for (size_t j = 0; j < M; ++j) {
     std::vector<double> col(static_cast<size_t>(E));
     for (size_t e = 0; e < E; ++e) col[e] = tj.eval_task[e * M + j];

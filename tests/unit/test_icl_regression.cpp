@@ -356,7 +356,7 @@ TEST(IclRegression, StepsZeroMeasuresAtInit) {
   ctx.train = train_cell;
   const json cell = icl_cell("softmax");
   const TaskOutput out = run_icl_regression(cell, ctx);
-  ASSERT_EQ(out.status, "complete");
+  ASSERT_EQ(out.status, CellStatus::complete);
   ASSERT_TRUE(out.final_metrics.count("limit_sq_error"));
   ASSERT_TRUE(out.final_metrics.count("test_mse"));
   // The same weights by hand: the read-out of width 6 initialised with init_seed 4, sd 0.3.
@@ -391,7 +391,7 @@ TEST(IclRegression, TrainingRecordsTheLimitAtEveryEvalAndResumes) {
   json cell = icl_cell("softmax");
   cell["steps"] = 30;
   const TaskOutput a = run_icl_regression(cell, ctx);
-  ASSERT_EQ(a.status, "complete");
+  ASSERT_EQ(a.status, CellStatus::complete);
   std::vector<double> traj;
   for (const auto& s : a.series)
     if (s.path == "/icl/limit_sq_error") traj = std::get<std::vector<double>>(s.data);

@@ -144,7 +144,7 @@ TEST_F(ResultsTest, CellFileRoundTrip) {
   CellSummary s = read_cell_summary(p);
   EXPECT_EQ(s.cell_id, "abc");
   EXPECT_EQ(s.config, r.config);
-  EXPECT_EQ(s.status, "complete");
+  EXPECT_EQ(s.status, CellStatus::complete);
   EXPECT_EQ(s.diverged_at_step, -1);
   EXPECT_EQ(s.device, "cpu");
   EXPECT_EQ(s.wall_seconds, 1.5);
@@ -184,7 +184,7 @@ TEST_F(ResultsTest, CellFileWriteIsAtomic) {
   EXPECT_THROW(write_cell_file("/proc/attnsweep_unwritable.h5", sample_cell("x")),
                std::runtime_error);  // even for root
   CellResult running = sample_cell("r");
-  running.status = "running";
+  running.status = CellStatus::running;
   EXPECT_THROW(write_cell_file(path("r.h5"), running), std::runtime_error);
   EXPECT_EQ(listing(""), std::vector<std::string>{"abc.h5"});
 }
@@ -336,7 +336,7 @@ class AggregateTest : public ResultsTest {
                     {"seed", 0},
                     {"note", "has, comma \"and\" quotes"}};
     d.final_metrics = {{"attn_fro", 1e9}};
-    d.status = "diverged";
+    d.status = CellStatus::diverged;
     d.diverged_at_step = 3;
     write_cell_file(path("runs/diverged_one.h5"), d);
     ++good_;

@@ -12,55 +12,55 @@ TEST(Scheduler, LongestEstimatedCostFirstTiesInGridOrder) {
   EXPECT_EQ(*s.next(0), 2u);
   EXPECT_EQ(*s.next(0), 0u);
   EXPECT_FALSE(s.next(0).has_value());
-  EXPECT_EQ(s.count(CellState::running), 4u);
+  EXPECT_EQ(s.count(CellStatus::running), 4u);
 }
 
 TEST(Scheduler, ResumedCellsAreNeverHandedOut) {
   Scheduler s({1.0, 2.0, 3.0}, SchedulerConfig{});
-  s.mark_finished(2, CellState::complete);
-  s.mark_finished(0, CellState::diverged);
+  s.mark_finished(2, CellStatus::complete);
+  s.mark_finished(0, CellStatus::diverged);
   EXPECT_EQ(*s.next(0), 1u);
   EXPECT_FALSE(s.next(0).has_value());
-  s.on_result(1, Outcome::complete, 0);
+  s.on_result(1, CellStatus::complete, 0);
   EXPECT_TRUE(s.all_terminal());
 }
 
 TEST(Scheduler, FailedAttemptsRetryWithDoublingBackoffThenFail) {
   Scheduler s({1.0, 2.0}, SchedulerConfig{2, 1.0, 60.0});
   ASSERT_EQ(*s.next(0), 1u);
-  Decision d = s.on_result(1, Outcome::failed, 10.0, "killed by signal 11");
+  Decision d = s.on_result(1, CellStatus::failed, 10.0, "killed by signal 11");
   EXPECT_EQ(d.kind, Decision::retry);
   EXPECT_DOUBLE_EQ(d.retry_at, 11.0);  // 1 s after the first failure
   EXPECT_EQ(*s.next(10.5), 0u);        // the other cell goes first while 1 backs off
   EXPECT_FALSE(s.next(10.9).has_value());
   ASSERT_EQ(*s.next(11.0), 1u);
   EXPECT_EQ(s.attempts(1), 2);
-  d = s.on_result(1, Outcome::failed, 20.0, "again");
+  d = s.on_result(1, CellStatus::failed, 20.0, "again");
   EXPECT_EQ(d.kind, Decision::retry);
   EXPECT_DOUBLE_EQ(d.retry_at, 22.0);  // doubled
   EXPECT_DOUBLE_EQ(s.next_ready_time(), 22.0);
   ASSERT_EQ(*s.next(22.0), 1u);
-  d = s.on_result(1, Outcome::failed, 30.0, "third");
+  d = s.on_result(1, CellStatus::failed, 30.0, "third");
   EXPECT_EQ(d.kind, Decision::failed);  // 1 + 2 retries used
-  EXPECT_EQ(s.state(1), CellState::failed);
+  EXPECT_EQ(s.state(1), CellStatus::failed);
   EXPECT_EQ(s.last_error(1), "third");
 }
 
 TEST(Scheduler, InterruptedAttemptsAreGivenBack) {
   Scheduler s({1.0}, SchedulerConfig{0, 1.0, 60.0});
   ASSERT_EQ(*s.next(0), 0u);
-  EXPECT_EQ(s.on_result(0, Outcome::interrupted, 1.0).kind, Decision::requeued);
+  EXPECT_EQ(s.on_result(0, CellStatus::interrupted, 1.0).kind, Decision::requeued);
   EXPECT_EQ(s.attempts(0), 0);  // a preemption is not the cell's fault: retries untouched
   ASSERT_EQ(*s.next(1.0), 0u);  // ready at once
-  EXPECT_EQ(s.on_result(0, Outcome::diverged, 2.0).kind, Decision::done);
-  EXPECT_EQ(s.count(CellState::diverged), 1u);
+  EXPECT_EQ(s.on_result(0, CellStatus::diverged, 2.0).kind, Decision::done);
+  EXPECT_EQ(s.count(CellStatus::diverged), 1u);
   EXPECT_TRUE(s.all_terminal());
 }
 
 TEST(Scheduler, ZeroRetriesFailAtOnce) {
   Scheduler s({1.0}, SchedulerConfig{0, 1.0, 60.0});
   ASSERT_TRUE(s.next(0).has_value());
-  EXPECT_EQ(s.on_result(0, Outcome::failed, 0.0, "x").kind, Decision::failed);
+  EXPECT_EQ(s.on_result(0, CellStatus::failed, 0.0, "x").kind, Decision::failed);
 }
 
 TEST(Scheduler, MultiSlotCellsGoWhereTheyFit) {

@@ -76,7 +76,7 @@ TEST_F(TrainerTest, ShapesAndLearning) {
   c["log_every"] = 6;
   c["eval_every"] = 20;
   const TaskOutput o = train_cell(c, ctx, synthetic_data());
-  EXPECT_EQ(o.status, "complete");
+  EXPECT_EQ(o.status, CellStatus::complete);
   EXPECT_EQ(series(o, "/train/step").shape, (std::vector<uint64_t>{21}));  // 0, 6, ..., 114 and 119
   EXPECT_EQ(series(o, "/norms/attn_fro").shape, (std::vector<uint64_t>{21, 2, 2}));
   EXPECT_EQ(series(o, "/eval/step").shape, (std::vector<uint64_t>{6}));  // 20..120
@@ -120,7 +120,7 @@ TEST_F(TrainerTest, StopCheckpointResumeIsBitIdentical) {
     const TaskOutput first = train_cell(c, ctx, synthetic_data([&](int64_t k) {
                                           if (k == 10) stop = SIGUSR1;
                                         }));
-    EXPECT_EQ(first.status, "interrupted");
+    EXPECT_EQ(first.status, CellStatus::interrupted);
     ASSERT_TRUE(fs::exists(ctx.checkpoint_path));
     stop = 0;
     const TaskOutput resumed = train_cell(c, ctx, synthetic_data());
@@ -279,7 +279,7 @@ TEST_F(TrainerTest, DataParallelIsDeterministic) {
   TaskContext ctx;
   const TaskOutput a = train_cell(c, ctx, synthetic_data());
   const TaskOutput b = train_cell(c, ctx, synthetic_data());
-  EXPECT_EQ(a.status, "complete");
+  EXPECT_EQ(a.status, CellStatus::complete);
   expect_identical(a, b);
   // Stop at step 6, resume from the checkpoint (replica 0's state, broadcast on load).
   std::atomic<int> stop{0};
@@ -290,7 +290,7 @@ TEST_F(TrainerTest, DataParallelIsDeterministic) {
                          if (f == 5) stop = SIGUSR1;
                        }))
                 .status,
-            "interrupted");
+            CellStatus::interrupted);
   stop = 0;
   expect_identical(a, train_cell(c, ck, synthetic_data()));
 }
@@ -346,7 +346,7 @@ TEST_F(TrainerTest, UnscaledPoly9WithLr1Diverges) {
   c["log_every"] = 1;
   TaskContext ctx;
   const TaskOutput o = train_cell(c, ctx, synthetic_data());
-  EXPECT_EQ(o.status, "diverged");
+  EXPECT_EQ(o.status, CellStatus::diverged);
   ASSERT_GE(o.diverged_at_step, 0);
   const auto& steps = std::get<std::vector<int64_t>>(series(o, "/train/step").data);
   ASSERT_FALSE(steps.empty());

@@ -268,8 +268,8 @@ TEST_F(CudaTrainerTest, MatchesCpuTrajectoryFor50Steps) {
     cfg["lr"] = 3e-3;
     const TaskOutput cpu = train_cell(cfg, on("cpu"), c.data);
     const TaskOutput gpu = train_cell(cfg, on("cuda"), c.data);
-    ASSERT_EQ(cpu.status, "complete");
-    ASSERT_EQ(gpu.status, "complete");
+    ASSERT_EQ(cpu.status, CellStatus::complete);
+    ASSERT_EQ(gpu.status, CellStatus::complete);
     const auto lc = floats(cpu, "/train/loss"), lg = floats(gpu, "/train/loss");
     const auto nc = floats(cpu, "/train/grad_norm"), ng = floats(gpu, "/train/grad_norm");
     const auto ac = floats(cpu, "/norms/attn_fro"), ag = floats(gpu, "/norms/attn_fro");
@@ -327,7 +327,7 @@ TEST_F(CudaTrainerTest, StopCheckpointResumeIsBitIdentical) {
     const TaskOutput first = train_cell(c, ctx, synthetic_data([&](int64_t k) {
                                           if (k == 10) stop = SIGUSR1;
                                         }));
-    EXPECT_EQ(first.status, "interrupted");
+    EXPECT_EQ(first.status, CellStatus::interrupted);
     ASSERT_TRUE(fs::exists(ctx.checkpoint_path));
     stop = 0;
     expect_identical(whole, train_cell(c, ctx, synthetic_data()));
@@ -352,11 +352,11 @@ TEST_F(CudaTrainerTest, CheckpointResumesOnTheOtherBackend) {
                            if (k == 10) stop = SIGUSR1;
                          }))
                   .status,
-              "interrupted");
+              CellStatus::interrupted);
     TaskContext second = on(to);
     second.checkpoint_path = first.checkpoint_path;
     const TaskOutput resumed = train_cell(c, second, synthetic_data());
-    ASSERT_EQ(resumed.status, "complete");
+    ASSERT_EQ(resumed.status, CellStatus::complete);
     const auto& before = std::string(from) == "cpu" ? cpu : gpu;
     const auto steps = std::get<std::vector<int64_t>>(series(resumed, "/train/step").data);
     const auto lr = floats(resumed, "/train/loss"), lb = floats(before, "/train/loss");
@@ -473,7 +473,7 @@ TEST_F(CudaTrainerTest, DataParallelTwoGpusMatchOne) {
                          if (f == 5) stop = SIGUSR1;
                        }))
                 .status,
-            "interrupted");
+            CellStatus::interrupted);
   stop = 0;
   expect_identical(a, train_cell(cell, ck, synthetic_data()));
 }
