@@ -2,7 +2,8 @@
 // live in one contiguous buffer seen through a struct of pointers, the forward is a list
 // of ops (kernels/ops.h, kernels/model_ops.h) and the backward is written by hand, in
 // reverse. The sequence is written once, as a template over a backend (worker/backend.h:
-// CPU, or CUDA in worker/backend_cuda.h) that owns the buffers and runs each op.
+// the concept ModelBackend; CPU, or CUDA in worker/backend_cuda.h) that owns the buffers
+// and runs each op; where the CPU fuses ops the backend runs a composite op.
 //
 // Two shapes (design.md "Trainer"):
 // - Head::classify, a pre-LN transformer: x [B, N, in_dim] -> linear patch embedding
@@ -108,7 +109,7 @@ struct ForwardStats {
 // CudaModel (worker/backend_cuda.h) on a GPU. The forward and backward below are one
 // sequence of backend ops for both. Pointers returned by params(), grads(), p(), g() are
 // on the backend's device (host memory for the CPU); get_params / set_params copy.
-template <class Backend>
+template <ModelBackend Backend>
 class BasicModel {
  public:
   // device: the GPU of a CUDA model (ignored on the CPU).
@@ -171,17 +172,10 @@ class BasicModel {
   // Padding mask from the token ids (pad_id >= 0), built on the host (key_mask_host_) and
   // staged to the device; mask_ points at the device copy, or is null without padding.
   void build_key_mask();
-  // With padding, the norms (B, H) of layer l over the rows of real queries only (CPU).
-  void norms_of_real_queries(const AttentionSpec& spec, const float* q, const float* k, const float* v,
-                             double* attn_fro, double* jac_fro);
-  // matmul_backward with dinp OVERWRITTEN (= dout @ weight): on the CPU without zeroing
-  // dinp first (kernels/ops.h matmul_backward_overwrite), on a device zero + matmul_backward.
-  void matmul_backward_set(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                           const float* weight, int64_t N, int64_t C, int64_t OC);
-  // Whether the classify blocks' attention takes the CPU's packed path (kernels/attention.h:
-  // no head split / merge; no padding mask, small heads): the same answer in the forward
-  // and the backward of a step. Always false on a device backend.
-  bool packed_attention(const AttentionSpec& spec, const AttentionShape& shape) const;
+  // The pointers of transformer layer l (and its split heads) for the backend's layer ops.
+  LayerForwardArgs layer_forward_args(int64_t l, double* attn_fro, double* jac_fro);
+  LayerBackwardArgs layer_backward_args(int64_t l);
+  HeadBuffers heads(int64_t l) const;
   // token_regress: the per-token linear head and MSE after the final LN, and its backward
   // into s_.dln (the gradient at the final LN's output).
   void forward_token_head(ForwardStats& st);
