@@ -11,7 +11,7 @@ namespace attnsweep {
 namespace {
 
 // The whole layer per block of samples (kernels/ops.h): the same answer in a step's
-// forward and backward.
+// forward and backward, and in layer_buffers.
 bool layer_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, bool masked) {
   return !masked && layer_forward_fused_cpu_usable(spec, shape, F);
 }
@@ -103,6 +103,17 @@ bool CpuBackend::layer_backward_fused(const AttentionSpec& spec, const Attention
   args.fch_gelu = nullptr;  // as the forward: recomputed from fch
   layer_backward_fused_cpu(spec, shape, F, args);
   return true;
+}
+
+LayerBuffers CpuBackend::layer_buffers(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, bool masked) {
+  LayerBuffers use;
+  use.gelu_grad = false;  // gelu_matmul_backward is fused on every CPU path
+  if (layer_fused(spec, shape, F, masked)) {
+    use.split_heads = use.gelu_out = use.op_grads = false;
+  } else if (attention_packed(spec, shape, masked)) {
+    use.split_heads = false;
+  }
+  return use;
 }
 
 void CpuBackend::Collective::allreduce_mean(const std::vector<float*>& grads, int64_t n) {

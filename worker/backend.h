@@ -20,6 +20,8 @@
 //   matmul_backward_overwrite, gelu_matmul_backward, attention_block_forward / _backward
 //   (CPU: the packed path on small heads), and the per-layer hooks layer_forward_fused /
 //   layer_backward_fused (CPU: the whole layer per block of samples; a device: never).
+//   layer_buffers says which per-layer buffers those paths use, so the model allocates
+//   only those.
 // - kPadding: whether a key mask (padding) is supported.
 // - Collective: the gradient all-reduce of data-parallel replicas, and
 //   kEveryReplicaUpdates: whether every replica applies the update itself (CUDA, after an
@@ -56,15 +58,30 @@ struct HeadBuffers {
   float *q, *k, *v, *o;
 };
 
+// Which per-layer buffers of a transformer layer (worker/model.h Acts, Scratch) a
+// backend's path through it uses, beyond those every path uses; the model allocates the
+// others not at all (their pointers are null).
+struct LayerBuffers {
+  bool split_heads = true;  // q, k, v, atty and dq, dk, dv, datty (attention_block_*)
+  bool gelu_out = true;     // fch_gelu: the GELU's output, kept for fcproj's backward
+  bool op_grads = true;     // dbig, dqkv: the gradients between the ops of an unfused layer
+  bool gelu_grad = true;    // dbig2: gelu_matmul_backward's dgelu (an unfused GELU backward)
+  bool covers(const LayerBuffers& o) const {
+    return (split_heads || !o.split_heads) && (gelu_out || !o.gelu_out) && (op_grads || !o.op_grads) &&
+           (gelu_grad || !o.gelu_grad);
+  }
+};
+
 // What BasicModel (worker/model.h) and BasicTrainer (worker/trainer.h) call on a backend.
 // Shapes and semantics of the plain ops: kernels/ops.h, kernels/model_ops.h,
 // kernels/attention.h; of the composites: CpuBackend below.
 template <class B>
 concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, typename B::template Array<double>& da,
                                 float* f, const float* cf, double* d, const double* cd, const int32_t* ci, int64_t* ni,
-                                int64_t n, float s, std::vector<float>& host, const AttentionSpec& spec,
+                                int64_t n, float s, bool flag, std::vector<float>& host, const AttentionSpec& spec,
                                 const AttentionShape& shape, const LayerForwardArgs& lfa, const LayerBackwardArgs& lba,
-                                const HeadBuffers& hb, typename B::Collective& coll, const std::vector<float*>& grads) {
+                                const HeadBuffers& hb, const std::vector<B*>& replicas, typename B::Collective& coll,
+                                const std::vector<float*>& grads) {
   // buffers and device
   { B::kEveryReplicaUpdates } -> std::convertible_to<bool>;
   { B::kPadding } -> std::convertible_to<bool>;
@@ -120,10 +137,10 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   be.attention_block_backward(spec, shape, cf, cf, hb, cf, cf, cf, hb, f);
   { be.layer_forward_fused(spec, shape, n, cf, lfa) } -> std::same_as<bool>;
   { be.layer_backward_fused(spec, shape, n, cf, lba) } -> std::same_as<bool>;
+  { be.layer_buffers(spec, shape, n, flag) } -> std::same_as<LayerBuffers>;
   // replicas
   B::for_each_replica(n, [](int64_t) {});
-  requires std::constructible_from < typename B::Collective, const std::vector<B*>
-  & > ;
+  {typename B::Collective(replicas)};
   coll.allreduce_mean(grads, n);
 };
 
@@ -219,7 +236,7 @@ class CpuBackend {
   // The backward of the matmul after a GELU (inp = gelu(pre)), through the GELU: dpre (N, C)
   // OVERWRITTEN = gelu'(pre) * (dout @ weight); dweight, dbias added. The unfused sequence
   // is zero(dgelu), matmul_backward(dgelu, ...), zero(dpre), gelu_backward(dpre, pre,
-  // dgelu) with dgelu (N, C) scratch; the CPU needs none (null).
+  // dgelu) with dgelu (N, C) scratch (LayerBuffers::gelu_grad); the CPU needs none (null).
   void gelu_matmul_backward(float* dpre, float* /*dgelu*/, float* dweight, float* dbias, const float* dout,
                             const float* inp, const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC) {
     ::attnsweep::gelu_matmul_backward(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
@@ -247,6 +264,10 @@ class CpuBackend {
                            const LayerForwardArgs& a);
   bool layer_backward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
                             const LayerBackwardArgs& a);
+  // The buffers the three CPU paths use: the fused layer none of them; the packed
+  // attention no split heads and no dgelu; the split-heads fallback no dgelu.
+  static LayerBuffers layer_buffers(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, bool masked);
+
   template <class F>
   static void for_each_replica(int64_t k, F&& f) {
     for (int64_t r = 0; r < k; ++r) f(r);

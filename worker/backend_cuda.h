@@ -178,6 +178,8 @@ class CudaBackend {
                             const LayerBackwardArgs&) {
     return false;
   }
+  // The unfused sequence uses every buffer.
+  static LayerBuffers layer_buffers(const AttentionSpec&, const AttentionShape&, int64_t, bool) { return {}; }
 
   // Padding (pad_id >= 0) is not supported on CUDA yet: BasicModel<CudaBackend> refuses
   // such a config at construction, so these are never reached.

@@ -1,3 +1,7 @@
+// BasicModel (worker/model.h): the parameter layout and initialisation, the buffers, and
+// the forward and hand-written backward of the three heads, one op sequence for every
+// backend. Some 540 lines: one class whose forward and backward are meant to be read side
+// by side; the backends' composite ops live with the backends (worker/backend*.cpp).
 #include "worker/model.h"
 
 #include <algorithm>
@@ -15,14 +19,15 @@ namespace attnsweep {
 namespace {
 
 // Points each member of a struct of float* at consecutive slices of `base`; returns the
-// total (call with base == nullptr to size the buffer first).
+// total (call with base == nullptr to size the buffer first). null_empty: a member of
+// size 0 is null (a buffer not allocated), not a pointer to the next one.
 template <class Struct, size_t K>
-int64_t carve(Struct& s, float* base, const int64_t (&sizes)[K]) {
+int64_t carve(Struct& s, float* base, const int64_t (&sizes)[K], bool null_empty) {
   static_assert(sizeof(Struct) == K * sizeof(float*), "one size per member");
   float** ptrs = reinterpret_cast<float**>(&s);
   int64_t off = 0;
   for (size_t i = 0; i < K; ++i) {
-    ptrs[i] = base ? base + off : nullptr;
+    ptrs[i] = base && !(null_empty && sizes[i] == 0) ? base + off : nullptr;
     off += sizes[i];
   }
   return off;
@@ -30,9 +35,14 @@ int64_t carve(Struct& s, float* base, const int64_t (&sizes)[K]) {
 
 // Allocates one zeroed buffer on the backend for all of `sizes` and carves it.
 template <class Backend, class Array, class Struct, size_t K>
-void allocate_carved(Backend& be, Array& mem, Struct& s, const int64_t (&sizes)[K]) {
-  be.allocate(mem, carve(s, nullptr, sizes));
-  carve(s, mem.data(), sizes);
+void allocate_carved(Backend& be, Array& mem, Struct& s, const int64_t (&sizes)[K], bool null_empty = false) {
+  be.allocate(mem, carve(s, nullptr, sizes, null_empty));
+  carve(s, mem.data(), sizes, null_empty);
+}
+
+// p + off, or null for a buffer not allocated.
+float* at(float* p, int64_t off) {
+  return p ? p + off : nullptr;
 }
 
 }  // namespace
@@ -158,27 +168,78 @@ void BasicModel<Backend>::init(uint64_t init_seed, double init_std) {
 }
 
 template <ModelBackend Backend>
+LayerBuffers BasicModel<Backend>::layer_buffers(int64_t B) const {
+  AttentionSpec spec;
+  spec.act = cfg_.act;
+  const int64_t T = cfg_.seq(), hd = cfg_.head_dim();
+  return Backend::layer_buffers(spec, AttentionShape{B, cfg_.heads, T, T, hd, hd}, cfg_.mlp_ratio * cfg_.dim,
+                                cfg_.pad_id >= 0);
+}
+
+template <ModelBackend Backend>
 void BasicModel<Backend>::ensure_batch(int64_t B) {
-  if (B <= cap_B_) return;
+  const LayerBuffers use = layer_buffers(B);
+  // Grown for a larger batch, or when the path changes to one that needs more (the CPU's
+  // paths depend on process-wide switches that tests flip: kernels/ops.h).
+  if (B <= cap_B_ && have_.covers(use)) return;
+  B = std::max(B, cap_B_);
   const int64_t C = cfg_.dim, L = cfg_.layers, T = cfg_.seq(), N = cfg_.tokens, H = cfg_.heads, K = cfg_.classes,
                 F = cfg_.mlp_ratio * cfg_.dim;
-  const int64_t BT = B * T, BTC = BT * C, LBTC = L * BTC, LBT = L * BT;
+  const int64_t BT = B * T, BTC = BT * C, LBTC = L * BTC, LBT = L * BT, BTF = BT * F;
   const int64_t BK = cfg_.head == Head::token_regress ? B * N : B * std::max<int64_t>(K, 1);
-  // Acts member order: emb, encoded, ln1, ln1_mean, ln1_rstd, qkv, q, k, v, atty, lse,
-  // atty_un, res1, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res2, lnf, lnf_mean,
-  // lnf_rstd, pooled, logits, probs.
-  const int64_t acts[] = {B * N * C, BTC,           LBTC, LBT,  LBT,   3 * LBTC, LBTC, LBTC,       LBTC,
-                          LBTC,      L * B * H * T, LBTC, LBTC, LBTC,  LBT,      LBT,  L * BT * F, L * BT * F,
-                          LBTC,      BTC,           BT,   BT,   B * C, BK,       BK};
+  // The buffers this model's path uses: tf the transformer's (not the readout head's),
+  // heads the split heads (the readout head's attention always takes them).
+  const bool tf = cfg_.head != Head::readout, classify = cfg_.head == Head::classify;
+  const bool heads = !tf || use.split_heads;
+  const auto when = [](bool used, int64_t n) { return used ? n : int64_t{0}; };
   be_.bind();
-  allocate_carved(be_, acts_mem_, a_, acts);
-  const int64_t BTF = BT * F;
-  // Scratch member order: dres, dln, dbig, dbig2, dqkv, dq, dk, dv, datty, dpooled,
-  // dlogits, demb.
-  const int64_t scratch[] = {BTC, BTC, BTF, BTF, 3 * BTC, BTC, BTC, BTC, BTC, B * C, BK, B * N * C};
-  allocate_carved(be_, scratch_mem_, s_, scratch);
+  // One size per member, in member order (0: not allocated).
+  const int64_t acts[] = {
+      when(tf, B * N * C),                // emb
+      when(tf, BTC),                      // encoded
+      when(tf, LBTC),                     // ln1
+      when(tf, LBT),                      // ln1_mean
+      when(tf, LBT),                      // ln1_rstd
+      3 * LBTC,                           // qkv
+      when(heads, LBTC),                  // q
+      when(heads, LBTC),                  // k
+      when(heads, LBTC),                  // v
+      when(heads, LBTC),                  // atty
+      L * B * H * T,                      // lse
+      when(tf, LBTC),                     // atty_un
+      when(tf, LBTC),                     // res1
+      when(tf, LBTC),                     // ln2
+      when(tf, LBT),                      // ln2_mean
+      when(tf, LBT),                      // ln2_rstd
+      when(tf, L * BTF),                  // fch
+      when(tf && use.gelu_out, L * BTF),  // fch_gelu
+      when(tf, LBTC),                     // res2
+      when(tf, BTC),                      // lnf
+      when(tf, BT),                       // lnf_mean
+      when(tf, BT),                       // lnf_rstd
+      when(classify, B * C),              // pooled
+      BK,                                 // logits
+      when(classify, BK),                 // probs
+  };
+  allocate_carved(be_, acts_mem_, a_, acts, true);
+  const int64_t scratch[] = {
+      when(tf, BTC),                       // dres
+      when(tf, BTC),                       // dln
+      when(tf && use.op_grads, BTF),       // dbig
+      when(tf && use.gelu_grad, BTF),      // dbig2
+      when(!tf || use.op_grads, 3 * BTC),  // dqkv
+      when(heads, BTC),                    // dq
+      when(heads, BTC),                    // dk
+      when(heads, BTC),                    // dv
+      when(heads, BTC),                    // datty
+      when(classify, B * C),               // dpooled
+      BK,                                  // dlogits
+      when(tf, B * N * C),                 // demb
+  };
+  allocate_carved(be_, scratch_mem_, s_, scratch, true);
   be_.allocate(norms_, 2 * L * B * H);
   cap_B_ = B;
+  have_ = use;
 }
 
 template <ModelBackend Backend>
@@ -295,7 +356,7 @@ LayerForwardArgs BasicModel<Backend>::layer_forward_args(int64_t l, double* attn
   a.qkv = a_.qkv + l * 3 * BTC, a.atty = a_.atty_un + l * BTC, a.lse = a_.lse + l * cfg_.heads * BT;
   a.res1 = a_.res1 + l * BTC;
   a.ln2 = a_.ln2 + l * BTC, a.ln2_mean = a_.ln2_mean + l * BT, a.ln2_rstd = a_.ln2_rstd + l * BT;
-  a.fch = a_.fch + l * BT * F, a.fch_gelu = a_.fch_gelu + l * BT * F, a.res2 = a_.res2 + l * BTC;
+  a.fch = a_.fch + l * BT * F, a.fch_gelu = at(a_.fch_gelu, l * BT * F), a.res2 = a_.res2 + l * BTC;
   a.attn_fro = attn_fro, a.jac_fro = jac_fro;
   return a;
 }
@@ -322,11 +383,11 @@ LayerBackwardArgs BasicModel<Backend>::layer_backward_args(int64_t l) {
   return a;
 }
 
-// Layer l's split-heads q, k, v and attention output.
+// Layer l's split-heads q, k, v and attention output (null where not allocated).
 template <ModelBackend Backend>
 HeadBuffers BasicModel<Backend>::heads(int64_t l) const {
   const int64_t BTC = B_ * cfg_.seq() * cfg_.dim;
-  return {a_.q + l * BTC, a_.k + l * BTC, a_.v + l * BTC, a_.atty + l * BTC};
+  return {at(a_.q, l * BTC), at(a_.k, l * BTC), at(a_.v, l * BTC), at(a_.atty, l * BTC)};
 }
 
 template <ModelBackend Backend>

@@ -172,6 +172,9 @@ class BasicModel {
   // Padding mask from the token ids (pad_id >= 0), built on the host (key_mask_host_) and
   // staged to the device; mask_ points at the device copy, or is null without padding.
   void build_key_mask();
+  // Which per-layer buffers the backend's path through the transformer layers uses at
+  // batch size B (the same path in every layer, decided by the backend from the shapes).
+  LayerBuffers layer_buffers(int64_t B) const;
   // The pointers of transformer layer l (and its split heads) for the backend's layer ops.
   LayerForwardArgs layer_forward_args(int64_t l, double* attn_fro, double* jac_fro);
   LayerBackwardArgs layer_backward_args(int64_t l);
@@ -189,8 +192,12 @@ class BasicModel {
   ParameterTensors p_{}, g_{};
 
   // Activations of the last forward and backward scratch, one buffer each (llm.c);
-  // sized for the largest batch seen.
+  // sized for the largest batch seen. A member the model's path does not use is not
+  // allocated (null): the transformer's with the readout head, and those layer_buffers
+  // leaves out (marked below with the LayerBuffers flag that keeps them in a
+  // transformer; the readout head always uses the split heads and dqkv).
   int64_t B_ = 0, cap_B_ = 0;
+  LayerBuffers have_{};               // what the buffers were allocated for
   const float* x_ = nullptr;          // on the device
   std::vector<int32_t> ids_host_;     // x as token ids (vocab > 0), checked on the host
   const int32_t* ids_ = nullptr;      // ids_host_ on the device
@@ -206,10 +213,10 @@ class BasicModel {
     float* ln1_mean;  // (L, B, T)
     float* ln1_rstd;  // (L, B, T)
     float* qkv;       // (L, B, T, 3C)
-    float* q;         // (L, B, H, T, hd)   readout: (B, H, 1, hd)
-    float* k;         // (L, B, H, T, hd)
-    float* v;         // (L, B, H, T, hd)
-    float* atty;      // (L, B, H, T, hd)
+    float* q;         // (L, B, H, T, hd)   readout: (B, H, 1, hd)   split_heads
+    float* k;         // (L, B, H, T, hd)   split_heads
+    float* v;         // (L, B, H, T, hd)   split_heads
+    float* atty;      // (L, B, H, T, hd)   split_heads
     float* lse;       // (L, B, H, T)
     float* atty_un;   // (L, B, T, C)   heads side by side again
     float* res1;      // (L, B, T, C)
@@ -217,26 +224,26 @@ class BasicModel {
     float* ln2_mean;  // (L, B, T)
     float* ln2_rstd;  // (L, B, T)
     float* fch;       // (L, B, T, 4C)
-    float* fch_gelu;  // (L, B, T, 4C)
+    float* fch_gelu;  // (L, B, T, 4C)   gelu_out
     float* res2;      // (L, B, T, C)   block output
     float* lnf;       // (B, T, C)
     float* lnf_mean;  // (B, T)
     float* lnf_rstd;  // (B, T)
-    float* pooled;    // (B, C)
+    float* pooled;    // (B, C)   classify only
     float* logits;    // (B, classes)   readout: pred (B); token_regress: pred (B, N)
-    float* probs;     // (B, classes)
+    float* probs;     // (B, classes)   classify only
   } a_{};
   struct Scratch {
     float* dres;   // (B, T, C) gradient of the residual stream
     float* dln;    // (B, T, C)
-    float* dbig;   // (B, T, 4C)
-    float* dbig2;  // (B, T, 4C)
-    float* dqkv;   // (B, T, 3C)
-    float* dq;     // (B, H, T, hd)
+    float* dbig;   // (B, T, 4C)   op_grads
+    float* dbig2;  // (B, T, 4C)   gelu_grad
+    float* dqkv;   // (B, T, 3C)   op_grads (readout: always)
+    float* dq;     // (B, H, T, hd)   split_heads
     float* dk;
     float* dv;
-    float* datty;    // (B, H, T, hd)
-    float* dpooled;  // (B, C)
+    float* datty;    // (B, H, T, hd)   split_heads
+    float* dpooled;  // (B, C)   classify only
     float* dlogits;  // (B, classes)   token_regress: (B, N)
     float* demb;     // (B, N, C)
   } s_{};
