@@ -1,18 +1,28 @@
 // Backends of the model and trainer (worker/model.h, worker/trainer.h): the one
 // forward/backward sequence in model.cpp is a template over a backend type, which owns
 // the buffers and runs each op of kernels/ops.h and kernels/model_ops.h on its device.
-// CpuBackend (here) calls the CPU ops directly: each member is an inline forward to the
+// CpuBackend (here) calls the CPU ops directly: each plain op is an inline forward to the
 // free function, so the CPU path costs what it cost before the abstraction (one direct
 // call per op, nothing per element). CudaBackend (worker/backend_cuda.h) calls the
 // *_cuda ops with its workspace and stream.
 //
-// What a backend provides (the members below, with the same names on every backend):
+// The contract is the concept ModelBackend below (both backends are checked against it):
 // - Array<T>: a buffer on the device (allocate(a, n) zero-fills it); upload / download
 //   between host and device floats; input(slot, host, n): the device copy of a batch
-//   input (CPU: the host pointer itself); to_host(p, n): host view of device doubles.
+//   input (CPU: the host pointer itself); to_host(p, n): host view of device doubles;
+//   host_view(p, n, buf): host view of device floats (CPU: p; a device copies into buf).
 // - bind(): make this backend's device current in the calling thread (CUDA: cudaSetDevice);
 //   synchronize(): wait for the work queued so far (CUDA: the stream).
-// - every op with the CPU argument order, minus workspace and stream.
+// - every plain op with the CPU argument order, minus workspace and stream.
+// - the composite ops, where the backends differ in how, not in what: each names the op
+//   sequence it stands for, which is what a device backend runs; the CPU runs its fused
+//   version (the same values): matmul_residual_forward, matmul_gelu_forward,
+//   matmul_backward_overwrite, gelu_matmul_backward, attention_block_forward / _backward
+//   (CPU: the packed path on small heads), and the per-layer hooks layer_forward_fused /
+//   layer_backward_fused (CPU: the whole layer per block of samples; a device: never).
+//   layer_buffers says which per-layer buffers those paths use, so the model allocates
+//   only those.
+// - kPadding: whether a key mask (padding) is supported.
 // - Collective: the gradient all-reduce of data-parallel replicas, and
 //   kEveryReplicaUpdates: whether every replica applies the update itself (CUDA, after an
 //   all-reduce that leaves the mean gradient on every replica) or replica 0 does and its
@@ -21,6 +31,7 @@
 //   the OpenMP team inside each op) or one host thread per device (CUDA).
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -41,6 +52,98 @@ enum InputSlot : int {
   kNumInputSlots = 5
 };
 
+// The split-heads copies of one attention: q, k, v and the output o, each (B, H, T, hd);
+// or their gradients.
+struct HeadBuffers {
+  float *q, *k, *v, *o;
+};
+
+// Which per-layer buffers of a transformer layer (worker/model.h Acts, Scratch) a
+// backend's path through it uses, beyond those every path uses; the model allocates the
+// others not at all (their pointers are null).
+struct LayerBuffers {
+  bool split_heads = true;  // q, k, v, atty and dq, dk, dv, datty (attention_block_*)
+  bool gelu_out = true;     // fch_gelu: the GELU's output, kept for fcproj's backward
+  bool op_grads = true;     // dbig, dqkv: the gradients between the ops of an unfused layer
+  bool gelu_grad = true;    // dbig2: gelu_matmul_backward's dgelu (an unfused GELU backward)
+  bool covers(const LayerBuffers& o) const {
+    return (split_heads || !o.split_heads) && (gelu_out || !o.gelu_out) && (op_grads || !o.op_grads) &&
+           (gelu_grad || !o.gelu_grad);
+  }
+};
+
+// What BasicModel (worker/model.h) and BasicTrainer (worker/trainer.h) call on a backend.
+// Shapes and semantics of the plain ops: kernels/ops.h, kernels/model_ops.h,
+// kernels/attention.h; of the composites: CpuBackend below.
+template <class B>
+concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, typename B::template Array<double>& da,
+                                float* f, const float* cf, double* d, const double* cd, const int32_t* ci, int64_t* ni,
+                                int64_t n, float s, bool flag, std::vector<float>& host, const AttentionSpec& spec,
+                                const AttentionShape& shape, const LayerForwardArgs& lfa, const LayerBackwardArgs& lba,
+                                const HeadBuffers& hb, const std::vector<B*>& replicas, typename B::Collective& coll,
+                                const std::vector<float*>& grads) {
+  // buffers and device
+  { B::kEveryReplicaUpdates } -> std::convertible_to<bool>;
+  { B::kPadding } -> std::convertible_to<bool>;
+  { fa.data() } -> std::same_as<float*>;
+  { da.data() } -> std::same_as<double*>;
+  be.allocate(fa, n);
+  be.allocate(da, n);
+  be.bind();
+  be.synchronize();
+  be.zero(f, n);
+  be.upload(f, cf, n);
+  be.download(f, cf, n);
+  { be.input(kInputX, cf, n) } -> std::same_as<const float*>;
+  { be.input(kInputIds, ci, n) } -> std::same_as<const int32_t*>;
+  { be.to_host(cd, n) } -> std::same_as<const double*>;
+  { be.host_view(cf, n, host) } -> std::same_as<const float*>;
+  // plain ops
+  be.matmul_forward(f, cf, cf, cf, n, n, n);
+  be.matmul_backward(f, f, f, cf, cf, cf, n, n, n);
+  be.layernorm_forward(f, f, f, cf, cf, cf, n, n);
+  be.layernorm_backward(f, f, f, cf, cf, cf, cf, cf, n, n);
+  be.residual_forward(f, cf, cf, n);
+  be.meanpool_forward(f, cf, n, n, n);
+  be.meanpool_backward(f, cf, n, n, n);
+  { be.softmax_crossentropy_forward(f, ni, cf, ci, n, n) } -> std::convertible_to<double>;
+  be.softmax_crossentropy_backward(f, cf, ci, s, n, n);
+  { be.mse_forward(cf, cf, n) } -> std::convertible_to<double>;
+  be.mse_backward(f, cf, cf, s, n);
+  be.embedding_forward(f, ci, cf, cf, n, n, n);
+  be.embedding_backward(f, f, cf, ci, n, n, n);
+  be.adamw_update(f, cf, f, f, n, s, s, s, s, s, n);
+  be.sgd_update(f, cf, f, n, s, s, s);
+  be.tokens_forward(f, cf, cf, cf, n, n, n, n, n);
+  be.tokens_backward(f, f, f, cf, n, n, n, n, n);
+  be.cls_pool_forward(f, cf, n, n, n);
+  be.cls_pool_backward(f, cf, n, n, n);
+  be.masked_meanpool_forward(f, cf, cf, n, n, n);
+  be.masked_meanpool_backward(f, cf, cf, n, n, n);
+  be.readout_split(f, f, f, cf, n, n, n, n);
+  be.readout_merge(f, cf, cf, cf, n, n, n, n);
+  be.readout_pick(f, cf, n, n, n);
+  be.readout_pick_backward(f, cf, n, n, n);
+  be.scale_inplace(f, n, s);
+  { be.global_norm(cf, n) } -> std::convertible_to<double>;
+  be.attention_forward(spec, shape, cf, cf, cf, cf, f, f, d, d);
+  be.attention_backward(spec, shape, cf, cf, cf, cf, cf, cf, cf, f, f, f);
+  // composites and per-layer hooks
+  be.matmul_residual_forward(f, cf, cf, cf, cf, n, n, n);
+  be.matmul_gelu_forward(f, f, cf, cf, cf, n, n, n);
+  be.matmul_backward_overwrite(f, f, f, cf, cf, cf, n, n, n);
+  be.gelu_matmul_backward(f, f, f, f, cf, cf, cf, cf, n, n, n);
+  be.attention_block_forward(spec, shape, cf, cf, hb, f, f, d, d);
+  be.attention_block_backward(spec, shape, cf, cf, hb, cf, cf, cf, hb, f);
+  { be.layer_forward_fused(spec, shape, n, cf, lfa) } -> std::same_as<bool>;
+  { be.layer_backward_fused(spec, shape, n, cf, lba) } -> std::same_as<bool>;
+  { be.layer_buffers(spec, shape, n, flag) } -> std::same_as<LayerBuffers>;
+  // replicas
+  B::for_each_replica(n, [](int64_t) {});
+  {typename B::Collective(replicas)};
+  coll.allreduce_mean(grads, n);
+};
+
 #define ATTNSWEEP_CPU_OP(name)      \
   template <class... A>             \
   auto name(A... a) {               \
@@ -49,8 +152,8 @@ enum InputSlot : int {
 
 class CpuBackend {
  public:
-  static constexpr bool kDevice = false;
   static constexpr bool kEveryReplicaUpdates = false;
+  static constexpr bool kPadding = true;
   template <class T>
   using Array = std::vector<T>;
 
@@ -73,13 +176,10 @@ class CpuBackend {
     return host;
   }
   const double* to_host(const double* p, int64_t) { return p; }
+  const float* host_view(const float* p, int64_t, std::vector<float>&) { return p; }
 
   ATTNSWEEP_CPU_OP(matmul_forward)
   ATTNSWEEP_CPU_OP(matmul_backward)
-  ATTNSWEEP_CPU_OP(matmul_backward_overwrite)  // CPU only (model.cpp: if constexpr)
-  ATTNSWEEP_CPU_OP(matmul_residual_forward)    // CPU only (model.cpp: if constexpr)
-  ATTNSWEEP_CPU_OP(matmul_gelu_forward)
-  ATTNSWEEP_CPU_OP(gelu_matmul_backward)
   ATTNSWEEP_CPU_OP(layernorm_forward)
   ATTNSWEEP_CPU_OP(layernorm_backward)
   ATTNSWEEP_CPU_OP(gelu_forward)
@@ -124,19 +224,49 @@ class CpuBackend {
     attention_backward_cpu(spec, shape, q, k, v, key_mask, o, dout, lse, dq, dk, dv);
   }
 
-  // The packed fast path (kernels/attention.h; CPU only: model.cpp calls these under
-  // `if constexpr (!Backend::kDevice)`, so a device backend need not have them).
-  static bool attention_packed_usable(const AttentionSpec& spec, const AttentionShape& shape) {
-    return attention_packed_cpu_usable(spec, shape);
+  // ---- composites (ModelBackend): on the CPU, the fused versions of kernels/ops.h ----
+  // out = inp @ weight^T + bias + resid (matmul_forward then residual_forward(out, out,
+  // resid)), each block of rows finished while in cache.
+  ATTNSWEEP_CPU_OP(matmul_residual_forward)
+  // pre = inp @ weight^T + bias, out = gelu(pre) (matmul_forward then gelu_forward).
+  ATTNSWEEP_CPU_OP(matmul_gelu_forward)
+  // dinp OVERWRITTEN = dout @ weight, dweight, dbias added (zero(dinp) then
+  // matmul_backward), without the zero-fill pass.
+  ATTNSWEEP_CPU_OP(matmul_backward_overwrite)
+  // The backward of the matmul after a GELU (inp = gelu(pre)), through the GELU: dpre (N, C)
+  // OVERWRITTEN = gelu'(pre) * (dout @ weight); dweight, dbias added. The unfused sequence
+  // is zero(dgelu), matmul_backward(dgelu, ...), zero(dpre), gelu_backward(dpre, pre,
+  // dgelu) with dgelu (N, C) scratch (LayerBuffers::gelu_grad); the CPU needs none (null).
+  void gelu_matmul_backward(float* dpre, float* /*dgelu*/, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC) {
+    ::attnsweep::gelu_matmul_backward(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
   }
-  void attention_forward_packed(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv, float* o,
-                                float* lse, double* attn_fro, double* jac_fro) {
-    attention_forward_packed_cpu(spec, shape, qkv, o, lse, attn_fro, jac_fro);
-  }
-  void attention_backward_packed(const AttentionSpec& spec, const AttentionShape& shape, const float* qkv,
-                                 const float* o, const float* dout, const float* lse, float* dqkv) {
-    attention_backward_packed_cpu(spec, shape, qkv, o, dout, lse, dqkv);
-  }
+  // A transformer layer's attention on its fused projection qkv (B, T, 3C), shape
+  // (B, H, T, T, hd, hd), key_mask (B, T) or null: the output as rows atty (B, T, C), heads
+  // side by side; lse (B, H, T); attn_fro, jac_fro (B, H). The unfused sequence is
+  // split_heads(qkv -> heads.q, k, v), attention_forward(... -> heads.o), heads_to_rows
+  // (heads.o -> atty); the CPU takes the packed path instead where it can
+  // (kernels/attention.h attention_packed_cpu_usable, no key mask; heads unused, null).
+  // With a key mask, the norms count the rows of real queries only (CPU).
+  void attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                               const float* qkv, const HeadBuffers& heads, float* atty, float* lse, double* attn_fro,
+                               double* jac_fro);
+  // Its backward from datty (B, T, C): dqkv (B, T, 3C) OVERWRITTEN. The unfused sequence is
+  // rows_to_heads(datty -> dheads.o), attention_backward(-> dheads.q, k, v), merge_heads.
+  void attention_block_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                                const float* qkv, const HeadBuffers& heads, const float* atty, const float* lse,
+                                const float* datty, const HeadBuffers& dheads, float* dqkv);
+  // The whole layer (kernels/ops.h layer_forward_fused_cpu / layer_backward_fused_cpu, per
+  // block of samples), when it is usable here and nothing is masked: returns whether it
+  // ran (the model runs the op sequence otherwise). The GELU's output is not kept
+  // (a.fch_gelu ignored): the backward recomputes it.
+  bool layer_forward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
+                           const LayerForwardArgs& a);
+  bool layer_backward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
+                            const LayerBackwardArgs& a);
+  // The buffers the three CPU paths use: the fused layer none of them; the packed
+  // attention no split heads and no dgelu; the split-heads fallback no dgelu.
+  static LayerBuffers layer_buffers(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, bool masked);
 
   template <class F>
   static void for_each_replica(int64_t k, F&& f) {
@@ -153,5 +283,7 @@ class CpuBackend {
 };
 
 #undef ATTNSWEEP_CPU_OP
+
+static_assert(ModelBackend<CpuBackend>);
 
 }  // namespace attnsweep

@@ -1,5 +1,5 @@
-// CudaBackend (worker/backend_cuda.h): buffers, staging and the NCCL collective. The
-// ops themselves are the inline forwards in the header.
+// CudaBackend (worker/backend_cuda.h): buffers, staging, the composite ops (the unfused
+// sequences) and the NCCL collective. The plain ops are the inline forwards in the header.
 #ifdef ATTNSWEEP_HAVE_CUDA
 
 #include "worker/backend_cuda.h"
@@ -161,6 +161,61 @@ const double* CudaBackend::to_host(const double* p, int64_t n) {
     cuda_check(cudaMemcpyAsync(host_doubles_, p, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (norms)");
   synchronize();
   return static_cast<const double*>(host_doubles_);
+}
+
+const float* CudaBackend::host_view(const float* p, int64_t n, std::vector<float>& buf) {
+  buf.resize(static_cast<size_t>(n));
+  download(buf.data(), p, n);
+  return buf.data();
+}
+
+// ---- composites: each the op sequence its CPU version fuses -----------------------------
+
+void CudaBackend::matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
+                                          const float* resid, int64_t N, int64_t C, int64_t OC) {
+  matmul_forward(out, inp, weight, bias, N, C, OC);
+  residual_forward(out, out, resid, N * OC);
+}
+
+void CudaBackend::matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias,
+                                      int64_t N, int64_t C, int64_t OC) {
+  matmul_forward(pre, inp, weight, bias, N, C, OC);
+  gelu_forward(out, pre, N * OC);
+}
+
+void CudaBackend::matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const float* dout,
+                                            const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {
+  zero(dinp, N * C);
+  matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+void CudaBackend::gelu_matmul_backward(float* dpre, float* dgelu, float* dweight, float* dbias, const float* dout,
+                                       const float* inp, const float* pre, const float* weight, int64_t N, int64_t C,
+                                       int64_t OC) {
+  zero(dgelu, N * C);
+  matmul_backward(dgelu, dweight, dbias, dout, inp, weight, N, C, OC);
+  zero(dpre, N * C);
+  gelu_backward(dpre, pre, dgelu, N * C);
+}
+
+void CudaBackend::attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                                          const float* qkv, const HeadBuffers& heads, float* atty, float* lse,
+                                          double* attn_fro, double* jac_fro) {
+  const int64_t B = shape.B, H = shape.H, T = shape.Nq, hd = shape.d;
+  split_heads(heads.q, heads.k, heads.v, qkv, B, T, H, hd);
+  attention_forward(spec, shape, heads.q, heads.k, heads.v, key_mask, heads.o, lse, attn_fro, jac_fro);
+  heads_to_rows(atty, heads.o, B, T, H, hd);
+}
+
+void CudaBackend::attention_block_backward(const AttentionSpec& spec, const AttentionShape& shape,
+                                           const float* key_mask, const float*, const HeadBuffers& heads, const float*,
+                                           const float* lse, const float* datty, const HeadBuffers& dheads,
+                                           float* dqkv) {
+  const int64_t B = shape.B, H = shape.H, T = shape.Nq, hd = shape.d;
+  rows_to_heads(dheads.o, datty, B, T, H, hd);
+  attention_backward(spec, shape, heads.q, heads.k, heads.v, key_mask, heads.o, dheads.o, lse, dheads.q, dheads.k,
+                     dheads.v);
+  merge_heads(dqkv, dheads.q, dheads.k, dheads.v, B, T, H, hd);
 }
 
 // ---- NCCL ---------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 // on one device, with one stream and one workspace (cuBLAS handle + scratch) per backend,
 // i.e. per model replica. Buffers are cudaMalloc'ed when a model is built or first sees
 // a larger batch, never per step; batch inputs go host -> pinned staging -> device on the
-// stream; norms come back only when asked (to_host). Only with ATTNSWEEP_HAVE_CUDA.
+// stream; norms come back only when asked (to_host). The composite ops are the unfused
+// op sequences they stand for (backend_cuda.cpp). Only with ATTNSWEEP_HAVE_CUDA.
 #pragma once
 
 #ifdef ATTNSWEEP_HAVE_CUDA
@@ -75,8 +76,8 @@ class DeviceArray {
 
 class CudaBackend {
  public:
-  static constexpr bool kDevice = true;
   static constexpr bool kEveryReplicaUpdates = true;
+  static constexpr bool kPadding = false;  // see masked_meanpool_forward
   template <class T>
   using Array = DeviceArray<T>;
 
@@ -104,6 +105,8 @@ class CudaBackend {
   }
   // Waits for the stream, then copies n doubles back; valid until the next to_host().
   const double* to_host(const double* p, int64_t n);
+  // Downloads n floats into buf (synchronous) and returns buf.data().
+  const float* host_view(const float* p, int64_t n, std::vector<float>& buf);
 
   ATTNSWEEP_CUDA_OP_WS(matmul_forward)
   ATTNSWEEP_CUDA_OP_WS(matmul_backward)
@@ -149,6 +152,35 @@ class CudaBackend {
                           float* dq, float* dk, float* dv) {
     attention_backward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, dout, lse, dq, dk, dv, ws_, stream_);
   }
+
+  // ---- composites (ModelBackend; the CPU versions in worker/backend.h): the unfused
+  // op sequences, in backend_cuda.cpp ----
+  void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias, const float* resid,
+                               int64_t N, int64_t C, int64_t OC);
+  void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                           int64_t C, int64_t OC);
+  void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* weight, int64_t N, int64_t C, int64_t OC);
+  void gelu_matmul_backward(float* dpre, float* dgelu, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC);
+  void attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                               const float* qkv, const HeadBuffers& heads, float* atty, float* lse, double* attn_fro,
+                               double* jac_fro);
+  void attention_block_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                                const float* qkv, const HeadBuffers& heads, const float* atty, const float* lse,
+                                const float* datty, const HeadBuffers& dheads, float* dqkv);
+  // No fused layer on CUDA: the model runs the op sequence.
+  bool layer_forward_fused(const AttentionSpec&, const AttentionShape&, int64_t, const float*,
+                           const LayerForwardArgs&) {
+    return false;
+  }
+  bool layer_backward_fused(const AttentionSpec&, const AttentionShape&, int64_t, const float*,
+                            const LayerBackwardArgs&) {
+    return false;
+  }
+  // The unfused sequence uses every buffer.
+  static LayerBuffers layer_buffers(const AttentionSpec&, const AttentionShape&, int64_t, bool) { return {}; }
+
   // Padding (pad_id >= 0) is not supported on CUDA yet: BasicModel<CudaBackend> refuses
   // such a config at construction, so these are never reached.
   [[noreturn]] void masked_meanpool_forward(float*, const float*, const float*, int64_t, int64_t, int64_t) {
@@ -197,6 +229,8 @@ class CudaBackend {
 
 #undef ATTNSWEEP_CUDA_OP
 #undef ATTNSWEEP_CUDA_OP_WS
+
+static_assert(ModelBackend<CudaBackend>);
 
 template <class F>
 void CudaBackend::for_each_replica(int64_t k, F&& f) {

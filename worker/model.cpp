@@ -1,8 +1,11 @@
+// BasicModel (worker/model.h): the parameter layout and initialisation, the buffers, and
+// the forward and hand-written backward of the three heads, one op sequence for every
+// backend. Some 540 lines: one class whose forward and backward are meant to be read side
+// by side; the backends' composite ops live with the backends (worker/backend*.cpp).
 #include "worker/model.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 
 #include "experiments/rng.h"
@@ -16,14 +19,15 @@ namespace attnsweep {
 namespace {
 
 // Points each member of a struct of float* at consecutive slices of `base`; returns the
-// total (call with base == nullptr to size the buffer first).
+// total (call with base == nullptr to size the buffer first). null_empty: a member of
+// size 0 is null (a buffer not allocated), not a pointer to the next one.
 template <class Struct, size_t K>
-int64_t carve(Struct& s, float* base, const int64_t (&sizes)[K]) {
+int64_t carve(Struct& s, float* base, const int64_t (&sizes)[K], bool null_empty) {
   static_assert(sizeof(Struct) == K * sizeof(float*), "one size per member");
   float** ptrs = reinterpret_cast<float**>(&s);
   int64_t off = 0;
   for (size_t i = 0; i < K; ++i) {
-    ptrs[i] = base ? base + off : nullptr;
+    ptrs[i] = base && !(null_empty && sizes[i] == 0) ? base + off : nullptr;
     off += sizes[i];
   }
   return off;
@@ -31,14 +35,19 @@ int64_t carve(Struct& s, float* base, const int64_t (&sizes)[K]) {
 
 // Allocates one zeroed buffer on the backend for all of `sizes` and carves it.
 template <class Backend, class Array, class Struct, size_t K>
-void allocate_carved(Backend& be, Array& mem, Struct& s, const int64_t (&sizes)[K]) {
-  be.allocate(mem, carve(s, nullptr, sizes));
-  carve(s, mem.data(), sizes);
+void allocate_carved(Backend& be, Array& mem, Struct& s, const int64_t (&sizes)[K], bool null_empty = false) {
+  be.allocate(mem, carve(s, nullptr, sizes, null_empty));
+  carve(s, mem.data(), sizes, null_empty);
+}
+
+// p + off, or null for a buffer not allocated.
+float* at(float* p, int64_t off) {
+  return p ? p + off : nullptr;
 }
 
 }  // namespace
 
-template <class Backend>
+template <ModelBackend Backend>
 BasicModel<Backend>::BasicModel(const ModelConfig& cfg, int device) : be_(device), cfg_(cfg) {
   if (cfg.dim <= 0 || cfg.heads <= 0 || cfg.dim % cfg.heads != 0)
     throw std::runtime_error("model: heads " + std::to_string(cfg.heads) + " must divide dim " +
@@ -55,8 +64,8 @@ BasicModel<Backend>::BasicModel(const ModelConfig& cfg, int device) : be_(device
     throw std::runtime_error("model: pad_id " + std::to_string(cfg.pad_id) + " needs token ids (vocab " +
                              std::to_string(cfg.vocab) + " > pad_id)");
   // Padding on a device backend would need the masked mean pool and the norms of the real
-  // query rows (norms_of_real_queries, a per-sample gather) as device code: not written yet.
-  if (Backend::kDevice && cfg.pad_id >= 0)
+  // query rows (worker/backend.cpp, a per-sample gather) as device code: not written yet.
+  if (!Backend::kPadding && cfg.pad_id >= 0)
     throw std::runtime_error("model: padding (pad_id " + std::to_string(cfg.pad_id) +
                              ", the listops task) is not supported on CUDA yet; use device \"cpu\"");
   if (!tf) {
@@ -112,20 +121,20 @@ BasicModel<Backend>::BasicModel(const ModelConfig& cfg, int device) : be_(device
   allocate_carved(be_, grads_mem_, g_, sizes);
 }
 
-template <class Backend>
+template <ModelBackend Backend>
 void BasicModel<Backend>::get_params(float* host) {
   be_.download(host, params(), num_params());
 }
-template <class Backend>
+template <ModelBackend Backend>
 void BasicModel<Backend>::set_params(const float* host) {
   be_.upload(params(), host, num_params());
 }
-template <class Backend>
+template <ModelBackend Backend>
 void BasicModel<Backend>::get_grads(float* host) {
   be_.download(host, grads(), num_params());
 }
 
-template <class Backend>
+template <ModelBackend Backend>
 void BasicModel<Backend>::init(uint64_t init_seed, double init_std) {
   std::vector<float> host(static_cast<size_t>(num_params()));
   const int64_t C = cfg_.dim, F = cfg_.mlp_ratio * cfg_.dim;
@@ -158,31 +167,82 @@ void BasicModel<Backend>::init(uint64_t init_seed, double init_std) {
   set_params(host.data());
 }
 
-template <class Backend>
-void BasicModel<Backend>::ensure_batch(int64_t B) {
-  if (B <= cap_B_) return;
-  const int64_t C = cfg_.dim, L = cfg_.layers, T = cfg_.seq(), N = cfg_.tokens, H = cfg_.heads, K = cfg_.classes,
-                F = cfg_.mlp_ratio * cfg_.dim;
-  const int64_t BT = B * T, BTC = BT * C, LBTC = L * BTC, LBT = L * BT;
-  const int64_t BK = cfg_.head == Head::token_regress ? B * N : B * std::max<int64_t>(K, 1);
-  // Acts member order: emb, encoded, ln1, ln1_mean, ln1_rstd, qkv, q, k, v, atty, lse,
-  // atty_un, res1, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res2, lnf, lnf_mean,
-  // lnf_rstd, pooled, logits, probs.
-  const int64_t acts[] = {B * N * C, BTC,           LBTC, LBT,  LBT,   3 * LBTC, LBTC, LBTC,       LBTC,
-                          LBTC,      L * B * H * T, LBTC, LBTC, LBTC,  LBT,      LBT,  L * BT * F, L * BT * F,
-                          LBTC,      BTC,           BT,   BT,   B * C, BK,       BK};
-  be_.bind();
-  allocate_carved(be_, acts_mem_, a_, acts);
-  const int64_t BTF = BT * F;
-  // Scratch member order: dres, dln, dbig, dbig2, dqkv, dq, dk, dv, datty, dpooled,
-  // dlogits, demb.
-  const int64_t scratch[] = {BTC, BTC, BTF, BTF, 3 * BTC, BTC, BTC, BTC, BTC, B * C, BK, B * N * C};
-  allocate_carved(be_, scratch_mem_, s_, scratch);
-  be_.allocate(norms_, 2 * L * B * H);
-  cap_B_ = B;
+template <ModelBackend Backend>
+LayerBuffers BasicModel<Backend>::layer_buffers(int64_t B) const {
+  AttentionSpec spec;
+  spec.act = cfg_.act;
+  const int64_t T = cfg_.seq(), hd = cfg_.head_dim();
+  return Backend::layer_buffers(spec, AttentionShape{B, cfg_.heads, T, T, hd, hd}, cfg_.mlp_ratio * cfg_.dim,
+                                cfg_.pad_id >= 0);
 }
 
-template <class Backend>
+template <ModelBackend Backend>
+void BasicModel<Backend>::ensure_batch(int64_t B) {
+  const LayerBuffers use = layer_buffers(B);
+  // Grown for a larger batch, or when the path changes to one that needs more (the CPU's
+  // paths depend on process-wide switches that tests flip: kernels/ops.h).
+  if (B <= cap_B_ && have_.covers(use)) return;
+  B = std::max(B, cap_B_);
+  const int64_t C = cfg_.dim, L = cfg_.layers, T = cfg_.seq(), N = cfg_.tokens, H = cfg_.heads, K = cfg_.classes,
+                F = cfg_.mlp_ratio * cfg_.dim;
+  const int64_t BT = B * T, BTC = BT * C, LBTC = L * BTC, LBT = L * BT, BTF = BT * F;
+  const int64_t BK = cfg_.head == Head::token_regress ? B * N : B * std::max<int64_t>(K, 1);
+  // The buffers this model's path uses: tf the transformer's (not the readout head's),
+  // heads the split heads (the readout head's attention always takes them).
+  const bool tf = cfg_.head != Head::readout, classify = cfg_.head == Head::classify;
+  const bool heads = !tf || use.split_heads;
+  const auto when = [](bool used, int64_t n) { return used ? n : int64_t{0}; };
+  be_.bind();
+  // One size per member, in member order (0: not allocated).
+  const int64_t acts[] = {
+      when(tf, B * N * C),                // emb
+      when(tf, BTC),                      // encoded
+      when(tf, LBTC),                     // ln1
+      when(tf, LBT),                      // ln1_mean
+      when(tf, LBT),                      // ln1_rstd
+      3 * LBTC,                           // qkv
+      when(heads, LBTC),                  // q
+      when(heads, LBTC),                  // k
+      when(heads, LBTC),                  // v
+      when(heads, LBTC),                  // atty
+      L * B * H * T,                      // lse
+      when(tf, LBTC),                     // atty_un
+      when(tf, LBTC),                     // res1
+      when(tf, LBTC),                     // ln2
+      when(tf, LBT),                      // ln2_mean
+      when(tf, LBT),                      // ln2_rstd
+      when(tf, L * BTF),                  // fch
+      when(tf && use.gelu_out, L * BTF),  // fch_gelu
+      when(tf, LBTC),                     // res2
+      when(tf, BTC),                      // lnf
+      when(tf, BT),                       // lnf_mean
+      when(tf, BT),                       // lnf_rstd
+      when(classify, B * C),              // pooled
+      BK,                                 // logits
+      when(classify, BK),                 // probs
+  };
+  allocate_carved(be_, acts_mem_, a_, acts, true);
+  const int64_t scratch[] = {
+      when(tf, BTC),                       // dres
+      when(tf, BTC),                       // dln
+      when(tf && use.op_grads, BTF),       // dbig
+      when(tf && use.gelu_grad, BTF),      // dbig2
+      when(!tf || use.op_grads, 3 * BTC),  // dqkv
+      when(heads, BTC),                    // dq
+      when(heads, BTC),                    // dk
+      when(heads, BTC),                    // dv
+      when(heads, BTC),                    // datty
+      when(classify, B * C),               // dpooled
+      BK,                                  // dlogits
+      when(tf, B * N * C),                 // demb
+  };
+  allocate_carved(be_, scratch_mem_, s_, scratch, true);
+  be_.allocate(norms_, 2 * L * B * H);
+  cap_B_ = B;
+  have_ = use;
+}
+
+template <ModelBackend Backend>
 ForwardStats BasicModel<Backend>::forward(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
                                           bool collect_norms) {
   be_.bind();
@@ -211,7 +271,7 @@ ForwardStats BasicModel<Backend>::forward(const float* x, const int32_t* y_class
   return cfg_.head == Head::readout ? forward_readout(collect_norms) : forward_classify(collect_norms);
 }
 
-template <class Backend>
+template <ModelBackend Backend>
 void BasicModel<Backend>::backward() {
   be_.bind();
   be_.zero(grads(), num_params());
@@ -221,21 +281,15 @@ void BasicModel<Backend>::backward() {
     backward_classify();
 }
 
-template <class Backend>
+template <ModelBackend Backend>
 const float* BasicModel<Backend>::host_predictions(std::vector<float>& buf) {
-  if constexpr (!Backend::kDevice) {
-    return a_.logits;
-  } else {
-    const int64_t n = cfg_.head == Head::token_regress ? B_ * cfg_.tokens
-                      : cfg_.head == Head::readout     ? B_
-                                                       : B_ * cfg_.classes;
-    buf.resize(static_cast<size_t>(n));
-    be_.download(buf.data(), a_.logits, n);
-    return buf.data();
-  }
+  const int64_t n = cfg_.head == Head::token_regress ? B_ * cfg_.tokens
+                    : cfg_.head == Head::readout     ? B_
+                                                     : B_ * cfg_.classes;
+  return be_.host_view(a_.logits, n, buf);
 }
 
-template <class Backend>
+template <ModelBackend Backend>
 void BasicModel<Backend>::build_key_mask() {
   mask_ = nullptr;
   if (cfg_.pad_id < 0) return;
@@ -245,68 +299,15 @@ void BasicModel<Backend>::build_key_mask() {
   mask_ = be_.input(kInputMask, key_mask_host_.data(), B * T);
 }
 
-// The kernel masks keys, not queries: the rows of padding queries are in its norms. On
-// logged steps only, the attention of each sample's real query rows (CLS and tokens) is
-// computed again for their norms, from q gathered into [1, H, n_b, hd]. Host buffers (the
-// CPU backend; a device backend refuses padding at construction).
-template <class Backend>
-void BasicModel<Backend>::norms_of_real_queries(const AttentionSpec& spec, const float* q, const float* k,
-                                                const float* v, double* attn_fro, double* jac_fro) {
-  const int64_t B = B_, H = cfg_.heads, T = cfg_.seq(), hd = cfg_.head_dim();
-  std::vector<float> qb, ob;
-  std::vector<int64_t> rows;
-  for (int64_t b = 0; b < B; ++b) {
-    rows.clear();
-    for (int64_t t = 0; t < T; ++t)
-      if (mask_[b * T + t] != 0.0f) rows.push_back(t);
-    const int64_t n = static_cast<int64_t>(rows.size());
-    double* attn = attn_fro + b * H;
-    double* jac = jac_fro + b * H;
-    if (n == 0) {
-      std::fill(attn, attn + H, 0.0);
-      std::fill(jac, jac + H, 0.0);
-      continue;
-    }
-    qb.resize(static_cast<size_t>(H * n * hd));
-    ob.resize(qb.size());
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(qb.data() + (h * n + i) * hd, q + ((b * H + h) * T + rows[static_cast<size_t>(i)]) * hd,
-                    static_cast<size_t>(hd) * sizeof(float));
-    const AttentionShape one{1, H, n, T, hd, hd};
-    attention_forward_cpu(spec, one, qb.data(), k + b * H * T * hd, v + b * H * T * hd, mask_ + b * T, ob.data(),
-                          nullptr, attn, jac);
-  }
-}
-
-template <class Backend>
-void BasicModel<Backend>::matmul_backward_set(float* dinp, float* dweight, float* dbias, const float* dout,
-                                              const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {
-  if constexpr (Backend::kDevice) {
-    be_.zero(dinp, N * C);
-    be_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-  } else {
-    be_.matmul_backward_overwrite(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-  }
-}
-
-template <class Backend>
-bool BasicModel<Backend>::packed_attention(const AttentionSpec& spec, const AttentionShape& shape) const {
-  if constexpr (Backend::kDevice)
-    return false;
-  else
-    return mask_ == nullptr && Backend::attention_packed_usable(spec, shape);
-}
-
 // pred (B, N) = lnf (B, N, C) @ head_w^T + head_b; loss = mean over B N of (pred - y)^2.
-template <class Backend>
+template <ModelBackend Backend>
 void BasicModel<Backend>::forward_token_head(ForwardStats& st) {
   const int64_t BN = B_ * cfg_.tokens;
   be_.matmul_forward(a_.logits, a_.lnf, p_.head_w, p_.head_b, BN, cfg_.dim, 1);
   st.loss = be_.mse_forward(a_.logits, y_value_, BN);
 }
 
-template <class Backend>
+template <ModelBackend Backend>
 void BasicModel<Backend>::backward_token_head() {
   const int64_t BN = B_ * cfg_.tokens, C = cfg_.dim;
   be_.zero(s_.dlogits, BN);
@@ -339,7 +340,57 @@ void norm_means(ForwardStats& st, const double* norms, int64_t L, int64_t B, int
 
 }  // namespace
 
-template <class Backend>
+// The pointers of transformer layer l into the parameters, activations and gradients.
+template <ModelBackend Backend>
+LayerForwardArgs BasicModel<Backend>::layer_forward_args(int64_t l, double* attn_fro, double* jac_fro) {
+  const int64_t C = cfg_.dim, F = cfg_.mlp_ratio * C, BT = B_ * cfg_.seq(), BTC = BT * C;
+  LayerForwardArgs a{};
+  a.inp = l == 0 ? a_.encoded : a_.res2 + (l - 1) * BTC;
+  a.ln1_w = p_.ln1_w + l * C, a.ln1_b = p_.ln1_b + l * C;
+  a.qkv_w = p_.qkv_w + l * 3 * C * C, a.qkv_b = p_.qkv_b + l * 3 * C;
+  a.proj_w = p_.attproj_w + l * C * C, a.proj_b = p_.attproj_b + l * C;
+  a.ln2_w = p_.ln2_w + l * C, a.ln2_b = p_.ln2_b + l * C;
+  a.fc_w = p_.fc_w + l * F * C, a.fc_b = p_.fc_b + l * F;
+  a.fcproj_w = p_.fcproj_w + l * C * F, a.fcproj_b = p_.fcproj_b + l * C;
+  a.ln1 = a_.ln1 + l * BTC, a.ln1_mean = a_.ln1_mean + l * BT, a.ln1_rstd = a_.ln1_rstd + l * BT;
+  a.qkv = a_.qkv + l * 3 * BTC, a.atty = a_.atty_un + l * BTC, a.lse = a_.lse + l * cfg_.heads * BT;
+  a.res1 = a_.res1 + l * BTC;
+  a.ln2 = a_.ln2 + l * BTC, a.ln2_mean = a_.ln2_mean + l * BT, a.ln2_rstd = a_.ln2_rstd + l * BT;
+  a.fch = a_.fch + l * BT * F, a.fch_gelu = at(a_.fch_gelu, l * BT * F), a.res2 = a_.res2 + l * BTC;
+  a.attn_fro = attn_fro, a.jac_fro = jac_fro;
+  return a;
+}
+
+template <ModelBackend Backend>
+LayerBackwardArgs BasicModel<Backend>::layer_backward_args(int64_t l) {
+  const LayerForwardArgs f = layer_forward_args(l, nullptr, nullptr);
+  const int64_t C = cfg_.dim, F = cfg_.mlp_ratio * C;
+  LayerBackwardArgs a{};
+  a.inp = f.inp;
+  a.ln1 = f.ln1, a.ln1_mean = f.ln1_mean, a.ln1_rstd = f.ln1_rstd;
+  a.qkv = f.qkv, a.atty = f.atty, a.lse = f.lse, a.res1 = f.res1;
+  a.ln2 = f.ln2, a.ln2_mean = f.ln2_mean, a.ln2_rstd = f.ln2_rstd;
+  a.fch = f.fch, a.fch_gelu = f.fch_gelu;
+  a.ln1_w = f.ln1_w, a.qkv_w = f.qkv_w, a.proj_w = f.proj_w;
+  a.ln2_w = f.ln2_w, a.fc_w = f.fc_w, a.fcproj_w = f.fcproj_w;
+  a.dres = s_.dres;
+  a.g_ln1_w = g_.ln1_w + l * C, a.g_ln1_b = g_.ln1_b + l * C;
+  a.g_qkv_w = g_.qkv_w + l * 3 * C * C, a.g_qkv_b = g_.qkv_b + l * 3 * C;
+  a.g_proj_w = g_.attproj_w + l * C * C, a.g_proj_b = g_.attproj_b + l * C;
+  a.g_ln2_w = g_.ln2_w + l * C, a.g_ln2_b = g_.ln2_b + l * C;
+  a.g_fc_w = g_.fc_w + l * F * C, a.g_fc_b = g_.fc_b + l * F;
+  a.g_fcproj_w = g_.fcproj_w + l * C * F, a.g_fcproj_b = g_.fcproj_b + l * C;
+  return a;
+}
+
+// Layer l's split-heads q, k, v and attention output (null where not allocated).
+template <ModelBackend Backend>
+HeadBuffers BasicModel<Backend>::heads(int64_t l) const {
+  const int64_t BTC = B_ * cfg_.seq() * cfg_.dim;
+  return {at(a_.q, l * BTC), at(a_.k, l * BTC), at(a_.v, l * BTC), at(a_.atty, l * BTC)};
+}
+
+template <ModelBackend Backend>
 ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
   const int64_t B = B_, C = cfg_.dim, L = cfg_.layers, T = cfg_.seq(), N = cfg_.tokens, H = cfg_.heads,
                 hd = cfg_.head_dim(), K = cfg_.classes, F = cfg_.mlp_ratio * C, off = cfg_.cls ? 1 : 0;
@@ -357,77 +408,22 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
   const AttentionShape shape{B, H, T, T, hd, hd};
   double* norms = norms_.data();
   for (int64_t l = 0; l < L; ++l) {
-    const float* inp = l == 0 ? a_.encoded : a_.res2 + (l - 1) * BTC;
-    float* ln1 = a_.ln1 + l * BTC;
-    float* qkv = a_.qkv + l * 3 * BTC;
-    float *q = a_.q + l * BTC, *k = a_.k + l * BTC, *v = a_.v + l * BTC, *atty = a_.atty + l * BTC;
-    float* lse = a_.lse + l * B * H * T;
-    float* atty_un = a_.atty_un + l * BTC;
-    float* res1 = a_.res1 + l * BTC;
-    float* ln2 = a_.ln2 + l * BTC;
-    float* fch = a_.fch + l * BT * F;
-    float* fch_gelu = a_.fch_gelu + l * BT * F;
-    float* res2 = a_.res2 + l * BTC;
-    if constexpr (!Backend::kDevice) {
-      // CPU: the whole layer per block of samples while they are in cache (kernels/ops.h;
-      // the same values as the op sequence below).
-      if (mask_ == nullptr && layer_forward_fused_cpu_usable(spec, shape, F)) {
-        LayerForwardArgs fa{};
-        fa.inp = inp;
-        fa.ln1_w = p_.ln1_w + l * C, fa.ln1_b = p_.ln1_b + l * C;
-        fa.qkv_w = p_.qkv_w + l * 3 * C * C, fa.qkv_b = p_.qkv_b + l * 3 * C;
-        fa.proj_w = p_.attproj_w + l * C * C, fa.proj_b = p_.attproj_b + l * C;
-        fa.ln2_w = p_.ln2_w + l * C, fa.ln2_b = p_.ln2_b + l * C;
-        fa.fc_w = p_.fc_w + l * F * C, fa.fc_b = p_.fc_b + l * F;
-        fa.fcproj_w = p_.fcproj_w + l * C * F, fa.fcproj_b = p_.fcproj_b + l * C;
-        fa.ln1 = ln1, fa.ln1_mean = a_.ln1_mean + l * BT, fa.ln1_rstd = a_.ln1_rstd + l * BT;
-        fa.qkv = qkv, fa.atty = atty_un, fa.lse = lse, fa.res1 = res1;
-        fa.ln2 = ln2, fa.ln2_mean = a_.ln2_mean + l * BT, fa.ln2_rstd = a_.ln2_rstd + l * BT;
-        fa.fch = fch, fa.fch_gelu = nullptr, fa.res2 = res2;  // GELU output not kept: recomputed
-        fa.attn_fro = norms + l * BH, fa.jac_fro = norms + (L + l) * BH;
-        layer_forward_fused_cpu(spec, shape, F, fa);
-        continue;
-      }
-    }
-    be_.layernorm_forward(ln1, a_.ln1_mean + l * BT, a_.ln1_rstd + l * BT, inp, p_.ln1_w + l * C, p_.ln1_b + l * C, BT,
-                          C);
-    be_.matmul_forward(qkv, ln1, p_.qkv_w + l * 3 * C * C, p_.qkv_b + l * 3 * C, BT, C, 3 * C);
-    if (packed_attention(spec, shape)) {
-      // CPU fast path: Q, K, V read in place from qkv, the output written as rows of atty_un.
-      if constexpr (!Backend::kDevice)
-        be_.attention_forward_packed(spec, shape, qkv, atty_un, lse, norms + l * BH, norms + (L + l) * BH);
-    } else {
-      be_.split_heads(q, k, v, qkv, B, T, H, hd);
-      be_.attention_forward(spec, shape, q, k, v, mask_, atty, lse, norms + l * BH, norms + (L + l) * BH);
-      if constexpr (!Backend::kDevice)
-        if (collect_norms && mask_ != nullptr)
-          norms_of_real_queries(spec, q, k, v, norms + l * BH, norms + (L + l) * BH);
-      be_.heads_to_rows(atty_un, atty, B, T, H, hd);
-    }
+    const LayerForwardArgs a = layer_forward_args(l, norms + l * BH, norms + (L + l) * BH);
+    // CPU: the whole layer per block of samples while they are in cache (kernels/ops.h;
+    // the same values as the op sequence below), where it can.
+    if (be_.layer_forward_fused(spec, shape, F, mask_, a)) continue;
+    be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.inp, a.ln1_w, a.ln1_b, BT, C);
+    be_.matmul_forward(a.qkv, a.ln1, a.qkv_w, a.qkv_b, BT, C, 3 * C);
+    // The output as rows of atty_un (CPU: Q, K, V read in place from qkv where it can).
+    be_.attention_block_forward(spec, shape, mask_, a.qkv, heads(l), a.atty, a.lse, a.attn_fro, a.jac_fro);
     // attproj goes straight into res1 and the residual is added (CPU: row block by row
     // block as the GEMM finishes them; a device backend adds it in place after).
-    if constexpr (Backend::kDevice) {
-      be_.matmul_forward(res1, atty_un, p_.attproj_w + l * C * C, p_.attproj_b + l * C, BT, C, C);
-      be_.residual_forward(res1, res1, inp, BTC);
-    } else {
-      be_.matmul_residual_forward(res1, atty_un, p_.attproj_w + l * C * C, p_.attproj_b + l * C, inp, BT, C, C);
-    }
-    be_.layernorm_forward(ln2, a_.ln2_mean + l * BT, a_.ln2_rstd + l * BT, res1, p_.ln2_w + l * C, p_.ln2_b + l * C, BT,
-                          C);
+    be_.matmul_residual_forward(a.res1, a.atty, a.proj_w, a.proj_b, a.inp, BT, C, C);
+    be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, a.ln2_w, a.ln2_b, BT, C);
     // The MLP's GELU fused with its matmul on the CPU (kernels/ops.h: the same values as
     // the two ops, tested in test_gemm.cpp); two ops on a device backend.
-    if constexpr (Backend::kDevice) {
-      be_.matmul_forward(fch, ln2, p_.fc_w + l * F * C, p_.fc_b + l * F, BT, C, F);
-      be_.gelu_forward(fch_gelu, fch, BT * F);
-    } else {
-      be_.matmul_gelu_forward(fch, fch_gelu, ln2, p_.fc_w + l * F * C, p_.fc_b + l * F, BT, C, F);
-    }
-    if constexpr (Backend::kDevice) {
-      be_.matmul_forward(res2, fch_gelu, p_.fcproj_w + l * C * F, p_.fcproj_b + l * C, BT, F, C);
-      be_.residual_forward(res2, res2, res1, BTC);
-    } else {
-      be_.matmul_residual_forward(res2, fch_gelu, p_.fcproj_w + l * C * F, p_.fcproj_b + l * C, res1, BT, F, C);
-    }
+    be_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, a.fc_w, a.fc_b, BT, C, F);
+    be_.matmul_residual_forward(a.res2, a.fch_gelu, a.fcproj_w, a.fcproj_b, a.res1, BT, F, C);
   }
   be_.layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, a_.res2 + (L - 1) * BTC, p_.lnf_w, p_.lnf_b, BT, C);
   if (cfg_.head == Head::token_regress) {
@@ -447,7 +443,7 @@ ForwardStats BasicModel<Backend>::forward_classify(bool collect_norms) {
   return st;
 }
 
-template <class Backend>
+template <ModelBackend Backend>
 void BasicModel<Backend>::backward_classify() {
   const int64_t B = B_, C = cfg_.dim, L = cfg_.layers, T = cfg_.seq(), N = cfg_.tokens, H = cfg_.heads,
                 hd = cfg_.head_dim(), K = cfg_.classes, F = cfg_.mlp_ratio * C, off = cfg_.cls ? 1 : 0;
@@ -474,66 +470,24 @@ void BasicModel<Backend>::backward_classify() {
   spec.act = cfg_.act;
   spec.collect_norms = false;
   const AttentionShape shape{B, H, T, T, hd, hd};
+  const HeadBuffers dheads{s_.dq, s_.dk, s_.dv, s_.datty};
   for (int64_t l = L - 1; l >= 0; --l) {
-    const float* inp = l == 0 ? a_.encoded : a_.res2 + (l - 1) * BTC;
-    if constexpr (!Backend::kDevice) {
-      // CPU: the layer's backward per block of samples (kernels/ops.h), as the forward.
-      if (mask_ == nullptr && layer_forward_fused_cpu_usable(spec, shape, F)) {
-        LayerBackwardArgs ba{};
-        ba.inp = inp;
-        ba.ln1 = a_.ln1 + l * BTC, ba.ln1_mean = a_.ln1_mean + l * BT, ba.ln1_rstd = a_.ln1_rstd + l * BT;
-        ba.qkv = a_.qkv + l * 3 * BTC, ba.atty = a_.atty_un + l * BTC, ba.lse = a_.lse + l * B * H * T;
-        ba.res1 = a_.res1 + l * BTC;
-        ba.ln2 = a_.ln2 + l * BTC, ba.ln2_mean = a_.ln2_mean + l * BT, ba.ln2_rstd = a_.ln2_rstd + l * BT;
-        ba.fch = a_.fch + l * BT * F, ba.fch_gelu = nullptr;
-        ba.ln1_w = p_.ln1_w + l * C, ba.qkv_w = p_.qkv_w + l * 3 * C * C, ba.proj_w = p_.attproj_w + l * C * C;
-        ba.ln2_w = p_.ln2_w + l * C, ba.fc_w = p_.fc_w + l * F * C, ba.fcproj_w = p_.fcproj_w + l * C * F;
-        ba.dres = s_.dres;
-        ba.g_ln1_w = g_.ln1_w + l * C, ba.g_ln1_b = g_.ln1_b + l * C;
-        ba.g_qkv_w = g_.qkv_w + l * 3 * C * C, ba.g_qkv_b = g_.qkv_b + l * 3 * C;
-        ba.g_proj_w = g_.attproj_w + l * C * C, ba.g_proj_b = g_.attproj_b + l * C;
-        ba.g_ln2_w = g_.ln2_w + l * C, ba.g_ln2_b = g_.ln2_b + l * C;
-        ba.g_fc_w = g_.fc_w + l * F * C, ba.g_fc_b = g_.fc_b + l * F;
-        ba.g_fcproj_w = g_.fcproj_w + l * C * F, ba.g_fcproj_b = g_.fcproj_b + l * C;
-        layer_backward_fused_cpu(spec, shape, F, ba);
-        continue;
-      }
-    }
+    const LayerBackwardArgs a = layer_backward_args(l);
+    // CPU: the layer's backward per block of samples (kernels/ops.h), as the forward.
+    if (be_.layer_backward_fused(spec, shape, F, mask_, a)) continue;
     // dres holds d loss / d res2[l]; res2 = res1 + fcproj, so it is also d/d fcproj and
     // (after the MLP's contribution is added) d/d res1.
     // dbig = d/d fch (through fcproj and the GELU): fused on the CPU, as in the forward.
-    if constexpr (Backend::kDevice) {
-      be_.zero(s_.dbig2, BT * F);
-      be_.matmul_backward(s_.dbig2, g_.fcproj_w + l * C * F, g_.fcproj_b + l * C, s_.dres, a_.fch_gelu + l * BT * F,
-                          p_.fcproj_w + l * C * F, BT, F, C);
-      be_.zero(s_.dbig, BT * F);
-      be_.gelu_backward(s_.dbig, a_.fch + l * BT * F, s_.dbig2, BT * F);
-    } else {
-      be_.gelu_matmul_backward(s_.dbig, g_.fcproj_w + l * C * F, g_.fcproj_b + l * C, s_.dres, a_.fch_gelu + l * BT * F,
-                               a_.fch + l * BT * F, p_.fcproj_w + l * C * F, BT, F, C);
-    }
-    matmul_backward_set(s_.dln, g_.fc_w + l * F * C, g_.fc_b + l * F, s_.dbig, a_.ln2 + l * BTC, p_.fc_w + l * F * C,
-                        BT, C, F);
-    be_.layernorm_backward(s_.dres, g_.ln2_w + l * C, g_.ln2_b + l * C, s_.dln, a_.res1 + l * BTC, p_.ln2_w + l * C,
-                           a_.ln2_mean + l * BT, a_.ln2_rstd + l * BT, BT, C);
+    be_.gelu_matmul_backward(s_.dbig, s_.dbig2, a.g_fcproj_w, a.g_fcproj_b, s_.dres, a.fch_gelu, a.fch, a.fcproj_w, BT,
+                             F, C);
+    be_.matmul_backward_overwrite(s_.dln, a.g_fc_w, a.g_fc_b, s_.dbig, a.ln2, a.fc_w, BT, C, F);
+    be_.layernorm_backward(s_.dres, a.g_ln2_w, a.g_ln2_b, s_.dln, a.res1, a.ln2_w, a.ln2_mean, a.ln2_rstd, BT, C);
     // dres = d/d res1 = d/d attproj (and the residual path to inp).
-    matmul_backward_set(s_.dln, g_.attproj_w + l * C * C, g_.attproj_b + l * C, s_.dres, a_.atty_un + l * BTC,
-                        p_.attproj_w + l * C * C, BT, C, C);
-    if (packed_attention(spec, shape)) {
-      // dO is s_.dln as it is (rows); dQ, dK, dV land in dqkv directly.
-      if constexpr (!Backend::kDevice)
-        be_.attention_backward_packed(spec, shape, a_.qkv + l * 3 * BTC, a_.atty_un + l * BTC, s_.dln,
-                                      a_.lse + l * B * H * T, s_.dqkv);
-    } else {
-      be_.rows_to_heads(s_.datty, s_.dln, B, T, H, hd);
-      be_.attention_backward(spec, shape, a_.q + l * BTC, a_.k + l * BTC, a_.v + l * BTC, mask_, a_.atty + l * BTC,
-                             s_.datty, a_.lse + l * B * H * T, s_.dq, s_.dk, s_.dv);
-      be_.merge_heads(s_.dqkv, s_.dq, s_.dk, s_.dv, B, T, H, hd);
-    }
-    matmul_backward_set(s_.dln, g_.qkv_w + l * 3 * C * C, g_.qkv_b + l * 3 * C, s_.dqkv, a_.ln1 + l * BTC,
-                        p_.qkv_w + l * 3 * C * C, BT, C, 3 * C);
-    be_.layernorm_backward(s_.dres, g_.ln1_w + l * C, g_.ln1_b + l * C, s_.dln, inp, p_.ln1_w + l * C,
-                           a_.ln1_mean + l * BT, a_.ln1_rstd + l * BT, BT, C);
+    be_.matmul_backward_overwrite(s_.dln, a.g_proj_w, a.g_proj_b, s_.dres, a.atty, a.proj_w, BT, C, C);
+    // dO is s_.dln (rows); dQ, dK, dV land in dqkv.
+    be_.attention_block_backward(spec, shape, mask_, a.qkv, heads(l), a.atty, a.lse, s_.dln, dheads, s_.dqkv);
+    be_.matmul_backward_overwrite(s_.dln, a.g_qkv_w, a.g_qkv_b, s_.dqkv, a.ln1, a.qkv_w, BT, C, 3 * C);
+    be_.layernorm_backward(s_.dres, a.g_ln1_w, a.g_ln1_b, s_.dln, a.inp, a.ln1_w, a.ln1_mean, a.ln1_rstd, BT, C);
   }
   // dres = d/d encoded: positions and CLS sum over the batch, the patch tokens go back
   // through the embedding.
@@ -544,7 +498,7 @@ void BasicModel<Backend>::backward_classify() {
     be_.matmul_backward(nullptr, g_.patch_w, g_.patch_b, s_.demb, x_, p_.patch_w, B * N, cfg_.in_dim, C);
 }
 
-template <class Backend>
+template <ModelBackend Backend>
 ForwardStats BasicModel<Backend>::forward_readout(bool collect_norms) {
   const int64_t B = B_, C = cfg_.dim, N = cfg_.tokens, H = cfg_.heads, hd = cfg_.head_dim(), Lp = N - 1;
   ForwardStats st;
@@ -564,7 +518,7 @@ ForwardStats BasicModel<Backend>::forward_readout(bool collect_norms) {
   return st;
 }
 
-template <class Backend>
+template <ModelBackend Backend>
 void BasicModel<Backend>::backward_readout() {
   const int64_t B = B_, C = cfg_.dim, N = cfg_.tokens, H = cfg_.heads, hd = cfg_.head_dim(), Lp = N - 1;
   be_.zero(s_.dlogits, B);

@@ -2,7 +2,8 @@
 // live in one contiguous buffer seen through a struct of pointers, the forward is a list
 // of ops (kernels/ops.h, kernels/model_ops.h) and the backward is written by hand, in
 // reverse. The sequence is written once, as a template over a backend (worker/backend.h:
-// CPU, or CUDA in worker/backend_cuda.h) that owns the buffers and runs each op.
+// the concept ModelBackend; CPU, or CUDA in worker/backend_cuda.h) that owns the buffers
+// and runs each op; where the CPU fuses ops the backend runs a composite op.
 //
 // Two shapes (design.md "Trainer"):
 // - Head::classify, a pre-LN transformer: x [B, N, in_dim] -> linear patch embedding
@@ -108,7 +109,7 @@ struct ForwardStats {
 // CudaModel (worker/backend_cuda.h) on a GPU. The forward and backward below are one
 // sequence of backend ops for both. Pointers returned by params(), grads(), p(), g() are
 // on the backend's device (host memory for the CPU); get_params / set_params copy.
-template <class Backend>
+template <ModelBackend Backend>
 class BasicModel {
  public:
   // device: the GPU of a CUDA model (ignored on the CPU).
@@ -171,17 +172,13 @@ class BasicModel {
   // Padding mask from the token ids (pad_id >= 0), built on the host (key_mask_host_) and
   // staged to the device; mask_ points at the device copy, or is null without padding.
   void build_key_mask();
-  // With padding, the norms (B, H) of layer l over the rows of real queries only (CPU).
-  void norms_of_real_queries(const AttentionSpec& spec, const float* q, const float* k, const float* v,
-                             double* attn_fro, double* jac_fro);
-  // matmul_backward with dinp OVERWRITTEN (= dout @ weight): on the CPU without zeroing
-  // dinp first (kernels/ops.h matmul_backward_overwrite), on a device zero + matmul_backward.
-  void matmul_backward_set(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                           const float* weight, int64_t N, int64_t C, int64_t OC);
-  // Whether the classify blocks' attention takes the CPU's packed path (kernels/attention.h:
-  // no head split / merge; no padding mask, small heads): the same answer in the forward
-  // and the backward of a step. Always false on a device backend.
-  bool packed_attention(const AttentionSpec& spec, const AttentionShape& shape) const;
+  // Which per-layer buffers the backend's path through the transformer layers uses at
+  // batch size B (the same path in every layer, decided by the backend from the shapes).
+  LayerBuffers layer_buffers(int64_t B) const;
+  // The pointers of transformer layer l (and its split heads) for the backend's layer ops.
+  LayerForwardArgs layer_forward_args(int64_t l, double* attn_fro, double* jac_fro);
+  LayerBackwardArgs layer_backward_args(int64_t l);
+  HeadBuffers heads(int64_t l) const;
   // token_regress: the per-token linear head and MSE after the final LN, and its backward
   // into s_.dln (the gradient at the final LN's output).
   void forward_token_head(ForwardStats& st);
@@ -195,8 +192,12 @@ class BasicModel {
   ParameterTensors p_{}, g_{};
 
   // Activations of the last forward and backward scratch, one buffer each (llm.c);
-  // sized for the largest batch seen.
+  // sized for the largest batch seen. A member the model's path does not use is not
+  // allocated (null): the transformer's with the readout head, and those layer_buffers
+  // leaves out (marked below with the LayerBuffers flag that keeps them in a
+  // transformer; the readout head always uses the split heads and dqkv).
   int64_t B_ = 0, cap_B_ = 0;
+  LayerBuffers have_{};               // what the buffers were allocated for
   const float* x_ = nullptr;          // on the device
   std::vector<int32_t> ids_host_;     // x as token ids (vocab > 0), checked on the host
   const int32_t* ids_ = nullptr;      // ids_host_ on the device
@@ -212,10 +213,10 @@ class BasicModel {
     float* ln1_mean;  // (L, B, T)
     float* ln1_rstd;  // (L, B, T)
     float* qkv;       // (L, B, T, 3C)
-    float* q;         // (L, B, H, T, hd)   readout: (B, H, 1, hd)
-    float* k;         // (L, B, H, T, hd)
-    float* v;         // (L, B, H, T, hd)
-    float* atty;      // (L, B, H, T, hd)
+    float* q;         // (L, B, H, T, hd)   readout: (B, H, 1, hd)   split_heads
+    float* k;         // (L, B, H, T, hd)   split_heads
+    float* v;         // (L, B, H, T, hd)   split_heads
+    float* atty;      // (L, B, H, T, hd)   split_heads
     float* lse;       // (L, B, H, T)
     float* atty_un;   // (L, B, T, C)   heads side by side again
     float* res1;      // (L, B, T, C)
@@ -223,26 +224,26 @@ class BasicModel {
     float* ln2_mean;  // (L, B, T)
     float* ln2_rstd;  // (L, B, T)
     float* fch;       // (L, B, T, 4C)
-    float* fch_gelu;  // (L, B, T, 4C)
+    float* fch_gelu;  // (L, B, T, 4C)   gelu_out
     float* res2;      // (L, B, T, C)   block output
     float* lnf;       // (B, T, C)
     float* lnf_mean;  // (B, T)
     float* lnf_rstd;  // (B, T)
-    float* pooled;    // (B, C)
+    float* pooled;    // (B, C)   classify only
     float* logits;    // (B, classes)   readout: pred (B); token_regress: pred (B, N)
-    float* probs;     // (B, classes)
+    float* probs;     // (B, classes)   classify only
   } a_{};
   struct Scratch {
     float* dres;   // (B, T, C) gradient of the residual stream
     float* dln;    // (B, T, C)
-    float* dbig;   // (B, T, 4C)
-    float* dbig2;  // (B, T, 4C)
-    float* dqkv;   // (B, T, 3C)
-    float* dq;     // (B, H, T, hd)
+    float* dbig;   // (B, T, 4C)   op_grads
+    float* dbig2;  // (B, T, 4C)   gelu_grad
+    float* dqkv;   // (B, T, 3C)   op_grads (readout: always)
+    float* dq;     // (B, H, T, hd)   split_heads
     float* dk;
     float* dv;
-    float* datty;    // (B, H, T, hd)
-    float* dpooled;  // (B, C)
+    float* datty;    // (B, H, T, hd)   split_heads
+    float* dpooled;  // (B, C)   classify only
     float* dlogits;  // (B, classes)   token_regress: (B, N)
     float* demb;     // (B, N, C)
   } s_{};
