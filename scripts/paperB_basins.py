@@ -8,9 +8,11 @@ initialisation falls into, per activation and L. Prints Markdown tables
 
 usage: scripts/paperB_basins.py DIR
 
-A cell is in the low basin when its test MSE is at most 1.5x the lowest test MSE of its
-activation at its L (the two basins are 2-3x apart at every L measured); an
-initialisation's basin at (activation, L) is the majority over its data seeds.
+Basins: at each (activation, L) the cells' log test MSE is split in two by the threshold
+that minimises the within-group sum of squares (1-D two-means, exact); an
+initialisation's basin there is the majority over its data seeds. The paired gap is also
+given within each basin, the basin of a pair being its linear cell's (the activation
+whose basins are the same at every L).
 """
 import csv
 import sys
@@ -62,19 +64,33 @@ for L in Ls:
           f"{float(r['mean_diff']):+.3f} ± {float(r['ci95']):.3f} | {r['a_lower']}/{r['pairs']} | {g5.mean():+.3f} ± {ci5:.3f} |")
 
 print()
-print("Basin of each initialisation (L = low, H = high; majority over the 3 data seeds; threshold 1.5x the lowest at that activation and L):")
+print("Basin of each initialisation (L = low, H = high; majority over the 3 data seeds; two-means split of log test MSE at each activation and L):")
 print()
 inits = sorted({k[0] for v in by.values() for k in v})
 head = "| init_seed | " + " | ".join(f"{name[a]} L={L}" for a in ("softmax", "poly") for L in Ls) + " |"
 print(head)
 print("|" + "---|" * (1 + 2 * len(Ls)))
-basin = {}
+def split(values):
+    """Threshold between the two groups of log values with the least within-group sum of squares."""
+    v = np.sort(np.log(values))
+    best, cut = None, np.inf
+    for k in range(1, len(v)):
+        a, b = v[:k], v[k:]
+        ss = ((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()
+        if best is None or ss < best:
+            best, cut = ss, float(np.exp((v[k - 1] + v[k]) / 2))
+    return cut
+
+
+basin, low_cell = {}, {}
 for a in ("softmax", "poly"):
     for L in Ls:
         v = by[(a, L)]
-        lo = min(m for m, _ in v.values())
+        cut = split([m for m, _ in v.values()])
+        for k, (m, _) in v.items():
+            low_cell[(a, L) + k] = m <= cut
         for i in inits:
-            votes = [v[(i, s)][0] <= 1.5 * lo for s in range(3) if (i, s) in v]
+            votes = [low_cell[(a, L, i, s)] for s in range(3) if (i, s) in v]
             basin[(a, L, i)] = ("L" if sum(votes) * 2 > len(votes) else "H") + ("" if all(x == votes[0] for x in votes) else "*")
 for i in inits:
     print(f"| {i} | " + " | ".join(basin[(a, L, i)] for a in ("softmax", "poly") for L in Ls) + " |")
@@ -88,3 +104,17 @@ print(f"- softmax and linear in the same basin for the same initialisation: {sam
 for a in ("softmax", "poly"):
     stable = sum(len({basin[(a, L, i)][0] for L in Ls}) == 1 for i in inits)
     print(f"- {name[a]}: initialisations in the same basin at every L: {stable}/{len(inits)}")
+
+print()
+print("Paired gap softmax − linear within each basin (the pair's basin = its linear cell's):")
+print()
+print("| L | low basin: pairs | gap (95 % CI) | high basin: pairs | gap (95 % CI) |")
+print("|---|---|---|---|---|")
+for L in Ls:
+    s_, p_ = by[("softmax", L)], by[("poly", L)]
+    cells_ = []
+    for which in (True, False):
+        g = np.array([s_[k][0] - p_[k][0] for k in sorted(set(s_) & set(p_)) if low_cell[("poly", L) + k] == which])
+        ci = tq(len(g) - 1) * g.std(ddof=1) / sqrt(len(g)) if len(g) > 1 else float("nan")
+        cells_ += [str(len(g)), f"{g.mean():+.3f} ± {ci:.3f}" if len(g) else "–"]
+    print(f"| {L} | " + " | ".join(cells_) + " |")
