@@ -31,7 +31,7 @@ for g in "${GRIDS[@]}"; do
     t0=$(date +%s.%N)
     "$bin" run "experiments/grids/$g.json" --out "$WORK/$side/$g" --workers 2 >"$WORK/$g.$side.log" 2>&1 ||
       { echo "compare_results: $g: the $side binary failed (log: $WORK/$g.$side.log)"; status=1; }
-    printf 'compare_results: %-28s %s %6.1f s\n' "$g" "$side" "$(echo "$(date +%s.%N) - $t0" | bc)"
+    printf 'compare_results: %-28s %s %6.1f s\n' "$g" "$side" "$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }')"
   done
   plant=; [ "$g" = "${GRIDS[0]}" ] && plant=--plant
   $PY "$ROOT/scripts/compare_results.py" $plant "$WORK/base/$g" "$WORK/new/$g" || status=1
