@@ -9,6 +9,14 @@
 //   worker -> 0   heartbeat (empty) I am alive; sent by a thread of its own (heartbeat.h)
 #pragma once
 
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "experiments/cell_status.h"
+
 namespace attnsweep {
 
 enum MessageTag : int {
@@ -31,5 +39,41 @@ inline const char* tag_name(int tag) {
   }
   return "unknown";
 }
+
+// Sends `payload` as JSON text (MPI_COMM_WORLD, blocking).
+void mpi_send(int dest, int tag, const nlohmann::json& payload);
+
+struct Message {
+  int source = -1, tag = -1;
+  nlohmann::json payload;
+};
+
+// The next message from `source` (MPI_ANY_SOURCE for any) if one has arrived, without waiting.
+std::optional<Message> mpi_poll(int source);
+
+// assign's payload: an attempt of a cell.
+struct Assignment {
+  size_t index = 0;
+  std::string id;
+  int attempt = 1;
+  double timeout_s = 0;
+  int slots = 1;  // devices the cell trains on, data-parallel (its `devices` key)
+};
+
+// result's payload: how an attempt ended.
+struct AttemptResult {
+  size_t index = 0;
+  std::string id;
+  int attempt = 1;
+  CellStatus outcome = CellStatus::failed;
+  std::string reason;
+  double wall_s = 0;
+  int rank = 0, slot = 0;
+  std::string host;
+};
+
+nlohmann::json to_json(const AttemptResult& r);
+// Anything but complete, diverged or interrupted reads as failed.
+AttemptResult result_from_json(const nlohmann::json& j);
 
 }  // namespace attnsweep

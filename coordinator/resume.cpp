@@ -1,0 +1,71 @@
+#include "coordinator/resume.h"
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include "results/cell_file.h"
+#include "worker/run_cell.h"
+
+namespace attnsweep {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::vector<std::pair<size_t, CellStatus>> prepare_dir(const Grid& grid, const RunOptions& opt, RunDir& rd) {
+  rd.open_and_lock();
+  const std::string manifest = rd.dir() + "/manifest.json";
+  if (fs::exists(manifest)) {
+    json old;
+    try {
+      old = json::parse(read_text(manifest));
+    } catch (const std::exception& e) {
+      throw InputError({manifest + ": unreadable manifest (" + std::string(e.what()) + ")"});
+    }
+    const std::string old_hash = old.value("grid_hash", "");
+    if (old_hash != grid.hash && !opt.force)
+      throw InputError({manifest + ": grid_hash: this directory holds a different grid (" + old_hash.substr(0, 16) +
+                        ", now " + grid.hash.substr(0, 16) +
+                        "); use --force to resume with the changed grid, or another --out"});
+  }
+  json m = {{"grid", grid.source},     {"grid_file", grid.file},     {"grid_name", grid.name},
+            {"grid_hash", grid.hash},  {"cells", grid.cells.size()}, {"attnsweep_version", ATTNSWEEP_VERSION},
+            {"written", iso_utc_now()}};
+  atomic_write_text(manifest, m.dump(2) + "\n");
+
+  // Temporaries of a run that was killed (we hold the lock: no writer is alive).
+  remove_stale_temporaries(rd.dir() + "/runs");
+  // Half-written checkpoints too (a killed or lost rank's); a complete one is resumed.
+  remove_stale_temporaries(rd.dir() + "/checkpoints");
+  std::vector<std::pair<size_t, CellStatus>> finished;
+  for (size_t i = 0; i < grid.cells.size(); ++i) {
+    const Cell& c = grid.cells[i];
+    const std::string cell_path = rd.cell_file(c.id);
+    const std::string text = c.config.dump(2) + "\n";
+    bool same = false;
+    if (fs::exists(cell_path)) {
+      try {
+        same = read_text(cell_path) == text;
+      } catch (...) {
+      }
+    }
+    if (!same) atomic_write_text(cell_path, text, /*durable=*/false);
+    const std::string result = rd.runs(c.id);
+    if (!opt.resume || !fs::exists(result)) continue;
+    std::string why;
+    if (cell_file_valid(result, c.id, &why)) {
+      const CellSummary s = read_cell_summary(result);
+      finished.push_back({i, s.status == CellStatus::diverged ? CellStatus::diverged : CellStatus::complete});
+    } else {
+      // Never trust, never delete: keep the bad file aside for a post-mortem, recompute.
+      const std::string aside = result + ".invalid";
+      std::error_code ec;
+      fs::rename(result, aside, ec);
+      rd.append_event({{"event", "invalid_result"}, {"cell_id", c.id}, {"reason", why}, {"moved_to", aside}});
+      std::fprintf(stderr, "attnsweep: %s: %s; moved to %s, recomputing\n", result.c_str(), why.c_str(), aside.c_str());
+    }
+  }
+  return finished;
+}
+
+}  // namespace attnsweep
