@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "experiments/params.h"
+#include "experiments/registry.h"
 #include "kernels/activation.h"
 
 namespace attnsweep {
@@ -160,21 +161,23 @@ std::string missing_message(const ParamSpec& spec, const json& cfg) {
 std::optional<json> resolve(const Values& values, const std::string& missing_prefix, Problems& problems) {
   json cfg = json::object();
   bool ok = true;
-  for (const auto& spec : param_specs()) {
+  // The shared keys lead every task's list: once `task` is resolved, its keys follow.
+  std::vector<const ParamSpec*> specs = cell_param_specs(nullptr);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const ParamSpec& spec = *specs[i];
     if (spec.applies && !spec.applies(cfg)) continue;
     if (auto it = values.find(spec.name); it != values.end()) {
       cfg[spec.name] = it->second.value;
-      continue;
-    }
-    json d = spec.default_value ? spec.default_value(cfg) : json();
-    if (d.is_null()) {
+    } else if (json d = spec.default_value ? spec.default_value(cfg) : json(); !d.is_null()) {
+      cfg[spec.name] = std::move(d);
+    } else {
       problems.add(dotted(missing_prefix, spec.name), missing_message(spec, cfg));
       ok = false;
-      continue;
     }
-    cfg[spec.name] = std::move(d);
+    if (spec.name == "task") specs = cell_param_specs(task_of(cfg));
   }
-  for (const auto& spec : param_specs()) {
+  for (const ParamSpec* s : specs) {
+    const ParamSpec& spec = *s;
     if (!spec.check || !cfg.contains(spec.name)) continue;
     if (std::string msg = spec.check(cfg[spec.name], cfg); !msg.empty()) {
       auto it = values.find(spec.name);
@@ -699,16 +702,18 @@ json value_schema(const ParamSpec& spec) {
   return v;
 }
 
-// For each key, the tasks it applies to: the table resolved in order (as cells are) for
-// every task and every activation.
-std::map<std::string, std::set<std::string>> tasks_of_keys() {
-  std::map<std::string, std::set<std::string>> out;
-  for (const std::string& task : task_names())
+// For each key, the tasks it applies to and the description each gives it: every
+// task's keys resolved in order (as cells are) for every activation.
+using KeyUses = std::map<std::string, std::map<std::string, std::string>>;  // key -> task -> description
+KeyUses tasks_of_keys() {
+  KeyUses out;
+  for (const TaskDef* task : task_registry())
     for (const std::string& act : activation_names()) {
-      json cfg = {{"task", task}, {"activation", act}};
-      for (const ParamSpec& s : param_specs()) {
-        if (!s.applies || !s.applies(cfg)) continue;
-        out[s.name].insert(task);
+      json cfg = {{"task", task->name}, {"activation", act}};
+      for (const ParamSpec* p : cell_param_specs(task)) {
+        const ParamSpec& s = *p;
+        if (s.applies && !s.applies(cfg)) continue;
+        out[s.name][task->name] = s.description;
         if (!cfg.contains(s.name) && s.default_value) {
           json d = s.default_value(cfg);
           if (!d.is_null()) cfg[s.name] = d;
@@ -727,10 +732,19 @@ json grid_json_schema() {
   for (const ParamSpec& s : param_specs()) {
     json v = value_schema(s);
     auto it = applies.find(s.name);
-    if (it != applies.end() && it->second.size() < all_tasks.size()) {
+    if (it != applies.end()) {
+      // Tasks that describe a shared name differently (n_train: LRA's 96000 or 1000
+      // samples) each say theirs; otherwise one description and the tasks it is for.
+      std::set<std::string> distinct;
+      for (const auto& [task, what] : it->second) distinct.insert(what);
       std::string t;
-      for (const std::string& x : it->second) t += (t.empty() ? "" : ", ") + x;
-      v["description"] = v.value("description", std::string()) + " (task " + t + ")";
+      if (distinct.size() > 1) {
+        for (const auto& [task, what] : it->second) t += (t.empty() ? "" : "; ") + ("task " + task + ": " + what);
+        v["description"] = t;
+      } else if (it->second.size() < all_tasks.size()) {
+        for (const auto& kv : it->second) t += (t.empty() ? "" : ", ") + kv.first;
+        v["description"] = *distinct.begin() + " (task " + t + ")";
+      }
     }
     defs[s.name] = v;
     const json ref = {{"$ref", "#/$defs/" + s.name}};

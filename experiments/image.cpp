@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "experiments/registry.h"
 #include "experiments/task.h"
+#include "experiments/training_keys.h"
 #include "kernels/ops.h"
 
 namespace attnsweep {
@@ -154,6 +156,26 @@ TaskOutput run_image(const json& config, const TaskContext& ctx) {
     patchify(x, img.data(), count, 1, kSide, kSide, p);  // [count, N, p*p]
   };
   return ctx.train(config, ctx, data);
+}
+
+const TaskDef& image_task() {
+  static const TaskDef t = [] {
+    TaskDef d;
+    d.name = "image";
+    d.description = "Fashion-MNIST classification as (28/p)^2 patches of p x p pixels (paper A)";
+    d.max_prompt_length = 784;
+    d.check_prompt_length = [](int64_t n) -> std::string {
+      if (image_patch_size(n) != 0) return "";
+      return std::to_string(n) + " is not a patch count task image can make: 16, 49, 196 or 784 (patch 7, 4, 2, 1)";
+    };
+    d.model = TaskModel::transformer;
+    d.target = TaskTarget::classes;
+    d.keys = {boolean_key("cls", false, "classify from a learned CLS token instead of the mean over tokens")};
+    d.cost_s = transformer_cost_s;
+    d.run = run_image;
+    return d;
+  }();
+  return t;
 }
 
 }  // namespace attnsweep

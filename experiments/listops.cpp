@@ -7,9 +7,11 @@
 #include <memory>
 #include <stdexcept>
 
+#include "experiments/registry.h"
 #include "experiments/result_schema.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
+#include "experiments/training_keys.h"
 
 namespace attnsweep {
 
@@ -124,17 +126,17 @@ std::string listops_token_text(int32_t id) {
 TaskOutput run_listops(const json& config, const TaskContext& ctx) {
   ListOpsSpec spec;
   spec.max_length = config.at("prompt_length").get<int64_t>();
-  spec.min_length = config.value("min_length", spec.max_length / 4);
-  spec.depth = config.value("depth", spec.depth);
-  spec.arity = config.value("arity", spec.arity);
-  spec.data_seed = config.value("data_seed", uint64_t{0});
+  spec.min_length = config.at("min_length").get<int64_t>();
+  spec.depth = config.at("depth").get<int64_t>();
+  spec.arity = config.at("arity").get<int64_t>();
+  spec.data_seed = config.at("data_seed").get<uint64_t>();
   if (spec.arity < 2 || spec.depth < 1 || spec.max_length < 4 || spec.min_length > spec.max_length)
     throw std::runtime_error("listops: needs arity >= 2, depth >= 1, 4 <= prompt_length, min_length <= prompt_length");
   if (!ctx.train) throw std::runtime_error("task listops: no trainer supplied (run it through attnsweep train)");
 
   TrainingData data;
-  data.n_train = config.value("n_train", int64_t{96000});
-  data.n_test = config.value("n_test", int64_t{2000});
+  data.n_train = config.at("n_train").get<int64_t>();
+  data.n_test = config.at("n_test").get<int64_t>();
   data.tokens = spec.max_length;
   data.in_dim = 1;
   data.classes = 10;
@@ -167,6 +169,52 @@ TaskOutput run_listops(const json& config, const TaskContext& ctx) {
   out.series.push_back(
       result_series("/listops/test_class_counts", {10}, std::vector<int64_t>(counts.begin(), counts.end())));
   return out;
+}
+
+const TaskDef& listops_task() {
+  static const TaskDef t = [] {
+    TaskDef d;
+    d.name = "listops";
+    d.description = "Long Range Arena's ListOps, generated, padded to the prompt length (LRA: 2000)";
+    d.min_prompt_length = 4;
+    d.min_prompt_why = "the shortest expression, [MAX d d ], is 4 tokens";
+    d.max_prompt_length = 16384;
+    d.model = TaskModel::transformer;
+    d.target = TaskTarget::classes;
+    // The data's sizes and seed are the data's alone, so that cells with different
+    // `seed` or `init_seed` share one test set; the generator's defaults are LRA's.
+    d.keys = {boolean_key("cls", true, "classify from a learned CLS token instead of the mean over tokens"),
+              integer_key("data_seed", 0, kNoBound, 0, "seed of the generated train and test samples"),
+              integer_key("n_train", 1, 1e9, 96000, "training samples (LRA: 96000)"),
+              integer_key("n_test", 1, 1e9, 2000, "test samples, fixed per data_seed (LRA: 2000)"),
+              integer_key("depth", 1, 64, 10, "most nested operators of a ListOps expression"),
+              integer_key("arity", 2, 64, 10, "most arguments of a ListOps operator")};
+    ParamSpec min_length =
+        integer_key("min_length", 1, kNoBound, json(),
+                    "shortest expression in tokens (default prompt_length / 4, as LRA's 500 of 2000)");
+    min_length.default_value = [](const json& cfg) {
+      // A missing prompt_length is reported as such; the 4 only keeps this row quiet.
+      return json(std::max<int64_t>(1, cfg.value("prompt_length", int64_t{4}) / 4));
+    };
+    min_length.check = [](const json& value, const json& cfg) -> std::string {
+      const int64_t m = value.get<int64_t>(), n = cfg.value("prompt_length", int64_t{0});  // 0: missing, reported
+      const int64_t depth = cfg.at("depth").get<int64_t>(), arity = cfg.at("arity").get<int64_t>();
+      if (m > n) return value.dump() + " is more than prompt_length " + std::to_string(n);
+      if (const int64_t longest = listops_longest(depth, arity); m > longest)
+        return value.dump() + " is longer than any expression of depth " + std::to_string(depth) + " and arity " +
+               std::to_string(arity) + " (at most " + std::to_string(longest) + " tokens)";
+      return "";
+    };
+    d.keys.push_back(std::move(min_length));
+    d.cost_s = transformer_cost_s;
+    d.outputs = {make_final_metric("majority_accuracy", "largest share of one label in the test split (the baseline)"),
+                 make_final_metric("test_mean_length", "mean length in tokens of the test split's sequences"),
+                 make_dataset("/listops/test_class_counts", ResultType::int64, {"classes"},
+                              "test-split samples per label 0..9 (the majority baseline is the largest share)", false)};
+    d.run = run_listops;
+    return d;
+  }();
+  return t;
 }
 
 }  // namespace attnsweep

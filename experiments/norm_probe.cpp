@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "experiments/registry.h"
 #include "experiments/result_schema.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
@@ -26,10 +27,10 @@ void fill_normal(Rng& rng, std::vector<float>& v, double std) {
 
 TaskOutput run_norm_probe(const json& config, const TaskContext& ctx) {
   const int64_t n = config.at("prompt_length").get<int64_t>();
-  const int64_t dim = config.value("dim", int64_t{64});
-  const int64_t hd = config.value("head_dim", int64_t{16});
-  const int64_t samples = config.value("samples", int64_t{32});
-  const uint64_t seed = config.value("seed", uint64_t{0});
+  const int64_t dim = config.at("dim").get<int64_t>();
+  const int64_t hd = config.at("head_dim").get<int64_t>();
+  const int64_t samples = config.at("samples").get<int64_t>();
+  const uint64_t seed = config.at("seed").get<uint64_t>();
   const PhiParams phi = resolve_phi(activation_spec_of(config), n);
 
   std::vector<float> x(n * dim), wq(dim * hd), wk(dim * hd), q(n * hd), k(n * hd);
@@ -97,6 +98,37 @@ TaskOutput run_norm_probe(const json& config, const TaskContext& ctx) {
     out.diverged_at_step = 0;
   }
   return out;
+}
+
+const TaskDef& norm_probe_task() {
+  static const TaskDef t = [] {
+    TaskDef d;
+    d.name = "norm_probe";
+    d.description = "||phi(S)||_F and ||d phi / dS||_F of random scores at initialisation (paper A's norm laws)";
+    // The probe materialises one N x N score matrix per sample: N = 16384 is 1 GiB in float32.
+    d.max_prompt_length = 16384;
+    d.keys = {integer_key("samples", 1, 100000, 32, "independent draws averaged per cell"),
+              integer_key("head_dim", 1, 1024, 16, "query/key width d of one head"),
+              integer_key("dim", 1, 4096, 64, "model width D")};
+    // Scores, phi, phi' and both norms: about (2d + 20) flops per score entry.
+    d.cost_s = [](const json& c) {
+      const double n = c.at("prompt_length").get<double>();
+      return c.at("samples").get<double>() * n * n * (2 * c.at("head_dim").get<double>() + 20) / 2e9 + 0.01;
+    };
+    d.outputs = {
+        make_final_metric("attn_fro", "mean over the samples of ||phi(S)||_F", true, "", "‖φ(S)‖_F"),
+        make_final_metric("attn_fro_std", "sample standard deviation of ||phi(S)||_F (0 for one sample)"),
+        make_final_metric("attn_fro_max", "largest ||phi(S)||_F of the samples"),
+        make_final_metric("jac_fro", "mean over the samples of ||d phi(S) / dS||_F", true, "", "‖∂φ(S)/∂S‖_F"),
+        make_final_metric("jac_fro_std", "sample standard deviation of ||d phi(S) / dS||_F (0 for one sample)"),
+        make_final_metric("jac_fro_max", "largest ||d phi(S) / dS||_F of the samples"),
+        make_dataset("/probe/attn_fro", ResultType::float64, {"samples"},
+                     "||phi(S)||_F of each sample, S = (X W_Q)(X W_K)^T / sqrt(d)", false),
+        make_dataset("/probe/jac_fro", ResultType::float64, {"samples"}, "||d phi(S) / dS||_F of each sample", false)};
+    d.run = run_norm_probe;
+    return d;
+  }();
+  return t;
 }
 
 }  // namespace attnsweep

@@ -5,48 +5,13 @@
 #include <cstdint>
 #include <map>
 
-#include "experiments/listops.h"
-#include "experiments/task.h"
+#include <stdexcept>
+
+#include "experiments/registry.h"
+#include "experiments/training_keys.h"
 
 namespace attnsweep {
 namespace {
-
-// What each implemented task is, as far as the schema needs to know. A new task (image,
-// icl_regression, listops, pde) is one row here plus its own rows in the key table.
-struct TaskInfo {
-  const char* name;
-  bool attention;             // has an attention activation (activation/degree/scale apply)
-  int64_t max_prompt_length;  // 0: the task has no prompt (prompt_length does not apply)
-};
-
-constexpr TaskInfo kTasks[] = {
-    // The probe materialises one N x N score matrix per sample: N = 16384 is 1 GiB in float32.
-    {"norm_probe", true, 16384},
-    // Fashion-MNIST as (28/p)^2 patches: N in {16, 49, 196, 784} (checked below).
-    {"image", true, 784},
-    // Paper B's in-context regression: L prompt tokens + the query, C = d + 1 wide.
-    {"icl_regression", true, 16384},
-    // Long Range Arena's ListOps, padded to the prompt length (LRA: 2000).
-    {"listops", true, 16384},
-    // Burgers' equation on N grid points (tokens): any N >= 4.
-    {"pde", true, 8192},
-    // Stand-in cells for scheduler tests: sleep, crash, hang or exit on request.
-    {"synthetic", false, 0},
-};
-
-const TaskInfo* task_of(const json& cfg) {
-  auto it = cfg.find("task");
-  if (it == cfg.end() || !it->is_string()) return nullptr;
-  const auto& name = it->get_ref<const std::string&>();
-  for (const auto& t : kTasks)
-    if (name == t.name) return &t;
-  return nullptr;
-}
-
-bool task_is(const json& cfg, const char* name) {
-  const TaskInfo* t = task_of(cfg);
-  return t != nullptr && std::string(t->name) == name;
-}
 
 // The cell's activation takes a degree / a scale (the registry, kernels/activation.h).
 bool activation_takes(const json& cfg, bool ActivationInfo::*what) {
@@ -56,350 +21,101 @@ bool activation_takes(const json& cfg, bool ActivationInfo::*what) {
   return a && activation_info(*a).*what;
 }
 
-// Tasks that train a model (worker/trainer.h): they share the model and optimiser keys.
-bool is_training_task(const json& cfg) {
-  return task_is(cfg, "image") || task_is(cfg, "icl_regression") || task_is(cfg, "listops") || task_is(cfg, "pde");
-}
-// Training tasks whose model is the transformer (layers, heads, dim, ... apply); the
-// in-context regression read-out is one attention layer of width d + 1 (worker/model.h).
-bool is_transformer_task(const json& cfg) {
-  return is_training_task(cfg) && !task_is(cfg, "icl_regression");
-}
-
-// A shared training key's default for the cell's task: paper B trains its read-out with
-// plain SGD at a constant learning rate, no decay, no clipping, no warm-up.
-json training_default(const json& cfg, const std::string& key, const json& fallback) {
-  if (task_is(cfg, "icl_regression")) {
-    static const std::map<std::string, json> icl = {
-        {"optimizer", "sgd"}, {"weight_decay", 0.0},       {"clip", 0.0},
-        {"warmup_steps", 0},  {"lr_schedule", "constant"}, {"eval_every", 1000}};
-    if (auto it = icl.find(key); it != icl.end()) return it->second;
-  }
-  return fallback;
-}
-std::function<json(const json&)> training_default_of(const char* key, json fallback) {
-  return [key = std::string(key), fallback = std::move(fallback)](const json& cfg) {
-    return training_default(cfg, key, fallback);
-  };
-}
-
-std::function<bool(const json&)> always() {
-  return [](const json&) { return true; };
-}
-std::function<bool(const json&)> for_task(const char* name) {
-  return [name](const json& cfg) { return task_is(cfg, name); };
-}
-std::function<json(const json&)> fixed_default(json v) {
-  return [v = std::move(v)](const json&) { return v; };
-}
-
-ParamSpec integer(std::string name, double min, double max, std::string description) {
+ParamSpec key(std::string name, ParamType type, json default_value, std::string description) {
   ParamSpec s;
   s.name = std::move(name);
-  s.type = ParamType::integer;
-  s.min = min;
-  s.max = max;
+  s.type = type;
   s.description = std::move(description);
-  return s;
-}
-ParamSpec number(std::string name, double min, double max, std::string description) {
-  ParamSpec s = integer(std::move(name), min, max, std::move(description));
-  s.type = ParamType::number;
+  if (!default_value.is_null()) s.default_value = [v = std::move(default_value)](const json&) { return v; };
   return s;
 }
 
-constexpr double kNoBound = 1e300;
+// The prompt length against what the cell's task can make (registry.h).
+std::string check_prompt_length(const json& value, const json& cfg) {
+  const TaskDef* t = task_of(cfg);
+  if (t == nullptr) return "";
+  const int64_t n = value.get<int64_t>();
+  if (t->check_prompt_length != nullptr) return t->check_prompt_length(n);
+  if (n < t->min_prompt_length)
+    return value.dump() + " is less than task " + t->name + " can make (" + t->min_prompt_why + ")";
+  if (n <= t->max_prompt_length) return "";
+  return value.dump() + " is more than task " + t->name + " can make (" + std::to_string(t->min_prompt_length) + ".." +
+         std::to_string(t->max_prompt_length) + ")";
+}
 
-// Order matters: `applies` and `default_value` may only read keys above their own row.
-std::vector<ParamSpec> make_specs() {
+// The keys every cell has, whatever its task. Order matters: `applies` and
+// `default_value` may only read keys above their own row.
+std::vector<ParamSpec> make_shared_specs() {
   std::vector<ParamSpec> v;
   {
-    ParamSpec s;
-    s.name = "task";
-    s.type = ParamType::string;
-    s.choices = task_names();
-    s.description = "what the cell computes";
-    s.applies = always();
+    ParamSpec s = string_key("task", task_names(), json(), "what the cell computes");
+    s.applies = [](const json&) { return true; };
     v.push_back(std::move(s));  // no default: every cell names its task
   }
   {
-    ParamSpec s;
-    s.name = "activation";
-    s.type = ParamType::string;
-    s.choices = activation_names();
-    s.description = "attention activation phi";
+    ParamSpec s = string_key("activation", activation_names(), "softmax", "attention activation phi");
     s.applies = [](const json& cfg) {
-      const TaskInfo* t = task_of(cfg);
+      const TaskDef* t = task_of(cfg);
       return t != nullptr && t->attention;
     };
-    s.default_value = fixed_default("softmax");
     v.push_back(std::move(s));
   }
   {
-    ParamSpec s = integer("degree", kMinDegree, kMaxDegree, "power p of the polynomial activation s^p");
+    ParamSpec s = integer_key("degree", kMinDegree, kMaxDegree, 1, "power p of the polynomial activation s^p");
     s.applies = [](const json& cfg) { return activation_takes(cfg, &ActivationInfo::takes_degree); };
-    s.default_value = fixed_default(1);
     v.push_back(std::move(s));
   }
   {
-    ParamSpec s;
-    s.name = "scale";
-    s.type = ParamType::scale;
+    ParamSpec s = key("scale", ParamType::scale, "none",
+                      "factor c of the activations that take one: 1, 1/sqrt(N), 1/N or a positive number");
     s.choices = scale_names();
-    s.description = "factor c of the activations that take one: 1, 1/sqrt(N), 1/N or a positive number";
     s.applies = [](const json& cfg) { return activation_takes(cfg, &ActivationInfo::takes_scale); };
-    s.default_value = fixed_default("none");
     v.push_back(std::move(s));
   }
   {
-    ParamSpec s = integer("prompt_length", 1, kNoBound, "number of tokens N the attention sees");
+    ParamSpec s = integer_key("prompt_length", 1, kNoBound, json(), "number of tokens N the attention sees");
     s.applies = [](const json& cfg) {
-      const TaskInfo* t = task_of(cfg);
+      const TaskDef* t = task_of(cfg);
       return t != nullptr && t->max_prompt_length > 0;
     };
-    s.check = [](const json& value, const json& cfg) -> std::string {
-      const TaskInfo* t = task_of(cfg);
-      if (t != nullptr && std::string(t->name) == "image") {
-        if (image_patch_size(value.get<int64_t>()) != 0) return "";
-        return value.dump() + " is not a patch count task image can make: 16, 49, 196 or 784 (patch 7, 4, 2, 1)";
-      }
-      const bool needs4 = t != nullptr && (std::string(t->name) == "listops" || std::string(t->name) == "pde");
-      if (needs4 && value.get<int64_t>() < 4)
-        return value.dump() + " is less than task " + t->name + " can make (" +
-               (std::string(t->name) == "listops" ? "the shortest expression, [MAX d d ], is 4 tokens"
-                                                  : "at least 4 grid points") +
-               ")";
-      if (t == nullptr || value.get<int64_t>() <= t->max_prompt_length) return "";
-      return value.dump() + " is more than task " + t->name + " can make (" + (needs4 ? "4" : "1") + ".." +
-             std::to_string(t->max_prompt_length) + ")";
-    };
+    s.check = check_prompt_length;
     v.push_back(std::move(s));  // no default: the prompt length is what every sweep is about
   }
   {
-    ParamSpec s = integer("seed", 0, kNoBound, "seed of every random draw of the cell");
-    s.applies = always();
-    s.default_value = fixed_default(0);
-    v.push_back(std::move(s));
-  }
-
-  // norm_probe: norms of phi(S) and its Jacobian for random Q, K at initialisation.
-  for (auto [name, lo, hi, def, what] :
-       {std::tuple{"samples", 1.0, 100000.0, 32, "independent draws averaged per cell"},
-        std::tuple{"head_dim", 1.0, 1024.0, 16, "query/key width d of one head"}}) {
-    ParamSpec s = integer(name, lo, hi, what);
-    s.applies = for_task("norm_probe");
-    s.default_value = fixed_default(def);
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s = integer("dim", 1, 4096, "model width D");
-    s.applies = [](const json& cfg) { return task_is(cfg, "norm_probe") || is_transformer_task(cfg); };
-    s.default_value = fixed_default(64);
-    v.push_back(std::move(s));
-  }
-
-  // Training tasks (image): the model and the optimiser (worker/trainer.h).
-  for (auto [name, lo, hi, def, what] :
-       {std::tuple{"layers", 1.0, 64.0, 4, "transformer blocks L"},
-        std::tuple{"heads", 1.0, 64.0, 4, "attention heads H per block (must divide dim)"},
-        std::tuple{"mlp_ratio", 1.0, 16.0, 4, "MLP hidden width = mlp_ratio x dim"},
-        std::tuple{"steps", 0.0, 1e9, 3000, "optimiser steps"},
-        std::tuple{"batch", 1.0, 65536.0, 128, "samples per step"},
-        std::tuple{"warmup_steps", 0.0, 1e9, 100, "linear warm-up steps before the cosine decay"},
-        std::tuple{"log_every", 1.0, 1e9, 50, "steps between rows of /train and /norms"},
-        std::tuple{"eval_every", 0.0, 1e9, 500, "steps between test-split evaluations (0: only at the end)"},
-        std::tuple{"eval_batches", 0.0, 1e9, 0, "batches of the test split per evaluation (0: all of it)"},
-        std::tuple{"checkpoint_every", 0.0, 1e9, 0, "steps between checkpoints (0: only when stopped by a signal)"},
-        std::tuple{"init_seed", 0.0, kNoBound, 0, "seed of the initial weights (separate from seed: paired runs)"}}) {
-    ParamSpec s = integer(name, lo, hi, what);
-    const std::string key = name;
-    s.applies = key == "layers" || key == "heads" || key == "mlp_ratio" ? is_transformer_task : is_training_task;
-    s.default_value = training_default_of(name, def);
-    if (key == "heads")
-      s.check = [](const json& value, const json& cfg) -> std::string {
-        const int64_t h = value.get<int64_t>(), d = cfg.value("dim", int64_t{64});
-        if (d % h == 0) return "";
-        return "heads " + value.dump() + " does not divide dim " + std::to_string(d);
-      };
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s = integer("devices", 1, 64, "devices (GPUs, or CPU devices) this cell trains on, data-parallel");
-    s.applies = is_training_task;
-    s.default_value = fixed_default(1);
-    // Every device takes batch / devices rows of the step's batch (worker/trainer.h).
-    s.check = [](const json& value, const json& cfg) -> std::string {
-      const int64_t k = value.get<int64_t>(), b = cfg.value("batch", int64_t{128});
-      if (b % k == 0) return "";
-      return "batch " + std::to_string(b) + " is not divisible by devices " + value.dump() +
-             " (each device takes batch / devices rows)";
-    };
-    v.push_back(std::move(s));
-  }
-  for (auto [name, lo, hi, def, what] :
-       {std::tuple{"lr", 0.0, 1e6, 1e-3, "peak learning rate"},
-        std::tuple{"weight_decay", 0.0, 1e6, 0.05, "decoupled weight decay of the weight matrices"},
-        std::tuple{"clip", 0.0, 1e12, 1.0, "gradient clipping by global norm (0: off)"},
-        std::tuple{"init_std", 0.0, 1e6, 0.0,
-                   "std of normal initial weight matrices (0: PyTorch nn.Linear's uniform +-1/sqrt(fan_in))"}}) {
-    ParamSpec s = number(name, lo, hi, what);
-    s.applies = is_training_task;
-    s.default_value = training_default_of(name, def);
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s;
-    s.name = "optimizer";
-    s.type = ParamType::string;
-    s.choices = {"adamw", "sgd"};
-    s.description = "AdamW (betas 0.9, 0.999, eps 1e-8) or plain SGD";
-    s.applies = is_training_task;
-    s.default_value = training_default_of("optimizer", "adamw");
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s;
-    s.name = "lr_schedule";
-    s.type = ParamType::string;
-    s.choices = {"cosine", "constant"};
-    s.description = "after the warm-up: cosine decay to 0 over the remaining steps, or a constant lr";
-    s.applies = is_training_task;
-    s.default_value = training_default_of("lr_schedule", "cosine");
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s;
-    s.name = "cls";
-    s.type = ParamType::boolean;
-    s.description = "classify from a learned CLS token instead of the mean over tokens";
-    // pde predicts every token: no pooling, no CLS.
-    s.applies = [](const json& cfg) { return is_transformer_task(cfg) && !task_is(cfg, "pde"); };
-    s.default_value = [](const json& cfg) { return json(task_is(cfg, "listops")); };
-    v.push_back(std::move(s));
-  }
-
-  // Data of the generated tasks (listops, pde): sizes and the seed of the data alone, so
-  // that cells with different `seed` or `init_seed` share one test set.
-  auto generated = [](const json& cfg) { return task_is(cfg, "listops") || task_is(cfg, "pde"); };
-  {
-    ParamSpec s = integer("data_seed", 0, kNoBound, "seed of the generated train and test samples");
-    s.applies = generated;
-    s.default_value = fixed_default(0);
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s = integer("n_train", 1, 1e9, "training samples (listops: LRA's 96000; pde: 1000)");
-    s.applies = generated;
-    s.default_value = [](const json& cfg) { return json(task_is(cfg, "listops") ? 96000 : 1000); };
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s = integer("n_test", 1, 1e9, "test samples, fixed per data_seed (listops: LRA's 2000; pde: 200)");
-    s.applies = generated;
-    s.default_value = [](const json& cfg) { return json(task_is(cfg, "listops") ? 2000 : 200); };
-    v.push_back(std::move(s));
-  }
-
-  // listops: the expression generator (experiments/listops.h); LRA's defaults.
-  {
-    ParamSpec s = integer("depth", 1, 64, "most nested operators of a ListOps expression");
-    s.applies = for_task("listops");
-    s.default_value = fixed_default(10);
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s = integer("arity", 2, 64, "most arguments of a ListOps operator");
-    s.applies = for_task("listops");
-    s.default_value = fixed_default(10);
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s = integer("min_length", 1, kNoBound,
-                          "shortest expression in tokens (default prompt_length / 4, as LRA's 500 of 2000)");
-    s.applies = for_task("listops");
-    s.default_value = [](const json& cfg) {
-      return json(std::max<int64_t>(1, cfg.value("prompt_length", int64_t{4}) / 4));
-    };
-    s.check = [](const json& value, const json& cfg) -> std::string {
-      const int64_t m = value.get<int64_t>(), n = cfg.value("prompt_length", int64_t{0});
-      const int64_t depth = cfg.value("depth", int64_t{10}), arity = cfg.value("arity", int64_t{10});
-      if (m > n) return value.dump() + " is more than prompt_length " + std::to_string(n);
-      if (const int64_t longest = listops_longest(depth, arity); m > longest)
-        return value.dump() + " is longer than any expression of depth " + std::to_string(depth) + " and arity " +
-               std::to_string(arity) + " (at most " + std::to_string(longest) + " tokens)";
-      return "";
-    };
-    v.push_back(std::move(s));
-  }
-
-  // pde: Burgers' equation (experiments/pde.h).
-  {
-    ParamSpec s = number("nu", 0.01, 100, "viscosity of Burgers' equation u_t + u u_x = nu u_xx");
-    s.applies = for_task("pde");
-    s.default_value = fixed_default(0.1);
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s = number("final_time", 1e-6, 100, "T of the operator u(., 0) -> u(., T)");
-    s.applies = for_task("pde");
-    s.default_value = fixed_default(1.0);
-    v.push_back(std::move(s));
-  }
-
-  // icl_regression (experiments/icl_regression.h): the prompt distribution of paper B.
-  {
-    ParamSpec s = integer("d", 1, 64, "dimension of x; tokens (x, y) have d + 1 coordinates");
-    s.applies = for_task("icl_regression");
-    s.default_value = fixed_default(5);
-    v.push_back(std::move(s));
-  }
-  for (auto [name, lo, hi, def, what] :
-       {std::tuple{"rho", -0.99, 0.99, 0.5, "covariance of x: Sigma_ij = rho^|i-j|"},
-        std::tuple{"noise_var", 0.0, 1e6, 0.1, "variance of the noise eps in y = w^T x + eps"}}) {
-    ParamSpec s = number(name, lo, hi, what);
-    s.applies = for_task("icl_regression");
-    s.default_value = fixed_default(def);
-    v.push_back(std::move(s));
-  }
-  for (auto [name, lo, hi, def, what] :
-       {std::tuple{"train_prompts", 1.0, 16777216.0, 1048576,
-                   "training prompts (each drawn afresh from its index; an epoch is a permutation of them)"},
-        std::tuple{"test_prompts", 1.0, 1048576.0, 1024, "fixed test prompts (test MSE and limit_sq_error)"}}) {
-    ParamSpec s = integer(name, lo, hi, what);
-    s.applies = for_task("icl_regression");
-    s.default_value = fixed_default(def);
-    v.push_back(std::move(s));
-  }
-
-  // synthetic: lets scheduler tests ask for slow, crashing, hanging or failing cells.
-  {
-    ParamSpec s = number("seconds", 0, 86400, "how long the cell sleeps before writing its result");
-    s.applies = for_task("synthetic");
-    s.default_value = fixed_default(0.0);
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s = integer("crash_attempts", 0, kNoBound, "the cell segfaults on its first this many attempts");
-    s.applies = for_task("synthetic");
-    s.default_value = fixed_default(0);
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s;
-    s.name = "hang";
-    s.type = ParamType::boolean;
-    s.description = "the cell never finishes (timeout tests)";
-    s.applies = for_task("synthetic");
-    s.default_value = fixed_default(false);
-    v.push_back(std::move(s));
-  }
-  {
-    ParamSpec s = integer("exit_code", 0, 255, "exit with this code instead of writing a result (0: write it)");
-    s.applies = for_task("synthetic");
-    s.default_value = fixed_default(0);
+    ParamSpec s = integer_key("seed", 0, kNoBound, 0, "seed of every random draw of the cell");
+    s.applies = [](const json&) { return true; };
     v.push_back(std::move(s));
   }
   return v;
+}
+
+const std::vector<ParamSpec>& shared_specs() {
+  static const std::vector<ParamSpec> specs = make_shared_specs();
+  return specs;
+}
+
+bool same_domain(const ParamSpec& a, const ParamSpec& b) {
+  return a.type == b.type && a.min == b.min && a.max == b.max && a.choices == b.choices;
+}
+
+std::vector<ParamSpec> make_all_specs() {
+  std::vector<ParamSpec> all;
+  auto add = [&](const ParamSpec& s, const std::string& where) {
+    for (const ParamSpec& seen : all)
+      if (seen.name == s.name) {
+        if (!same_domain(seen, s))
+          throw std::logic_error("key " + s.name + " of " + where +
+                                 " is declared with another type or range than before (experiments/registry.h)");
+        return;
+      }
+    all.push_back(s);
+  };
+  for (const ParamSpec& s : shared_specs()) add(s, "the shared keys");
+  for (const ParamSpec& s : model_param_specs()) add(s, "the model keys");
+  for (const ParamSpec& s : training_param_specs()) add(s, "the training keys");
+  for (const TaskDef* t : task_registry())
+    for (const ParamSpec& s : t->keys) add(s, "task " + t->name);
+  return all;
 }
 
 // Bounds print as integers where they are (1..16, not 1.0..16.0).
@@ -441,8 +157,20 @@ constexpr double kMaxExactInteger = 9007199254740992.0;
 
 }  // namespace
 
+std::vector<const ParamSpec*> cell_param_specs(const TaskDef* task) {
+  std::vector<const ParamSpec*> out;
+  for (const ParamSpec& s : shared_specs()) out.push_back(&s);
+  if (task == nullptr) return out;
+  if (task->model == TaskModel::transformer)
+    for (const ParamSpec& s : model_param_specs()) out.push_back(&s);
+  if (task->trains())
+    for (const ParamSpec& s : training_param_specs()) out.push_back(&s);
+  for (const ParamSpec& s : task->keys) out.push_back(&s);
+  return out;
+}
+
 const std::vector<ParamSpec>& param_specs() {
-  static const std::vector<ParamSpec> specs = make_specs();
+  static const std::vector<ParamSpec> specs = make_all_specs();
   return specs;
 }
 
@@ -454,8 +182,28 @@ const ParamSpec* find_param(const std::string& name) {
 
 std::vector<std::string> task_names() {
   std::vector<std::string> names;
-  for (const auto& t : kTasks) names.emplace_back(t.name);
+  for (const TaskDef* t : task_registry()) names.push_back(t->name);
   return names;
+}
+
+ParamSpec integer_key(std::string name, double min, double max, json default_value, std::string description) {
+  ParamSpec s = key(std::move(name), ParamType::integer, std::move(default_value), std::move(description));
+  s.min = min;
+  s.max = max;
+  return s;
+}
+ParamSpec number_key(std::string name, double min, double max, json default_value, std::string description) {
+  ParamSpec s = integer_key(std::move(name), min, max, std::move(default_value), std::move(description));
+  s.type = ParamType::number;
+  return s;
+}
+ParamSpec string_key(std::string name, std::vector<std::string> choices, json default_value, std::string description) {
+  ParamSpec s = key(std::move(name), ParamType::string, std::move(default_value), std::move(description));
+  s.choices = std::move(choices);
+  return s;
+}
+ParamSpec boolean_key(std::string name, json default_value, std::string description) {
+  return key(std::move(name), ParamType::boolean, std::move(default_value), std::move(description));
 }
 
 std::string describe_expected(const ParamSpec& spec) {
@@ -546,38 +294,8 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 }
 
 double estimate_cost_s(const json& cfg) {
-  if (task_is(cfg, "norm_probe")) {
-    const double n = cfg.value("prompt_length", 1.0);
-    const double samples = cfg.value("samples", 32.0), head_dim = cfg.value("head_dim", 16.0);
-    // Scores, phi, phi' and both norms: about (2d + 20) flops per score entry.
-    return samples * n * n * (2 * head_dim + 20) / 2e9 + 0.01;
-  }
-  if (task_is(cfg, "synthetic")) return cfg.value("seconds", 0.0) + 0.005;
-  if (task_is(cfg, "icl_regression")) {
-    // Per token: the read-out's 3C x C products forward and backward, the attention and
-    // the prompt's draws, at the ~3 GFLOP/s these small products and draws sustain
-    // (measured: 0.26 us per token and step at d = 5, L = 40, batch 128);
-    // each evaluation draws and runs the test prompts twice (test MSE, limit_sq_error).
-    const double c = cfg.value("d", 5.0) + 1, tokens = cfg.value("prompt_length", 10.0) + 1;
-    const double per_token = 18 * c * c + 12 * c + 100;
-    const double steps = cfg.value("steps", 3000.0), every = cfg.value("eval_every", 1000.0);
-    const double evals = 1 + (every > 0 ? std::floor(steps / every) : 0);
-    return (steps * cfg.value("batch", 128.0) + evals * cfg.value("test_prompts", 1024.0) * 2) * tokens * per_token /
-               3e9 +
-           0.2;
-  }
-  if (is_training_task(cfg)) {
-    // 6 flops per weight per token (forward + backward) plus the N^2 attention products,
-    // at the ~30 GFLOP/s one CPU slot sustains.
-    const double n = cfg.value("prompt_length", 49.0), d = cfg.value("dim", 64.0);
-    const double per_token = cfg.value("layers", 4.0) * (2 * (4 + 2 * cfg.value("mlp_ratio", 4.0)) * d * d + 4 * n * d);
-    double data = 0;  // pde: each sample's Burgers solve, ~15 ms at nu = 0.1, T = 1
-    if (task_is(cfg, "pde"))
-      data = 0.015 * (cfg.value("n_train", 1000.0) + cfg.value("n_test", 200.0)) * cfg.value("final_time", 1.0) *
-             std::sqrt(0.1 / cfg.value("nu", 0.1));
-    return 3 * cfg.value("steps", 3000.0) * cfg.value("batch", 128.0) * n * per_token / 30e9 + 0.5 + data;
-  }
-  return 1.0;
+  const TaskDef* t = task_of(cfg);
+  return t != nullptr && t->cost_s != nullptr ? t->cost_s(cfg) : 1.0;
 }
 
 json activation_registry_json() {

@@ -1,7 +1,10 @@
 // The parameter schema: every key a grid or cell may set, its type, range, default,
-// and when it applies. One table, used by grid validation, cell validation, `plan`
-// and the docs. Keys that do not apply to a cell (degree without poly, scale without
-// poly/relu, task parameters of another task) are dropped before hashing.
+// and when it applies, used by grid validation, cell validation, `plan`, `attnsweep
+// schema` and the docs. This file declares the shared keys (task, activation, degree,
+// scale, prompt_length, seed); experiments/training_keys.h the model's and the
+// optimiser's, which every training task has; each task its own (experiments/registry.h).
+// Keys that do not apply to a cell (degree without poly, scale without poly/relu, keys
+// of another task) are dropped before hashing.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -33,15 +36,33 @@ struct ParamSpec {
 };
 
 // `applies`, `default_value` and `check` see the effective config being built:
-// `applies` and `default_value` only the keys ABOVE theirs in param_specs() (they are
-// resolved in table order, so `degree` sees the resolved `activation`); `check` sees it all.
+// `applies` and `default_value` only the keys resolved before theirs (cell_param_specs'
+// order, so `degree` sees the resolved `activation`); `check` sees it all. An empty
+// `applies` applies to every cell whose key list holds the key.
 
-// Every known key (cell-level). `resources` (grid-level) is separate.
+struct TaskDef;
+
+// The keys of a cell of `task`, in the order they are resolved: the shared keys, then
+// for a training task the model keys (a transformer) and the training keys, then the
+// task's own. nullptr (no task yet): the shared keys.
+std::vector<const ParamSpec*> cell_param_specs(const TaskDef* task);
+
+// Every known key (cell-level), each name once: the first declaration of a name (keys
+// of several tasks that share a name, such as n_train, agree on type and range, which
+// this checks; their defaults and descriptions are the tasks' own). `resources`
+// (grid-level) is separate.
 const std::vector<ParamSpec>& param_specs();
 const ParamSpec* find_param(const std::string& name);
 
-// Names of implemented tasks ("norm_probe", "synthetic", ...).
+// Names of implemented tasks ("norm_probe", "synthetic", ...), in registry order.
 std::vector<std::string> task_names();
+
+// Builders of key declarations, for the tables of the shared, training and task keys.
+constexpr double kNoBound = 1e300;
+ParamSpec integer_key(std::string name, double min, double max, json default_value, std::string description);
+ParamSpec number_key(std::string name, double min, double max, json default_value, std::string description);
+ParamSpec string_key(std::string name, std::vector<std::string> choices, json default_value, std::string description);
+ParamSpec boolean_key(std::string name, json default_value, std::string description);
 
 // What a valid value of `spec` looks like: "an integer in 1..16", "one of softmax, ...".
 std::string describe_expected(const ParamSpec& spec);
@@ -66,7 +87,8 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 // [{name, label}], "degree": [min, max], "test_specs": [{activation, degree, scale}]}.
 json activation_registry_json();
 
-// Rough cost of a cell in seconds on one CPU slot: the scheduler's longest-first order.
+// Rough cost of a cell in seconds on one CPU slot (its task's cost_s): the scheduler's
+// longest-first order.
 double estimate_cost_s(const json& effective_config);
 
 }  // namespace attnsweep

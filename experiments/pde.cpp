@@ -7,8 +7,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "experiments/registry.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
+#include "experiments/training_keys.h"
 
 namespace attnsweep {
 
@@ -76,16 +78,16 @@ PdeSample pde_sample(const PdeSpec& spec, int split, int64_t index) {
 TaskOutput run_pde(const json& config, const TaskContext& ctx) {
   PdeSpec spec;
   spec.grid = config.at("prompt_length").get<int64_t>();
-  spec.nu = config.value("nu", spec.nu);
-  spec.final_time = config.value("final_time", spec.final_time);
-  spec.data_seed = config.value("data_seed", uint64_t{0});
+  spec.nu = config.at("nu").get<double>();
+  spec.final_time = config.at("final_time").get<double>();
+  spec.data_seed = config.at("data_seed").get<uint64_t>();
   if (spec.grid < 4) throw std::runtime_error("prompt_length: the pde task needs at least 4 grid points");
   if (!(spec.nu > 0) || !(spec.final_time > 0)) throw std::runtime_error("pde: nu and final_time must be positive");
   if (!ctx.train) throw std::runtime_error("task pde: no trainer supplied (run it through attnsweep train)");
 
   TrainingData data;
-  data.n_train = config.value("n_train", int64_t{1000});
-  data.n_test = config.value("n_test", int64_t{200});
+  data.n_train = config.at("n_train").get<int64_t>();
+  data.n_test = config.at("n_test").get<int64_t>();
   data.tokens = spec.grid;
   data.in_dim = 3;
   data.classes = 0;
@@ -151,6 +153,35 @@ TaskOutput run_pde(const json& config, const TaskContext& ctx) {
   for (int64_t g : solver_grid) finest = std::max(finest, g);
   out.final_metrics["solver_grid_max"] = static_cast<double>(finest);
   return out;
+}
+
+const TaskDef& pde_task() {
+  static const TaskDef t = [] {
+    TaskDef d;
+    d.name = "pde";
+    d.description = "Burgers' solution operator u(., 0) -> u(., T) on N grid points (tokens)";
+    d.min_prompt_length = 4;
+    d.min_prompt_why = "at least 4 grid points";
+    d.max_prompt_length = 8192;
+    d.model = TaskModel::transformer;
+    d.target = TaskTarget::per_token;
+    d.keys = {integer_key("data_seed", 0, kNoBound, 0, "seed of the generated train and test samples"),
+              integer_key("n_train", 1, 1e9, 1000, "training samples"),
+              integer_key("n_test", 1, 1e9, 200, "test samples, fixed per data_seed"),
+              number_key("nu", 0.01, 100, 0.1, "viscosity of Burgers' equation u_t + u u_x = nu u_xx"),
+              number_key("final_time", 1e-6, 100, 1.0, "T of the operator u(., 0) -> u(., T)")};
+    // Training, plus each sample's Burgers solve: ~15 ms at nu = 0.1, T = 1.
+    d.cost_s = [](const json& c) {
+      return transformer_cost_s(c) + 0.015 * (c.at("n_train").get<double>() + c.at("n_test").get<double>()) *
+                                         c.at("final_time").get<double>() * std::sqrt(0.1 / c.at("nu").get<double>());
+    };
+    d.outputs = {
+        make_final_metric("heat_rel_l2", "mean relative L2 error of the heat equation's solution on the test split"),
+        make_final_metric("solver_grid_max", "finest grid the reference Burgers solver needed over the samples")};
+    d.run = run_pde;
+    return d;
+  }();
+  return t;
 }
 
 }  // namespace attnsweep

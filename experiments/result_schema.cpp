@@ -1,7 +1,11 @@
 #include "experiments/result_schema.h"
 
 #include <algorithm>
+#include <functional>
+#include <initializer_list>
 #include <stdexcept>
+
+#include "experiments/registry.h"
 
 namespace attnsweep {
 namespace {
@@ -9,12 +13,19 @@ namespace {
 using K = ResultKind;
 using T = ResultType;
 
+// The tasks the trainer trains whose target is one of `targets` (registry.h).
+std::vector<std::string> trained_tasks(std::initializer_list<TaskTarget> targets) {
+  std::vector<std::string> out;
+  for (const TaskDef* t : task_registry())
+    if (t->trains() && std::find(targets.begin(), targets.end(), t->target) != targets.end()) out.push_back(t->name);
+  return out;
+}
+
 std::vector<ResultField> declare() {
   // Locals, not globals: aggregate's own statics read the schema before this file's
   // globals would be initialised.
-  // The tasks whose cells the trainer trains (TaskContext::train).
-  const std::vector<std::string> kTraining = {"image", "icl_regression", "listops", "pde"};
-  const std::string kKnownLimit = "activations with a known large-prompt limit (softmax; poly, relu with scale inv_n)";
+  const std::vector<std::string> training =
+      trained_tasks({TaskTarget::classes, TaskTarget::value, TaskTarget::per_token});
   std::vector<ResultField> f;
   auto root = [&](std::string name, T type, std::string description, bool column = false, std::string when = "",
                   std::string writer = "run_cell") {
@@ -23,22 +34,23 @@ std::vector<ResultField> declare() {
     r.when = std::move(when), r.description = std::move(description), r.column = column;
     f.push_back(std::move(r));
   };
-  auto metric = [&](std::string name, std::string writer, std::vector<std::string> tasks, std::string description,
-                    bool fitted = false, std::string when = "", std::string label = "") {
-    ResultField r;
-    r.kind = K::final_metric, r.name = std::move(name), r.type = T::float64, r.writer = std::move(writer);
-    r.tasks = std::move(tasks), r.when = std::move(when), r.description = std::move(description);
-    r.fitted = fitted, r.label = std::move(label);
+  auto by_trainer = [&](ResultField r, std::vector<std::string> tasks) {
+    r.writer = "trainer", r.tasks = std::move(tasks);
     f.push_back(std::move(r));
   };
-  auto dataset = [&](std::string path, T type, std::vector<std::string> shape, std::string writer,
-                     std::vector<std::string> tasks, std::string description, bool trajectory, std::string when = "",
-                     std::string label = "") {
-    ResultField r;
-    r.kind = K::dataset, r.name = std::move(path), r.type = type, r.shape = std::move(shape);
-    r.writer = std::move(writer), r.tasks = std::move(tasks), r.when = std::move(when);
-    r.description = std::move(description), r.trajectory = trajectory, r.label = std::move(label);
-    f.push_back(std::move(r));
+  // A task's own fields of `kind`; the trainer's come before those of the first task it
+  // trains (paper A's probe, which trains nothing, is first: its metrics lead summary.csv).
+  auto tasks_fields = [&](ResultKind kind, const std::function<void()>& trainer_fields) {
+    bool trainer_done = false;
+    for (const TaskDef* t : task_registry()) {
+      if (t->trains() && !trainer_done) trainer_fields(), trainer_done = true;
+      for (ResultField r : t->outputs) {
+        if (r.kind != kind) continue;
+        r.writer = t->name, r.tasks = {t->name};
+        f.push_back(std::move(r));
+      }
+    }
+    if (!trainer_done) trainer_fields();
   };
 
   // Root attributes, every cell (run_cell; results/cell_file.cpp writes them). The first
@@ -59,62 +71,44 @@ std::vector<ResultField> declare() {
   root("gpu_name", T::string, "name of the cell's first GPU", false, "on a CUDA device");
   root("gpu_uuid", T::string, "UUID of the cell's first GPU", false, "on a CUDA device");
 
-  // /final metrics. Paper A's norm laws (experiments/norm_probe.cpp).
-  metric("attn_fro", "norm_probe", {"norm_probe"}, "mean over the samples of ||phi(S)||_F", true, "", "‖φ(S)‖_F");
-  metric("attn_fro_std", "norm_probe", {"norm_probe"}, "sample standard deviation of ||phi(S)||_F (0 for one sample)");
-  metric("attn_fro_max", "norm_probe", {"norm_probe"}, "largest ||phi(S)||_F of the samples");
-  metric("jac_fro", "norm_probe", {"norm_probe"}, "mean over the samples of ||d phi(S) / dS||_F", true, "",
-         "‖∂φ(S)/∂S‖_F");
-  metric("jac_fro_std", "norm_probe", {"norm_probe"},
-         "sample standard deviation of ||d phi(S) / dS||_F (0 for one sample)");
-  metric("jac_fro_max", "norm_probe", {"norm_probe"}, "largest ||d phi(S) / dS||_F of the samples");
-  // The trainer's (worker/trainer.cpp): the last evaluation of the test split.
-  metric("test_loss", "trainer", kTraining, "mean test loss at the end of training; NaN when the cell diverged");
-  metric("test_accuracy", "trainer", {"image", "listops"},
-         "test accuracy at the end of training; NaN when the cell diverged", false, "", "test accuracy");
-  metric("test_mse", "trainer", {"icl_regression", "pde"},
-         "test mean squared error (the test loss) at the end of training", true, "complete cells", "test MSE");
-  metric("test_rel_l2", "trainer", {"pde"},
-         "mean relative L2 error of the predicted u(., T) on the test split; NaN when the cell diverged");
-  metric("train_loss", "trainer", kTraining, "training loss of the last logged step (NaN without steps)");
-  // The tasks' own.
-  metric("limit_sq_error", "icl_regression", {"icl_regression"},
-         "the last evaluation's /icl/limit_sq_error (steps = 0: at initialisation); NaN when the cell diverged", true,
-         kKnownLimit, "‖attn_L − attn_∞‖² (squared distance to the limit)");
-  metric("majority_accuracy", "listops", {"listops"}, "largest share of one label in the test split (the baseline)");
-  metric("test_mean_length", "listops", {"listops"}, "mean length in tokens of the test split's sequences");
-  metric("heat_rel_l2", "pde", {"pde"}, "mean relative L2 error of the heat equation's solution on the test split");
-  metric("solver_grid_max", "pde", {"pde"}, "finest grid the reference Burgers solver needed over the samples");
-  metric("seconds", "synthetic", {"synthetic"}, "the seconds it slept");
-  metric("attempt", "synthetic", {"synthetic"}, "the attempt that finished (1 = the first)");
+  // /final metrics. The trainer's (worker/trainer.cpp): the last evaluation of the test split.
+  tasks_fields(K::final_metric, [&] {
+    by_trainer(make_final_metric("test_loss", "mean test loss at the end of training; NaN when the cell diverged"),
+               training);
+    by_trainer(make_final_metric("test_accuracy", "test accuracy at the end of training; NaN when the cell diverged",
+                                 false, "", "test accuracy"),
+               trained_tasks({TaskTarget::classes}));
+    by_trainer(make_final_metric("test_mse", "test mean squared error (the test loss) at the end of training", true,
+                                 "complete cells", "test MSE"),
+               trained_tasks({TaskTarget::value, TaskTarget::per_token}));
+    by_trainer(make_final_metric("test_rel_l2",
+                                 "mean relative L2 error of the predicted u(., T) on the test split; NaN when the "
+                                 "cell diverged"),
+               trained_tasks({TaskTarget::per_token}));
+    by_trainer(make_final_metric("train_loss", "training loss of the last logged step (NaN without steps)"), training);
+  });
 
   // Datasets. The trainer's, over training: per logged step, then per evaluation.
-  const std::vector<std::string> t = {"logged_steps"}, e = {"evals"}, tlh = {"logged_steps", "layers", "heads"};
-  dataset("/train/step", T::int64, t, "trainer", kTraining, "optimizer step (0-based) of each logged row", true);
-  dataset("/train/loss", T::float32, t, "trainer", kTraining, "training loss of the step's batch, before its update",
-          true);
-  dataset("/train/accuracy", T::float32, t, "trainer", kTraining,
-          "training accuracy of the step's batch (NaN: regression)", true);
-  dataset("/train/lr", T::float32, t, "trainer", kTraining, "learning rate of the step", true);
-  dataset("/train/grad_norm", T::float32, t, "trainer", kTraining, "global gradient norm before clipping", true);
-  dataset("/norms/attn_fro", T::float32, tlh, "trainer", kTraining,
-          "||phi(S)||_F per layer and head, mean over the batch", true, "", "‖φ(S)‖_F");
-  dataset("/norms/jac_fro", T::float32, tlh, "trainer", kTraining,
-          "||d phi(S) / dS||_F per layer and head, mean over the batch", true, "", "‖∂φ(S)/∂S‖_F");
-  dataset("/eval/step", T::int64, e, "trainer", kTraining, "updates done when the test split was evaluated", true);
-  dataset("/eval/loss", T::float32, e, "trainer", kTraining, "mean test loss", true);
-  dataset("/eval/accuracy", T::float32, e, "trainer", kTraining, "test accuracy (NaN: regression)", true);
-  // The tasks'.
-  dataset("/icl/limit_sq_error", T::float64, e, "icl_regression", {"icl_regression"},
-          "mean over the test prompts of ||T_L(z) - T_inf(z)||^2: the read-out's attention output at the query "
-          "against its large-prompt limit for the prompt's Gaussian token law (Lemma 2.1)",
-          true, kKnownLimit);
-  dataset("/listops/test_class_counts", T::int64, {"classes"}, "listops", {"listops"},
-          "test-split samples per label 0..9 (the majority baseline is the largest share)", false);
-  dataset("/probe/attn_fro", T::float64, {"samples"}, "norm_probe", {"norm_probe"},
-          "||phi(S)||_F of each sample, S = (X W_Q)(X W_K)^T / sqrt(d)", false);
-  dataset("/probe/jac_fro", T::float64, {"samples"}, "norm_probe", {"norm_probe"}, "||d phi(S) / dS||_F of each sample",
-          false);
+  tasks_fields(K::dataset, [&] {
+    const std::vector<std::string> t = {"logged_steps"}, e = {"evals"}, tlh = {"logged_steps", "layers", "heads"};
+    auto trainer_set = [&](std::string path, T type, std::vector<std::string> shape, std::string description,
+                           std::string label = "") {
+      by_trainer(
+          make_dataset(std::move(path), type, std::move(shape), std::move(description), true, "", std::move(label)),
+          training);
+    };
+    trainer_set("/train/step", T::int64, t, "optimizer step (0-based) of each logged row");
+    trainer_set("/train/loss", T::float32, t, "training loss of the step's batch, before its update");
+    trainer_set("/train/accuracy", T::float32, t, "training accuracy of the step's batch (NaN: regression)");
+    trainer_set("/train/lr", T::float32, t, "learning rate of the step");
+    trainer_set("/train/grad_norm", T::float32, t, "global gradient norm before clipping");
+    trainer_set("/norms/attn_fro", T::float32, tlh, "||phi(S)||_F per layer and head, mean over the batch", "‖φ(S)‖_F");
+    trainer_set("/norms/jac_fro", T::float32, tlh, "||d phi(S) / dS||_F per layer and head, mean over the batch",
+                "‖∂φ(S)/∂S‖_F");
+    trainer_set("/eval/step", T::int64, e, "updates done when the test split was evaluated");
+    trainer_set("/eval/loss", T::float32, e, "mean test loss");
+    trainer_set("/eval/accuracy", T::float32, e, "test accuracy (NaN: regression)");
+  });
   return f;
 }
 
@@ -165,6 +159,23 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
 }
 
 }  // namespace
+
+ResultField make_final_metric(std::string name, std::string description, bool fitted, std::string when,
+                              std::string label) {
+  ResultField r;
+  r.kind = K::final_metric, r.name = std::move(name), r.type = T::float64, r.when = std::move(when);
+  r.description = std::move(description), r.fitted = fitted, r.label = std::move(label);
+  return r;
+}
+
+ResultField make_dataset(std::string path, ResultType type, std::vector<std::string> shape, std::string description,
+                         bool trajectory, std::string when, std::string label) {
+  ResultField r;
+  r.kind = K::dataset, r.name = std::move(path), r.type = type, r.shape = std::move(shape);
+  r.when = std::move(when), r.description = std::move(description), r.trajectory = trajectory;
+  r.label = std::move(label);
+  return r;
+}
 
 const std::vector<ResultField>& result_schema() {
   static const std::vector<ResultField> fields = declare();
@@ -219,8 +230,9 @@ std::vector<std::string> trajectory_groups(size_t rank) {
 TaskSeries result_series(std::string_view path, std::vector<uint64_t> shape, TaskSeries::Data data) {
   const ResultField* f = find_result_field(K::dataset, path);
   if (f == nullptr)
-    throw std::logic_error("dataset " + std::string(path) +
-                           " is not declared in the result schema (experiments/result_schema.cpp)");
+    throw std::logic_error(
+        "dataset " + std::string(path) +
+        " is not declared in the result schema (experiments/result_schema.cpp, or the task's TaskDef)");
   if (type_of(data) != f->type || shape.size() != f->shape.size())
     throw std::logic_error("dataset " + f->name + ": declared " + type_name(f->type) + " [" + join(f->shape, ", ") +
                            "], given " + type_name(type_of(data)) + " of rank " + std::to_string(shape.size()));
@@ -231,8 +243,9 @@ EvalMetric result_eval_metric(std::string_view name, std::string_view path) {
   const ResultField* m = find_result_field(K::final_metric, name);
   const ResultField* d = find_result_field(K::dataset, path);
   if (m == nullptr || d == nullptr)
-    throw std::logic_error("eval metric " + std::string(name) + " (" + std::string(path) +
-                           ") is not declared in the result schema (experiments/result_schema.cpp)");
+    throw std::logic_error(
+        "eval metric " + std::string(name) + " (" + std::string(path) +
+        ") is not declared in the result schema (experiments/result_schema.cpp, or the task's TaskDef)");
   return {m->name, d->name, d->description};
 }
 
@@ -251,7 +264,7 @@ std::string undeclared_outputs(const TaskOutput& out, std::string_view task) {
   }
   if (bad.empty()) return "";
   return "task " + std::string(task) + " returned " + join(bad, ", ") +
-         ", not declared for it in the result schema (experiments/result_schema.cpp)";
+         ", not declared for it in the result schema (experiments/result_schema.cpp, or the task's TaskDef)";
 }
 
 json result_schema_json() {

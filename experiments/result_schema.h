@@ -1,5 +1,5 @@
 // The result schema: what a cell's result file holds (runs/<id>.h5), declared once.
-// run_cell, the trainer and each task declare here what they write (root attributes,
+// run_cell and the trainer declare here what they write, each task in its TaskDef (root attributes,
 // /final metrics, datasets: type, shape, description, for which tasks), and everything
 // else reads it: the trainer and tasks take their datasets' descriptions from it, run_cell
 // refuses an output it does not declare, aggregate takes its fixed columns, fitted metrics
@@ -41,6 +41,13 @@ struct ResultField {
   bool trajectory = false;         // dataset: its group's datasets become /trajectories/<group>_<name>
   std::string label;               // what the report's axes call it ("" = its name)
 };
+
+// A task's own /final metric and dataset, for its TaskDef::outputs (experiments/registry.h);
+// the schema fills in the writer and the task.
+ResultField make_final_metric(std::string name, std::string description, bool fitted = false, std::string when = "",
+                              std::string label = "");
+ResultField make_dataset(std::string path, ResultType type, std::vector<std::string> shape, std::string description,
+                         bool trajectory, std::string when = "", std::string label = "");
 
 // Every field, root attributes first (the fixed columns in column order), then the
 // /final metrics and the datasets.

@@ -7,15 +7,16 @@
 #include <cstdlib>
 #include <thread>
 
+#include "experiments/registry.h"
 #include "experiments/task.h"
 
 namespace attnsweep {
 
 TaskOutput run_synthetic(const json& config, const TaskContext& ctx) {
-  const double seconds = config.value("seconds", 0.0);
-  const int crash_attempts = config.value("crash_attempts", 0);
-  const bool hang = config.value("hang", false);
-  const int exit_code = config.value("exit_code", 0);
+  const double seconds = config.at("seconds").get<double>();
+  const int64_t crash_attempts = config.at("crash_attempts").get<int64_t>();
+  const bool hang = config.at("hang").get<bool>();
+  const int exit_code = config.at("exit_code").get<int>();
 
   if (ctx.attempt <= crash_attempts) {
     std::signal(SIGSEGV, SIG_DFL);
@@ -38,6 +39,25 @@ TaskOutput run_synthetic(const json& config, const TaskContext& ctx) {
   out.final_metrics["seconds"] = seconds;
   out.final_metrics["attempt"] = ctx.attempt;
   return out;
+}
+
+const TaskDef& synthetic_task() {
+  static const TaskDef t = [] {
+    TaskDef d;
+    d.name = "synthetic";
+    d.description = "stand-in cells for scheduler tests: sleep, crash, hang or exit on request";
+    d.attention = false;
+    d.keys = {number_key("seconds", 0, 86400, 0.0, "how long the cell sleeps before writing its result"),
+              integer_key("crash_attempts", 0, kNoBound, 0, "the cell segfaults on its first this many attempts"),
+              boolean_key("hang", false, "the cell never finishes (timeout tests)"),
+              integer_key("exit_code", 0, 255, 0, "exit with this code instead of writing a result (0: write it)")};
+    d.cost_s = [](const json& c) { return c.at("seconds").get<double>() + 0.005; };
+    d.outputs = {make_final_metric("seconds", "the seconds it slept"),
+                 make_final_metric("attempt", "the attempt that finished (1 = the first)")};
+    d.run = run_synthetic;
+    return d;
+  }();
+  return t;
 }
 
 }  // namespace attnsweep

@@ -1,16 +1,18 @@
 #include "experiments/task.h"
 
+#include "experiments/registry.h"
+
 #include <stdexcept>
 
 namespace attnsweep {
 
 ActivationSpec activation_spec_of(const json& config) {
   ActivationSpec spec;
-  const std::string act = config.value("activation", std::string("softmax"));
+  const std::string act = config.at("activation").get<std::string>();
   const std::optional<Activation> id = activation_from_name(act);
   if (!id) throw std::runtime_error("activation: unknown value \"" + act + "\"");
   spec.activation = *id;
-  spec.degree = config.value("degree", 1);
+  spec.degree = config.value("degree", 1);  // absent when the activation takes none (then unused)
   if (config.contains("scale")) {
     const json& s = config["scale"];
     if (s.is_number()) {
@@ -26,15 +28,29 @@ ActivationSpec activation_spec_of(const json& config) {
   return spec;
 }
 
+const std::vector<const TaskDef*>& task_registry() {
+  static const std::vector<const TaskDef*> tasks = {&norm_probe_task(), &image_task(), &icl_regression_task(),
+                                                    &listops_task(),    &pde_task(),   &synthetic_task()};
+  return tasks;
+}
+
+const TaskDef* find_task(std::string_view name) {
+  for (const TaskDef* t : task_registry())
+    if (t->name == name) return t;
+  return nullptr;
+}
+
+const TaskDef* task_of(const json& config) {
+  auto it = config.find("task");
+  if (it == config.end() || !it->is_string()) return nullptr;
+  return find_task(it->get_ref<const std::string&>());
+}
+
 TaskOutput run_task(const json& config, const TaskContext& ctx) {
   const std::string task = config.at("task").get<std::string>();
-  if (task == "norm_probe") return run_norm_probe(config, ctx);
-  if (task == "synthetic") return run_synthetic(config, ctx);
-  if (task == "image") return run_image(config, ctx);
-  if (task == "icl_regression") return run_icl_regression(config, ctx);
-  if (task == "listops") return run_listops(config, ctx);
-  if (task == "pde") return run_pde(config, ctx);
-  throw std::runtime_error("task: \"" + task + "\" is not implemented");
+  const TaskDef* t = find_task(task);
+  if (t == nullptr || t->run == nullptr) throw std::runtime_error("task: \"" + task + "\" is not implemented");
+  return t->run(config, ctx);
 }
 
 }  // namespace attnsweep

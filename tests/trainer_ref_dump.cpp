@@ -21,6 +21,7 @@
 
 #include "experiments/rng.h"
 #include "experiments/task.h"
+#include "experiments/training_keys.h"
 #include "results/h5.h"
 #include "worker/trainer.h"
 
@@ -40,6 +41,9 @@ int main(int argc, char** argv) {
                            {"seed", 0},           {"init_seed", 0},    {"init_std", 0.0}, {"activation", "softmax"}};
     for (auto it = defaults.begin(); it != defaults.end(); ++it)
       if (!c.contains(it.key())) c[it.key()] = it.value();
+    // The other training keys (log_every, lr_schedule, ...) take their declared defaults.
+    for (const ParamSpec& s : training_param_specs())
+      if (!c.contains(s.name)) c[s.name] = s.default_value(json{{"task", "image"}});
     const bool classify = c["head"] == "classify", per_token = c["head"] == "token_regress";
     TrainingData shape;  // only the shape fields: model_config_of reads them
     shape.tokens = c["tokens"];

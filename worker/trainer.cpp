@@ -26,24 +26,26 @@ namespace attnsweep {
 
 // ---- configuration -----------------------------------------------------------------
 
+// The training keys of a training task's effective config: every one is there, with
+// the default of experiments/training_keys.cpp where the grid did not set it.
 TrainConfig train_config_of(const json& c) {
   TrainConfig tc;
-  tc.steps = c.value("steps", tc.steps);
-  tc.batch = c.value("batch", tc.batch);
-  tc.warmup_steps = c.value("warmup_steps", tc.warmup_steps);
-  tc.log_every = std::max<int64_t>(1, c.value("log_every", tc.log_every));
-  tc.eval_every = c.value("eval_every", tc.eval_every);
-  tc.eval_batches = c.value("eval_batches", tc.eval_batches);
-  tc.checkpoint_every = c.value("checkpoint_every", tc.checkpoint_every);
-  tc.lr = c.value("lr", tc.lr);
-  tc.weight_decay = c.value("weight_decay", tc.weight_decay);
-  tc.clip = c.value("clip", tc.clip);
-  tc.optimizer = c.value("optimizer", tc.optimizer);
-  tc.lr_schedule = c.value("lr_schedule", tc.lr_schedule);
-  tc.seed = c.value("seed", tc.seed);
-  tc.init_seed = c.value("init_seed", tc.init_seed);
-  tc.init_std = c.value("init_std", tc.init_std);
-  tc.devices = c.value("devices", tc.devices);
+  tc.steps = c.at("steps").get<int64_t>();
+  tc.batch = c.at("batch").get<int64_t>();
+  tc.warmup_steps = c.at("warmup_steps").get<int64_t>();
+  tc.log_every = std::max<int64_t>(1, c.at("log_every").get<int64_t>());
+  tc.eval_every = c.at("eval_every").get<int64_t>();
+  tc.eval_batches = c.at("eval_batches").get<int64_t>();
+  tc.checkpoint_every = c.at("checkpoint_every").get<int64_t>();
+  tc.lr = c.at("lr").get<double>();
+  tc.weight_decay = c.at("weight_decay").get<double>();
+  tc.clip = c.at("clip").get<double>();
+  tc.optimizer = c.at("optimizer").get<std::string>();
+  tc.lr_schedule = c.at("lr_schedule").get<std::string>();
+  tc.seed = c.at("seed").get<uint64_t>();
+  tc.init_seed = c.at("init_seed").get<uint64_t>();
+  tc.init_std = c.at("init_std").get<double>();
+  tc.devices = c.at("devices").get<int64_t>();
   if (tc.devices < 1) throw std::runtime_error("devices: expected an integer >= 1, got " + std::to_string(tc.devices));
   if (tc.batch % tc.devices != 0)
     throw std::runtime_error("batch " + std::to_string(tc.batch) + " is not divisible by devices " +
@@ -71,11 +73,12 @@ ModelConfig model_config_of(const json& c, const TrainingData& data) {
   mc.in_dim = data.in_dim;
   mc.classes = data.classes;
   mc.vocab = data.vocab;
-  mc.dim = c.value("dim", mc.dim);
-  mc.layers = c.value("layers", mc.layers);
-  mc.heads = c.value("heads", mc.heads);
-  mc.mlp_ratio = c.value("mlp_ratio", mc.mlp_ratio);
-  mc.cls = c.value("cls", false);
+  mc.dim = c.at("dim").get<int64_t>();
+  mc.layers = c.at("layers").get<int64_t>();
+  mc.heads = c.at("heads").get<int64_t>();
+  // The read-out (paper B) has no MLP and pools nothing; pde predicts every token.
+  if (mc.head != Head::readout) mc.mlp_ratio = c.at("mlp_ratio").get<int64_t>();
+  mc.cls = c.contains("cls") && c.at("cls").get<bool>();
   mc.act = activation_spec_of(c);
   return mc;
 }

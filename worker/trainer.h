@@ -66,7 +66,8 @@ struct TrainConfig {
   int64_t devices = 1;  // k data-parallel replicas; batch % devices == 0
 };
 
-// The training keys of a cell config (params.cpp holds their defaults).
+// The training keys of a training task's effective config (experiments/training_keys.cpp
+// declares them and their defaults).
 TrainConfig train_config_of(const json& config);
 // The model of a cell config for a task's data (classes == 0: the regression read-out).
 ModelConfig model_config_of(const json& config, const TrainingData& data);

@@ -11,6 +11,7 @@
 
 #include "coordinator/grid.h"
 #include "experiments/params.h"
+#include "experiments/registry.h"
 #include "kernels/activation.h"
 
 namespace attnsweep {
@@ -484,22 +485,61 @@ TEST(Params, TableIsConsistent) {
   std::set<std::string> names;
   for (const auto& s : param_specs()) {
     EXPECT_TRUE(names.insert(s.name).second) << "duplicate key " << s.name;
-    EXPECT_TRUE(s.applies) << s.name;
-    EXPECT_FALSE(s.description.empty()) << s.name;
     EXPECT_EQ(find_param(s.name), &s);
-    // A default must itself be a valid value.
-    if (s.default_value) {
-      json cfg = {{"task", "norm_probe"}, {"activation", "poly"}};
+  }
+  // Every task's keys: described, each name once, of the domain param_specs() validates
+  // against, and every default a valid value (resolved in order, as cells are).
+  for (const TaskDef* task : task_registry()) {
+    json cfg = {{"task", task->name}, {"activation", "poly"}, {"prompt_length", 16}};
+    std::set<std::string> seen;
+    for (const ParamSpec* p : cell_param_specs(task)) {
+      const ParamSpec& s = *p;
+      EXPECT_TRUE(seen.insert(s.name).second) << task->name << ": duplicate key " << s.name;
+      EXPECT_FALSE(s.description.empty()) << task->name << ": " << s.name;
+      const ParamSpec* known = find_param(s.name);
+      ASSERT_NE(known, nullptr) << s.name;
+      EXPECT_TRUE(known->type == s.type && known->min == s.min && known->max == s.max && known->choices == s.choices)
+          << task->name << ": " << s.name << " differs from its first declaration";
+      if (s.applies && !s.applies(cfg)) continue;
+      if (!s.default_value || cfg.contains(s.name)) continue;
       std::string problem;
       json d = s.default_value(cfg);
-      if (!d.is_null()) {
-        EXPECT_FALSE(canonical_value(s, d, &problem).is_null()) << s.name << ": " << problem;
-      }
+      if (d.is_null()) continue;
+      EXPECT_FALSE(canonical_value(s, d, &problem).is_null()) << task->name << ": " << s.name << ": " << problem;
+      cfg[s.name] = d;
     }
+    EXPECT_EQ(find_task(task->name), task);
+    EXPECT_NE(task->run, nullptr) << task->name;
+    EXPECT_NE(task->cost_s, nullptr) << task->name;
   }
   EXPECT_EQ(find_param("nope"), nullptr);
+  EXPECT_EQ(find_task("nope"), nullptr);
   EXPECT_EQ(task_names(),
             (std::vector<std::string>{"norm_probe", "image", "icl_regression", "listops", "pde", "synthetic"}));
+}
+
+// A task's own keys and the training keys' per-task defaults come from its TaskDef.
+TEST(Params, TaskKeysAndTrainingDefaults) {
+  const json icl = effective_config({{"task", "icl_regression"}, {"prompt_length", 10}}, "c");
+  EXPECT_EQ(icl.at("optimizer"), "sgd");
+  EXPECT_EQ(icl.at("eval_every"), 1000);
+  EXPECT_EQ(icl.at("d"), 5);
+  EXPECT_FALSE(icl.contains("dim"));  // the read-out's width is d + 1
+  const json img = effective_config({{"task", "image"}, {"prompt_length", 16}}, "c");
+  EXPECT_EQ(img.at("optimizer"), "adamw");
+  EXPECT_EQ(img.at("eval_every"), 500);
+  EXPECT_EQ(img.at("cls"), false);
+  EXPECT_FALSE(img.contains("d"));
+  const json lo = effective_config({{"task", "listops"}, {"prompt_length", 64}}, "c");
+  EXPECT_EQ(lo.at("cls"), true);
+  EXPECT_EQ(lo.at("n_train"), 96000);
+  EXPECT_EQ(lo.at("min_length"), 16);
+  const json pde = effective_config({{"task", "pde"}, {"prompt_length", 64}}, "c");
+  EXPECT_EQ(pde.at("n_train"), 1000);
+  EXPECT_FALSE(pde.contains("cls"));
+  const json probe = effective_config({{"task", "norm_probe"}, {"prompt_length", 64}}, "c");
+  EXPECT_EQ(probe.at("dim"), 64);
+  EXPECT_FALSE(probe.contains("steps"));
 }
 
 TEST(Params, EstimatedCost) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/grid.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
 #include "worker/model.h"
@@ -282,8 +283,19 @@ TEST(ModelTokenRegress, TestRelL2IsTheMeanRelativeErrorPerSample) {
         y[i * 5 + j] = static_cast<float>(rng.normal() + 0.1 * static_cast<double>(idx[i]));
     }
   };
-  const json c = {{"dim", 8},   {"layers", 1}, {"heads", 2},     {"mlp_ratio", 2}, {"activation", "softmax"},
-                  {"steps", 0}, {"batch", 8},  {"init_seed", 3}, {"eval_every", 0}};
+  // A pde cell's effective config (the trainer reads every training key from it).
+  const json c = effective_config({{"task", "pde"},
+                                   {"prompt_length", 5},
+                                   {"dim", 8},
+                                   {"layers", 1},
+                                   {"heads", 2},
+                                   {"mlp_ratio", 2},
+                                   {"activation", "softmax"},
+                                   {"steps", 0},
+                                   {"batch", 8},
+                                   {"init_seed", 3},
+                                   {"eval_every", 0}},
+                                  "token_regress");
   TaskContext ctx;
   const TaskOutput out = train_cell(c, ctx, data);
   ASSERT_TRUE(out.final_metrics.count("test_rel_l2"));

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coordinator/grid.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
 
@@ -49,26 +50,16 @@ inline TrainingData synthetic_data(std::function<void(int64_t)> on_fill = nullpt
   return d;
 }
 
+// An image cell's effective config (every training key there, as the trainer expects);
+// the trainer ignores its prompt_length and takes the token count from the data.
 inline json tiny_config() {
-  return json{{"task", "image"},
-              {"activation", "softmax"},
-              {"dim", 16},
-              {"layers", 2},
-              {"heads", 2},
-              {"mlp_ratio", 2},
-              {"steps", 24},
-              {"batch", 8},
-              {"lr", 3e-3},
-              {"warmup_steps", 4},
-              {"clip", 1.0},
-              {"log_every", 3},
-              {"eval_every", 10},
-              {"eval_batches", 0},
-              {"seed", 5},
-              {"init_seed", 1},
-              {"optimizer", "adamw"},
-              {"weight_decay", 0.05},
-              {"checkpoint_every", 0}};
+  return effective_config(
+      json{{"task", "image"}, {"prompt_length", 16},  {"activation", "softmax"}, {"dim", 16},
+           {"layers", 2},     {"heads", 2},           {"mlp_ratio", 2},          {"steps", 24},
+           {"batch", 8},      {"lr", 3e-3},           {"warmup_steps", 4},       {"clip", 1.0},
+           {"log_every", 3},  {"eval_every", 10},     {"eval_batches", 0},       {"seed", 5},
+           {"init_seed", 1},  {"optimizer", "adamw"}, {"weight_decay", 0.05},    {"checkpoint_every", 0}},
+      "tiny_config");
 }
 
 // Bit-for-bit equality of two task outputs (NaN == NaN when the bits agree).

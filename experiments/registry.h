@@ -1,0 +1,77 @@
+// The task registry: every task a grid's `task` can name, one TaskDef each. A task lives
+// in one file (experiments/<task>.cpp) that defines its TaskDef: what it is, the keys it
+// adds to the shared ones (experiments/params.h) with their defaults, ranges and checks,
+// its cost estimate, the result fields it writes and its run function. Grid validation,
+// `attnsweep schema`, `plan`'s cost order, the result schema and run_task read it; adding
+// a task is its file plus one line in task_registry() (experiments/tasks.cpp).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "experiments/params.h"
+#include "experiments/result_schema.h"
+#include "experiments/task.h"
+
+namespace attnsweep {
+
+using json = nlohmann::json;
+
+// What model, if any, the trainer (worker/trainer.h) trains for the task.
+enum class TaskModel {
+  none,         // no training: the task computes its metrics itself
+  transformer,  // the transformer: the model keys (dim, layers, ...) and the training keys apply
+  readout,      // paper B's one-layer read-out, shaped by the task: the training keys apply
+};
+
+// What the trained model predicts, for the trainer's final metrics (test_accuracy, ...).
+enum class TaskTarget { none, classes, value, per_token };
+
+struct TaskDef {
+  std::string name;
+  std::string description;
+  bool attention = true;  // the cell has an attention activation (activation, degree, scale apply)
+  // Prompt lengths the task can make, inclusive (max 0: the task has no prompt);
+  // min_prompt_why says why it cannot make a shorter one ("" when min is 1).
+  int64_t min_prompt_length = 1, max_prompt_length = 0;
+  std::string min_prompt_why;
+  // A further check of the prompt length (the image task's patch counts): "" when fine.
+  std::string (*check_prompt_length)(int64_t n) = nullptr;
+  TaskModel model = TaskModel::none;
+  TaskTarget target = TaskTarget::none;
+  // The training keys whose default differs for this task (paper B: plain SGD, ...).
+  std::map<std::string, json> training_defaults;
+  // The task's own keys, resolved in order after the shared and training keys; their
+  // `applies` may be empty (they apply to every cell of the task).
+  std::vector<ParamSpec> keys;
+  // Rough seconds of one cell on one CPU slot (the scheduler runs the longest first).
+  double (*cost_s)(const json& effective_config) = nullptr;
+  // Its own /final metrics and datasets (make_final_metric, make_dataset); the writer
+  // and the task are filled in by the result schema.
+  std::vector<ResultField> outputs;
+  TaskOutput (*run)(const json& effective_config, const TaskContext& ctx) = nullptr;
+
+  bool trains() const { return model != TaskModel::none; }
+};
+
+// Every task, in the order the docs and the result schema list them.
+const std::vector<const TaskDef*>& task_registry();
+// The task of that name, or nullptr.
+const TaskDef* find_task(std::string_view name);
+// The task a config names (its "task" key), or nullptr.
+const TaskDef* task_of(const json& config);
+
+// The tasks' definitions (each in its own file).
+const TaskDef& norm_probe_task();
+const TaskDef& image_task();
+const TaskDef& icl_regression_task();
+const TaskDef& listops_task();
+const TaskDef& pde_task();
+const TaskDef& synthetic_task();
+
+}  // namespace attnsweep
