@@ -7,14 +7,14 @@
 // (with do), attn_fro and jac_fro [B,H], float32. Exit 2 on bad usage or input (nothing
 // written), 1 when the output cannot be written.
 #include "kernels/attention.h"
+#include "results/h5.h"
+#include "worker/atomic_file.h"
 
 #if defined(ATTNSWEEP_HAVE_CUDA) && __has_include("kernels/attention_cuda.h")
 #include "kernels/attention_cuda.h"
 #define ATTNSWEEP_ATTENTION_CUDA 1
 #include <cuda_runtime_api.h>
 #endif
-
-#include <hdf5.h>
 
 #include <boost/program_options.hpp>
 
@@ -28,9 +28,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace attnsweep {
@@ -41,23 +44,6 @@ namespace po = boost::program_options;
 // Bad input: exit 2, nothing written.
 struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
-};
-
-// An HDF5 identifier closed on scope exit.
-class H5Handle {
- public:
-  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~H5Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
 };
 
 std::string dims_str(const std::vector<int64_t>& d) {
@@ -79,37 +65,6 @@ struct Array {
   std::vector<float> data;
 };
 
-bool has_dataset(hid_t file, const char* name) {
-  return H5Lexists(file, name, H5P_DEFAULT) > 0;
-}
-
-// The innermost message of HDF5's error stack ("truncated file: eof = ...").
-herr_t innermost_error(unsigned n, const H5E_error2_t* e, void* out) {
-  if (n == 0 && e->desc != nullptr) *static_cast<std::string*>(out) = e->desc;
-  return 0;
-}
-std::string h5_error() {
-  std::string msg;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_error, &msg);
-  return msg.empty() ? "unknown HDF5 error" : msg;
-}
-
-const char* type_class_name(H5T_class_t c) {
-  switch (c) {
-    case H5T_INTEGER: return "integer";
-    case H5T_FLOAT: return "float";
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: return "enum";
-    case H5T_ARRAY: return "array";
-    case H5T_VLEN: return "variable-length";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_BITFIELD: return "bitfield";
-    case H5T_REFERENCE: return "reference";
-    default: return "unknown";
-  }
-}
-
 // Most elements read from one dataset: 2^31 - 1 (8 GiB of float32). Checked before
 // allocating, so that a dataset declared huge (chunked, never written: a few bytes on
 // disk) is an input error, not an allocation failure.
@@ -117,53 +72,45 @@ constexpr uint64_t kMaxElements = (uint64_t{1} << 31) - 1;
 
 // Reads a float32/float64 dataset as float32; rejects other types, ranks and non-finite
 // values. `layout` names the expected axes, e.g. "[B,H,Nq,d]".
-Array read_array(hid_t file, const std::string& path, const char* name, const char* layout) {
+Array read_array(const h5::File& file, const std::string& path, const char* name, const char* layout) {
   const std::string where = path + ": /" + name;
   const int rank = static_cast<int>(std::count(layout, layout + std::strlen(layout), ',')) + 1;
-  {
-    H5Handle obj(H5Oopen(file, name, H5P_DEFAULT), H5Oclose);
-    if (!obj.ok()) throw InputError(where + ": cannot open: " + h5_error());
-    const H5I_type_t t = H5Iget_type(obj.get());
-    if (t != H5I_DATASET)
-      throw InputError(where + ": expected a dataset, got a " + (t == H5I_GROUP ? "group" : "named datatype"));
-  }
-  H5Handle ds(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
-  if (!ds.ok()) throw InputError(where + ": cannot open dataset: " + h5_error());
-  H5Handle type(H5Dget_type(ds.get()), H5Tclose);
-  const H5T_class_t cls = H5Tget_class(type.get());
-  if (cls != H5T_FLOAT) throw InputError(where + ": expected float32 or float64 data, got " + type_class_name(cls));
-  H5Handle space(H5Dget_space(ds.get()), H5Sclose);
-  const int r = H5Sget_simple_extent_ndims(space.get());
-  if (r < 0) throw InputError(where + ": cannot read its shape: " + h5_error());
-  std::vector<hsize_t> hd(static_cast<size_t>(r));
-  if (r > 0) H5Sget_simple_extent_dims(space.get(), hd.data(), nullptr);
+  auto member = file.open_member(name);
+  if (std::holds_alternative<h5::Group>(member)) throw InputError(where + ": expected a dataset, got a group");
+  if (!std::holds_alternative<h5::Dataset>(member))
+    throw InputError(where + ": expected a dataset, got an object HDF5 cannot open as one");
+  const h5::Dataset& ds = std::get<h5::Dataset>(member);
+  if (ds.kind() != h5::Kind::Float)
+    throw InputError(where + ": expected float32 or float64 data, got " + ds.type_class());
   Array a;
-  for (hsize_t x : hd) a.dims.push_back(static_cast<int64_t>(x));
+  for (uint64_t x : ds.shape()) a.dims.push_back(static_cast<int64_t>(x));
+  const int r = static_cast<int>(a.dims.size());
   if (r != rank)
     throw InputError(where + ": expected rank " + std::to_string(rank) + " " + layout + ", got rank " +
                      std::to_string(r) + (r > 0 ? " " + dims_str(a.dims) : ""));
   uint64_t n = 1;
-  for (hsize_t x : hd)
+  for (int64_t x : a.dims)
     if (__builtin_mul_overflow(n, static_cast<uint64_t>(x), &n)) n = UINT64_MAX;
   if (n > kMaxElements)
     throw InputError(where + ": shape " + dims_str(a.dims) + " " + layout + " is too large: at most " +
                      std::to_string(kMaxElements) + " elements per dataset");
-  a.data.resize(n);
-  if (n > 0 && H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()) < 0)
-    throw InputError(where + ": cannot read: " + h5_error());
-  for (size_t i = 0; i < n; ++i)
+  try {
+    a.data = ds.read<float>();  // float64 converted by HDF5; beyond float32 becomes Inf
+  } catch (const h5::Error& e) {
+    throw InputError(e.what());
+  }
+  for (size_t i = 0; i < a.data.size(); ++i)
     if (!std::isfinite(a.data[i]))
       throw InputError(where + ": non-finite value (NaN or Inf, or beyond float32) at flat index " + std::to_string(i));
   return a;
 }
 
-void write_array(hid_t file, const std::string& path, const char* name, const std::vector<int64_t>& dims,
-                 const float* data) {
-  std::vector<hsize_t> hd(dims.begin(), dims.end());
-  H5Handle space(H5Screate_simple(static_cast<int>(hd.size()), hd.data(), nullptr), H5Sclose);
-  H5Handle ds(H5Dcreate2(file, name, H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-  if (!ds.ok() || H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-    throw std::runtime_error(path + ": cannot write dataset /" + name);
+void write_array(h5::File& file, const char* name, const std::vector<int64_t>& dims, const float* data,
+                 const char* description) {
+  const std::vector<uint64_t> shape(dims.begin(), dims.end());
+  uint64_t n = 1;
+  for (uint64_t x : shape) n *= x;
+  file.write_dataset<float>(name, shape, std::span<const float>(data, n), description);
 }
 
 // A file cut short (a copy or a download that stopped) is caught before HDF5 parses it:
@@ -216,7 +163,6 @@ void check_input_file(const std::string& path) {
     throw InputError(path + ": cannot read file (" + std::strerror(err) + ")");
   }
   std::fclose(f);
-  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(path + ": not an HDF5 file (no HDF5 signature)");
   check_not_truncated(path);
 }
 
@@ -380,23 +326,28 @@ int run(int argc, char** argv) {
     if (device == "cuda") throw InputError("--device cuda: this attnsweep was built without the CUDA backend");
 #endif
 
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // our messages name file and dataset
     Array q, k, v, dO, mask;
     bool have_do = false, have_mask = false;
     {
       check_input_file(in_path);
-      H5Handle f(H5Fopen(in_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-      // A truncated file fails here, with HDF5's "truncated file: eof = ..., stored_eof = ...".
-      if (!f.ok()) throw InputError(in_path + ": cannot open as HDF5: " + h5_error());
+      // A file HDF5 cannot open (a truncation the superblock check missed) fails here,
+      // with HDF5's reason: an input error.
+      std::optional<h5::File> opened;
+      try {
+        opened.emplace(h5::File::open_read(in_path));
+      } catch (const h5::Error& e) {
+        throw InputError(e.what());
+      }
+      const h5::File& f = *opened;
       for (const char* name : {"q", "k", "v"})
-        if (!has_dataset(f.get(), name)) throw InputError(in_path + ": missing dataset /" + name);
-      q = read_array(f.get(), in_path, "q", "[B,H,Nq,d]");
-      k = read_array(f.get(), in_path, "k", "[B,H,Nk,d]");
-      v = read_array(f.get(), in_path, "v", "[B,H,Nk,dv]");
-      have_do = has_dataset(f.get(), "do");
-      have_mask = has_dataset(f.get(), "key_mask");
-      if (have_do) dO = read_array(f.get(), in_path, "do", "[B,H,Nq,dv]");
-      if (have_mask) mask = read_array(f.get(), in_path, "key_mask", "[B,Nk]");
+        if (!f.exists(name)) throw InputError(in_path + ": missing dataset /" + name);
+      q = read_array(f, in_path, "q", "[B,H,Nq,d]");
+      k = read_array(f, in_path, "k", "[B,H,Nk,d]");
+      v = read_array(f, in_path, "v", "[B,H,Nk,dv]");
+      have_do = f.exists("do");
+      have_mask = f.exists("key_mask");
+      if (have_do) dO = read_array(f, in_path, "do", "[B,H,Nq,dv]");
+      if (have_mask) mask = read_array(f, in_path, "key_mask", "[B,Nk]");
     }
     AttentionShape sh;
     sh.B = q.dims[0];
@@ -441,25 +392,25 @@ int run(int argc, char** argv) {
 #endif
     }
 
-    // Written to a temporary name and renamed: OUT.h5 is complete or absent.
-    const std::string tmp = out_path + ".tmp";
+    // Written to a temporary name, synced and renamed (worker/atomic_file.h): OUT.h5 is
+    // complete or absent, and a failed write leaves no temporary behind.
+    const std::string tmp = temp_path_for(out_path);
+    TempFileGuard guard(tmp);
     {
-      H5Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-      if (!f.ok()) throw std::runtime_error(out_path + ": cannot create " + tmp);
-      write_array(f.get(), out_path, "o", {sh.B, sh.H, sh.Nq, sh.dv}, o.data());
+      h5::File f = h5::File::create(tmp);
+      write_array(f, "o", {sh.B, sh.H, sh.Nq, sh.dv}, o.data(), "attention output [B,H,Nq,dv]");
       if (have_do) {
-        write_array(f.get(), out_path, "dq", q.dims, dq.data());
-        write_array(f.get(), out_path, "dk", k.dims, dk.data());
-        write_array(f.get(), out_path, "dv", v.dims, dv.data());
+        write_array(f, "dq", q.dims, dq.data(), "gradient of the loss sum(o * do) by q [B,H,Nq,d]");
+        write_array(f, "dk", k.dims, dk.data(), "gradient by k [B,H,Nk,d]");
+        write_array(f, "dv", v.dims, dv.data(), "gradient by v [B,H,Nk,dv]");
       }
       const std::vector<float> af(attn.begin(), attn.end()), jf(jac.begin(), jac.end());
-      write_array(f.get(), out_path, "attn_fro", {sh.B, sh.H}, af.data());
-      write_array(f.get(), out_path, "jac_fro", {sh.B, sh.H}, jf.data());
+      write_array(f, "attn_fro", {sh.B, sh.H}, af.data(), "||phi(S)||_F per batch and head [B,H]");
+      write_array(f, "jac_fro", {sh.B, sh.H}, jf.data(), "||d phi(S) / dS||_F per batch and head [B,H]");
+      f.close();
     }
-    if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(out_path + ": cannot rename " + tmp);
-    }
+    commit_file(tmp, out_path);
+    guard.release();
     return 0;
   } catch (const InputError& e) {
     std::cerr << "attnsweep attention: " << e.what() << "\n";

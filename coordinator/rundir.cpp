@@ -23,14 +23,6 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-void fsync_dir(const std::string& path) {
-  const std::string dir = fs::path(path).parent_path().string();
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
 }  // namespace
 
 int remove_stale_temporaries(const std::string& folder, const std::string& prefix) {
@@ -48,34 +40,6 @@ std::string hostname() {
   char buf[256] = {0};
   ::gethostname(buf, sizeof buf - 1);
   return buf;
-}
-
-void atomic_write_text(const std::string& path, const std::string& text, bool durable) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(path + ": cannot write (" + errno_text() + ")");
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0) {
-      const std::string err = errno_text();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw std::runtime_error(path + ": cannot write (" + err + ")");
-    }
-    off += static_cast<size_t>(n);
-  }
-  if ((durable && ::fsync(fd) != 0) || ::close(fd) != 0) {
-    const std::string err = errno_text();
-    ::unlink(tmp.c_str());
-    throw std::runtime_error(path + ": cannot write (" + err + ")");
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = errno_text();
-    ::unlink(tmp.c_str());
-    throw std::runtime_error(path + ": cannot rename into place (" + err + ")");
-  }
-  if (durable) fsync_dir(path);
 }
 
 std::string read_text(const std::string& path) {

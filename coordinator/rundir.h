@@ -7,13 +7,12 @@
 #include <cstdio>
 #include <string>
 
+#include "worker/atomic_file.h"  // atomic_write_text, for the run directory's files
+
 namespace attnsweep {
 
 using json = nlohmann::json;
 
-// Writes text to path via a temporary file, fsync and rename (and fsyncs the folder
-// when durable). Throws std::runtime_error naming the path.
-void atomic_write_text(const std::string& path, const std::string& text, bool durable = true);
 std::string read_text(const std::string& path);  // throws std::runtime_error naming the path
 void make_dirs(const std::string& path);         // throws std::runtime_error naming the path
 

@@ -307,6 +307,24 @@ Kind Dataset::kind() const {
   return kind_of_type(type.get());
 }
 
+std::string Dataset::type_class() const {
+  Id type(H5Dget_type(id()), H5Tclose);
+  if (!type.valid()) fail("cannot get the datatype");
+  switch (H5Tget_class(type.get())) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "float";
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum";
+    case H5T_ARRAY: return "array";
+    case H5T_VLEN: return "variable-length";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_REFERENCE: return "reference";
+    default: return "unknown";
+  }
+}
+
 template <Numeric T>
 std::vector<T> Dataset::read() const {
   Kind k = kind();

@@ -114,6 +114,8 @@ class Dataset : public Object {
   std::vector<uint64_t> shape() const;
   uint64_t size() const;  // product of the shape (1 for a scalar)
   Kind kind() const;
+  // HDF5's class of its datatype, for messages: "integer", "float", "string", "compound", ...
+  std::string type_class() const;
 
   // Whole dataset, converted by HDF5 to the requested type (an int64 dataset reads as
   // double; a float one as int64 is refused by HDF5's conversion only when out of range).

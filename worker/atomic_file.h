@@ -1,10 +1,11 @@
 // Durable "write to a temporary name, then rename": a reader (or a resumed run) sees
 // either no file or a complete one. The one atomic-write helper of result files,
-// checkpoints and run-directory files (here, in worker/, the lowest layer that writes
+// checkpoints, run-directory files and the attention command's output (here, in worker/, the lowest layer that writes
 // files, so that results/ and coordinator/ above it share it).
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace attnsweep {
@@ -15,6 +16,11 @@ std::string temp_path_for(const std::string& path);
 // fsync(tmp), rename(tmp, path), fsync(directory of path). Throws std::runtime_error
 // naming the file and the errno text.
 void commit_file(const std::string& tmp, const std::string& path);
+
+// Writes `text` to `path` through a temporary, renamed into place; durable: synced as
+// commit_file does (status.json and the children's cell files are not: a crash only
+// costs a rewrite). Throws std::runtime_error naming the path.
+void atomic_write_text(const std::string& path, std::string_view text, bool durable = true);
 
 // Removes `path` when destroyed unless release()d: the temporary of a failed write.
 class TempFileGuard {

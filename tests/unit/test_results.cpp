@@ -18,6 +18,7 @@
 #include "results/aggregate.h"
 #include "results/cell_file.h"
 #include "results/h5.h"
+#include "worker/atomic_file.h"
 
 namespace attnsweep {
 namespace {
@@ -67,6 +68,35 @@ CellResult sample_cell(const std::string& id, int64_t steps = 5) {
   for (size_t i = 0; i < norms.size(); ++i) norms[i] = 0.5 * static_cast<double>(i);
   r.datasets.push_back({"/norms/attn_fro", {static_cast<uint64_t>(steps), 2, 3}, norms, "||phi(S)||_F"});
   return r;
+}
+
+// ---- the atomic-write helper (worker/atomic_file.h) ------------------------------------
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(ResultsTest, AtomicWriteTextReplacesAndLeavesNoTemporary) {
+  for (bool durable : {true, false}) {
+    atomic_write_text(path("status.json"), "first\n", durable);
+    atomic_write_text(path("status.json"), "second\n", durable);
+    EXPECT_EQ(read_all(path("status.json")), "second\n");
+    EXPECT_EQ(listing("."), (std::vector<std::string>{"status.json"}));
+  }
+  // A rename that fails (the target is a folder) throws naming the path, and removes
+  // its temporary; a folder that does not exist fails before anything is written.
+  fs::create_directories(dir_ / "taken");
+  for (bool durable : {true, false}) {
+    try {
+      atomic_write_text(path("taken"), "x", durable);
+      ADD_FAILURE() << "writing over a folder did not throw";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(path("taken")), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(atomic_write_text(path("missing/x.json"), "x"), std::runtime_error);
+  EXPECT_EQ(listing("."), (std::vector<std::string>{"status.json", "taken"}));
 }
 
 // ---- h5 layer -------------------------------------------------------------------------
