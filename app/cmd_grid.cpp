@@ -1,0 +1,107 @@
+// plan, activations, schema, results-schema: what a grid, the activations and the
+// result files are, without running anything.
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "app/cli.h"
+#include "coordinator/grid.h"
+#include "experiments/params.h"
+#include "experiments/result_schema.h"
+#include "kernels/activation.h"
+
+namespace attnsweep::cli {
+
+int cmd_plan(int argc, char** argv) {
+  po::options_description desc("options");
+  std::string grid_path;
+  desc.add_options()("help,h", "this help")("json", "print the cells as one JSON array")(
+      "grid", po::value(&grid_path)->required(), "the grid file");
+  po::positional_options_description pos;
+  pos.add("grid", 1);
+  po::variables_map vm;
+  if (!parse("plan", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm, "attnsweep plan GRID.json [--json]", desc)) return kExitOk;
+  Grid grid;
+  try {
+    grid = load_grid(grid_path);
+  } catch (const InputError& e) {
+    print_problems(e);
+    return kExitUsage;
+  }
+  if (vm.count("json")) {
+    json cells = json::array();
+    for (const Cell& c : grid.cells)
+      cells.push_back({{"id", c.id}, {"config", c.config}, {"est_cost_s", c.est_cost_s}});
+    std::cout << json({{"name", grid.name}, {"grid_hash", grid.hash}, {"cells", cells}}).dump(2) << "\n";
+    return kExitOk;
+  }
+  double total_cost = 0;
+  for (const Cell& c : grid.cells) {
+    std::string line = c.id;
+    for (const auto& [k, v] : c.config.items()) line += " " + k + "=" + format_value(v);
+    std::cout << line << "\n";
+    total_cost += c.est_cost_s;
+  }
+  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds)\n", grid.cells.size(), grid.name.c_str(),
+              total_cost);
+  return kExitOk;
+}
+
+int cmd_activations(int argc, char** argv) {
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help")("json", "the registry as JSON (names, labels, formulas, test cases)");
+  po::positional_options_description pos;
+  po::variables_map vm;
+  if (!parse("activations", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm, "attnsweep activations [--json]", desc)) return kExitOk;
+  const json reg = activation_registry_json();
+  if (vm.count("json")) {
+    std::cout << reg.dump(2) << "\n";
+    return kExitOk;
+  }
+  for (const ActivationInfo& a : kActivations) {
+    std::string takes;
+    if (a.takes_degree) takes += " degree";
+    if (a.takes_scale) takes += " scale";
+    std::printf("%-8s phi(s) = %-40s takes:%s\n", a.name, a.formula, takes.empty() ? " -" : takes.c_str());
+  }
+  std::printf("scales: none, inv_sqrt_n (1/sqrt(N)), inv_n (1/N) or a positive number; degrees %d..%d\n", kMinDegree,
+              kMaxDegree);
+  return kExitOk;
+}
+
+int cmd_schema(int argc, char** argv) {
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help");
+  po::positional_options_description pos;
+  po::variables_map vm;
+  if (!parse("schema", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm, "attnsweep schema   (prints the grid format's JSON Schema; docs/grid-schema.json)", desc))
+    return kExitOk;
+  std::cout << grid_json_schema().dump(2) << "\n";
+  return kExitOk;
+}
+
+int cmd_results_schema(int argc, char** argv) {
+  po::options_description desc("options");
+  desc.add_options()("help,h", "this help")("json", "as JSON (what the report reads)")(
+      "markdown", "as a Markdown table (the default; docs/results-schema.md)");
+  po::positional_options_description pos;
+  po::variables_map vm;
+  if (!parse("results-schema", argc, argv, desc, pos, vm)) return kExitUsage;
+  if (help(vm,
+           "attnsweep results-schema [--json|--markdown]   (what a cell's result file holds; docs/results-schema.md)",
+           desc))
+    return kExitOk;
+  if (vm.count("json"))
+    std::cout << result_schema_json().dump(2) << "\n";
+  else
+    std::cout << result_schema_markdown();
+  return kExitOk;
+}
+
+}  // namespace attnsweep::cli
