@@ -1,3 +1,9 @@
+// The grid format's reader (docs/grid-format.md): JSON with byte positions for messages,
+// every key validated against the task registry (experiments/registry.h), the axes
+// expanded, excludes applied, each cell resolved to its effective config and content id.
+// About 670 lines: every check and message of the format in one place, so that `plan`,
+// `run`, `train`, `submit` and the fuzzer read grids the same way. Its JSON Schema is
+// generated in coordinator/grid_schema.cpp.
 #include "coordinator/grid.h"
 
 #include <algorithm>
@@ -187,20 +193,6 @@ std::optional<json> resolve(const Values& values, const std::string& missing_pre
   }
   if (!ok) return std::nullopt;
   return cfg;
-}
-
-// Grid-level settings, validated with the same machinery as cell parameters.
-const std::vector<ParamSpec>& resource_specs() {
-  static const std::vector<ParamSpec> specs = [] {
-    std::vector<ParamSpec> v(4);
-    v[0].name = "gpus_per_cell", v[0].type = ParamType::integer, v[0].min = 1, v[0].max = 1024;
-    v[1].name = "timeout_s", v[1].type = ParamType::number, v[1].min = 0;
-    v[2].name = "retries", v[2].type = ParamType::integer, v[2].min = 0, v[2].max = 100;
-    // At least 1 s: a rank sends a heartbeat every rank_timeout_s / 8 (liveness.h).
-    v[3].name = "rank_timeout_s", v[3].type = ParamType::number, v[3].min = 1;
-    return v;
-  }();
-  return specs;
 }
 
 Resources read_resources(const ordered_json& obj, Problems& problems) {
@@ -453,6 +445,19 @@ const std::vector<std::string> kTopLevelKeys = {"name",    "description", "axes"
 
 InputError::InputError(std::vector<std::string> p) : std::runtime_error(join_lines(p)), problems(std::move(p)) {}
 
+const std::vector<ParamSpec>& resource_specs() {
+  static const std::vector<ParamSpec> specs = [] {
+    std::vector<ParamSpec> v(4);
+    v[0].name = "gpus_per_cell", v[0].type = ParamType::integer, v[0].min = 1, v[0].max = 1024;
+    v[1].name = "timeout_s", v[1].type = ParamType::number, v[1].min = 0;
+    v[2].name = "retries", v[2].type = ParamType::integer, v[2].min = 0, v[2].max = 100;
+    // At least 1 s: a rank sends a heartbeat every rank_timeout_s / 8 (liveness.h).
+    v[3].name = "rank_timeout_s", v[3].type = ParamType::number, v[3].min = 1;
+    return v;
+  }();
+  return specs;
+}
+
 Grid load_grid(const std::string& path) {
   return parse_grid(read_text(path), path);
 }
@@ -667,120 +672,6 @@ std::string sha256_hex(const std::string& data) {
   for (uint32_t x : h)
     for (int i = 28; i >= 0; i -= 4) out.push_back(hex[(x >> i) & 0xf]);
   return out;
-}
-
-namespace {
-
-// The schema of one value of a key (what canonical_value accepts).
-json value_schema(const ParamSpec& spec) {
-  constexpr double kUnbounded = 1e299;  // params.cpp writes "no bound" as +-1e300
-  json v;
-  auto bounds = [&](json& o) {
-    if (spec.min > -kUnbounded) o["minimum"] = spec.min;
-    if (spec.max < kUnbounded) o["maximum"] = spec.max;
-  };
-  switch (spec.type) {
-    case ParamType::integer:
-      v["type"] = "integer";
-      bounds(v);
-      break;
-    case ParamType::number:
-      v["type"] = "number";
-      bounds(v);
-      break;
-    case ParamType::boolean: v["type"] = "boolean"; break;
-    case ParamType::string:
-      v["type"] = "string";
-      if (!spec.choices.empty()) v["enum"] = spec.choices;
-      break;
-    case ParamType::scale:
-      v["anyOf"] =
-          json::array({{{"type", "string"}, {"enum", spec.choices}}, {{"type", "number"}, {"exclusiveMinimum", 0}}});
-      break;
-  }
-  if (!spec.description.empty()) v["description"] = spec.description;
-  return v;
-}
-
-// For each key, the tasks it applies to and the description each gives it: every
-// task's keys resolved in order (as cells are) for every activation.
-using KeyUses = std::map<std::string, std::map<std::string, std::string>>;  // key -> task -> description
-KeyUses tasks_of_keys() {
-  KeyUses out;
-  for (const TaskDef* task : task_registry())
-    for (const std::string& act : activation_names()) {
-      json cfg = {{"task", task->name}, {"activation", act}};
-      for (const ParamSpec* p : cell_param_specs(task)) {
-        const ParamSpec& s = *p;
-        if (s.applies && !s.applies(cfg)) continue;
-        out[s.name][task->name] = s.description;
-        if (!cfg.contains(s.name) && s.default_value) {
-          json d = s.default_value(cfg);
-          if (!d.is_null()) cfg[s.name] = d;
-        }
-      }
-    }
-  return out;
-}
-
-}  // namespace
-
-json grid_json_schema() {
-  const auto applies = tasks_of_keys();
-  const std::vector<std::string> all_tasks = task_names();
-  json defs = json::object(), single = json::object(), list = json::object(), match = json::object();
-  for (const ParamSpec& s : param_specs()) {
-    json v = value_schema(s);
-    auto it = applies.find(s.name);
-    if (it != applies.end()) {
-      // Tasks that describe a shared name differently (n_train: LRA's 96000 or 1000
-      // samples) each say theirs; otherwise one description and the tasks it is for.
-      std::set<std::string> distinct;
-      for (const auto& [task, what] : it->second) distinct.insert(what);
-      std::string t;
-      if (distinct.size() > 1) {
-        for (const auto& [task, what] : it->second) t += (t.empty() ? "" : "; ") + ("task " + task + ": " + what);
-        v["description"] = t;
-      } else if (it->second.size() < all_tasks.size()) {
-        for (const auto& kv : it->second) t += (t.empty() ? "" : ", ") + kv.first;
-        v["description"] = *distinct.begin() + " (task " + t + ")";
-      }
-    }
-    defs[s.name] = v;
-    const json ref = {{"$ref", "#/$defs/" + s.name}};
-    single[s.name] = ref;
-    list[s.name] = {{"type", "array"}, {"minItems", 1}, {"items", ref}};
-    match[s.name] = {{"anyOf", json::array({ref, {{"type", "array"}, {"minItems", 1}, {"items", ref}}})}};
-  }
-  json resources = json::object();
-  for (const ParamSpec& s : resource_specs()) resources[s.name] = value_schema(s);
-  auto object_of = [](json props, bool non_empty) {
-    json o = {{"type", "object"}, {"properties", std::move(props)}, {"additionalProperties", false}};
-    if (non_empty) o["minProperties"] = 1;
-    return o;
-  };
-  json props = {
-      {"name", {{"type", "string"}, {"description", "the grid's name (reports, job names)"}}},
-      {"description", {{"type", "string"}, {"description", "free text"}}},
-      {"axes", object_of(list, false)},
-      {"fixed", object_of(single, false)},
-      {"include", {{"type", "array"}, {"items", object_of(single, false)}}},
-      {"exclude", {{"type", "array"}, {"items", object_of(match, true)}}},
-      {"resources", object_of(resources, false)},
-  };
-  props["axes"]["description"] = "key: [values]; the grid is the product of the axes";
-  props["fixed"]["description"] = "key: value, set in every cell";
-  props["include"]["description"] = "extra cells, each key: value over fixed";
-  props["exclude"]["description"] = "cells to drop: every key matches (a list matches any of its values)";
-  props["resources"]["description"] = "grid-level settings of the run";
-  json schema = {{"$schema", "https://json-schema.org/draft/2020-12/schema"},
-                 {"title", "attnsweep grid"},
-                 {"description", "A grid of attnsweep cells (docs/grid-format.md); generated by `attnsweep schema`."},
-                 {"type", "object"},
-                 {"properties", props},
-                 {"additionalProperties", false},
-                 {"$defs", defs}};
-  return schema;
 }
 
 }  // namespace attnsweep

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "experiments/params.h"
+
 namespace attnsweep {
 
 using json = nlohmann::json;
@@ -62,5 +64,9 @@ std::string sha256_hex(const std::string& data);
 // task cannot make, which keys apply to which task: said in each key's description)
 // are left to `attnsweep plan`.
 json grid_json_schema();
+
+// The grid-level keys of `resources` (gpus_per_cell, timeout_s, retries, rank_timeout_s),
+// validated with the cell keys' machinery (experiments/params.h).
+const std::vector<ParamSpec>& resource_specs();
 
 }  // namespace attnsweep

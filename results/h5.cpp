@@ -1,3 +1,6 @@
+// The HDF5 wrapper of results/h5.h: one method per HDF5 call we make, each turning
+// HDF5's error stack into one h5::Error. About 730 lines: the one place that talks to
+// libhdf5 (files, groups, datasets of every layout, attributes, the userblock).
 #include "results/h5.h"
 
 #include <algorithm>

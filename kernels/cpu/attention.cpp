@@ -3,6 +3,9 @@
 // softmax) and accumulates the norm sums (forward) or forms dS (backward). OpenMP over
 // (batch item, head, query block) in the forward and over (batch item, head) in the
 // backward, where dK and dV accumulate over the query blocks of one head.
+// About 1000 lines: the row passes of every activation (fused softmax, element-wise phi,
+// masks, norms) are templates instantiated by one dispatch here, so they stay in one
+// translation unit with the blocked loops that call them.
 // The GEMMs: with AVX-512 (own_gemms), the tiles of kernels/cpu/gemm.cpp, K and V packed
 // once per head (scale folded into K) and the [m, jmax] score blocks read in place; else
 // OpenBLAS, which repacks K and V for every block and copies every score block again

@@ -6,6 +6,8 @@
 // otherwise OpenBLAS with the rows split over the thread team (sgemm_rows):
 // deterministic for a given thread count; OpenBLAS may pick another kernel for a
 // smaller part, so another count can change the last bits.
+// About 780 lines: every op of kernels/ops.h, forward beside backward, so that each
+// op's CPU and CUDA (kernels/cuda/ops.cu) versions can be read against each other.
 // no-trapping-math: see GELU below (we never read the FP exception flags); it must come
 // before the headers so that fast_expf is compiled with it. (kernels/CMakeLists.txt also
 // compiles this file with -fno-math-errno: see adamw_span.)

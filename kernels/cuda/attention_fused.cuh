@@ -12,6 +12,8 @@
 // the backward writes every gradient element from exactly one thread (no atomics):
 // one kernel over key tiles computes dK, dV and one over query tiles computes dQ, both
 // recomputing S.
+// About 570 lines: the forward and both backward kernels share the tile loads, the
+// activation templates and the reductions, so they are one header.
 #pragma once
 
 #include "kernels/cuda/attention_common.cuh"

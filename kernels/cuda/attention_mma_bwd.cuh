@@ -4,6 +4,7 @@
 //
 // STATUS: COMPILED ONLY, NEVER RUN ON A GPU (as attention_mma.cuh). Reached only through
 // attention_backward_cuda_mma (attention_cuda.h), not from attention_backward_cuda.
+// About 500 lines: dK/dV and dQ share the fragment layouts and the recomputation of S.
 //
 // The math of fused_dkdv_kernel / fused_dq_kernel (attention_fused.cuh), per element
 // (i query, j key), s = (q_i . k_j) * scale, live(i, j) as in the forward:
