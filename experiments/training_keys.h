@@ -1,6 +1,6 @@
 // The keys of every training task (registry.h: TaskDef::model): the transformer's shape
-// and the optimiser's settings, which worker/trainer.cpp reads from the effective config.
-// A task changes a training key's default through TaskDef::training_defaults.
+// and the optimiser's settings, which worker/train_config.cpp reads from the effective
+// config. A task changes a training key's default through TaskDef::training_defaults.
 #pragma once
 
 #include <vector>

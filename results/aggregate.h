@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "results/best_scale.h"
+#include "results/fits.h"  // Fit, fit_loglog, student_t_quantile
 #include "results/paired.h"
 
 namespace attnsweep {
@@ -31,15 +32,6 @@ struct AggregateOptions {
   int test_reader = 0;
 };
 
-struct Fit {
-  std::string metric;                       // attn_fro, jac_fro, ...
-  std::string group;                        // "activation=poly degree=3 scale=inv_sqrt_n task=norm_probe"
-  double slope = 0, intercept = 0, r2 = 0;  // NaN when fewer than 2 distinct x; r2 NaN for constant y
-  double slope_ci95 = 0;                    // half-width of the 95% Student-t interval (NaN below 3 points)
-  int64_t points = 0;                       // cells in the fit
-  int64_t n_min = 0, n_max = 0;             // prompt_length range used
-};
-
 struct AggregateResult {
   int64_t cells = 0;
   int64_t reread = 0;                // rows read from their cell files this time
@@ -54,11 +46,5 @@ struct AggregateResult {
 
 // Throws std::runtime_error when DIR has no runs/ folder.
 AggregateResult aggregate_dir(const std::string& dir, const AggregateOptions& opt);
-
-// Ordinary least squares of log(y) on log(x) (points with x, y > 0).
-Fit fit_loglog(const std::vector<double>& x, const std::vector<double>& y);
-
-// Quantile of Student's t distribution with `dof` degrees of freedom (0 < p < 1).
-double student_t_quantile(double p, double dof);
 
 }  // namespace attnsweep

@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "kernels/activation.h"
-#include "results/aggregate.h"
+#include "results/fits.h"
 #include "results/table.h"
 
 namespace attnsweep {

@@ -1,95 +1,22 @@
 #include "worker/trainer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 
 #include "experiments/result_schema.h"
 #include "experiments/rng.h"
 #include "kernels/device.h"
-#include "worker/atomic_file.h"
+#include "worker/checkpoint.h"
 #include "worker/cuda_trainer.h"
 
 extern "C" int openblas_get_num_threads(void);
 extern "C" void openblas_set_num_threads(int);
 
 namespace attnsweep {
-
-// ---- configuration -----------------------------------------------------------------
-
-// The training keys of a training task's effective config: every one is there, with
-// the default of experiments/training_keys.cpp where the grid did not set it.
-TrainConfig train_config_of(const json& c) {
-  TrainConfig tc;
-  tc.steps = c.at("steps").get<int64_t>();
-  tc.batch = c.at("batch").get<int64_t>();
-  tc.warmup_steps = c.at("warmup_steps").get<int64_t>();
-  tc.log_every = std::max<int64_t>(1, c.at("log_every").get<int64_t>());
-  tc.eval_every = c.at("eval_every").get<int64_t>();
-  tc.eval_batches = c.at("eval_batches").get<int64_t>();
-  tc.checkpoint_every = c.at("checkpoint_every").get<int64_t>();
-  tc.lr = c.at("lr").get<double>();
-  tc.weight_decay = c.at("weight_decay").get<double>();
-  tc.clip = c.at("clip").get<double>();
-  tc.optimizer = c.at("optimizer").get<std::string>();
-  tc.lr_schedule = c.at("lr_schedule").get<std::string>();
-  tc.seed = c.at("seed").get<uint64_t>();
-  tc.init_seed = c.at("init_seed").get<uint64_t>();
-  tc.init_std = c.at("init_std").get<double>();
-  tc.devices = c.at("devices").get<int64_t>();
-  if (tc.devices < 1) throw std::runtime_error("devices: expected an integer >= 1, got " + std::to_string(tc.devices));
-  if (tc.batch % tc.devices != 0)
-    throw std::runtime_error("batch " + std::to_string(tc.batch) + " is not divisible by devices " +
-                             std::to_string(tc.devices));
-  if (tc.optimizer != "adamw" && tc.optimizer != "sgd")
-    throw std::runtime_error("optimizer: expected adamw or sgd, got \"" + tc.optimizer + "\"");
-  if (tc.lr_schedule != "cosine" && tc.lr_schedule != "constant")
-    throw std::runtime_error("lr_schedule: expected cosine or constant, got \"" + tc.lr_schedule + "\"");
-  return tc;
-}
-
-ModelConfig model_config_of(const json& c, const TrainingData& data) {
-  ModelConfig mc;
-  if (data.classes > 0)
-    mc.head = Head::classify;
-  else if (data.targets_per_sample == 1)
-    mc.head = Head::readout;
-  else if (data.targets_per_sample == data.tokens)
-    mc.head = Head::token_regress;
-  else
-    throw std::runtime_error("training data: targets_per_sample " + std::to_string(data.targets_per_sample) +
-                             " is neither 1 nor the token count " + std::to_string(data.tokens));
-  mc.pad_id = data.pad_id;
-  mc.tokens = data.tokens;
-  mc.in_dim = data.in_dim;
-  mc.classes = data.classes;
-  mc.vocab = data.vocab;
-  mc.dim = c.at("dim").get<int64_t>();
-  mc.layers = c.at("layers").get<int64_t>();
-  mc.heads = c.at("heads").get<int64_t>();
-  // The read-out (paper B) has no MLP and pools nothing; pde predicts every token.
-  if (mc.head != Head::readout) mc.mlp_ratio = c.at("mlp_ratio").get<int64_t>();
-  mc.cls = c.contains("cls") && c.at("cls").get<bool>();
-  mc.act = activation_spec_of(c);
-  return mc;
-}
-
-double lr_at(const TrainConfig& tc, int64_t t) {
-  if (t < tc.warmup_steps) return tc.lr * static_cast<double>(t + 1) / static_cast<double>(tc.warmup_steps);
-  const int64_t decay = tc.steps - tc.warmup_steps;
-  if (decay <= 0 || tc.lr_schedule == "constant") return tc.lr;
-  const double frac = static_cast<double>(t - tc.warmup_steps) / static_cast<double>(decay);
-  return tc.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
-}
 
 ModelWeights weights_of(const std::vector<TensorInfo>& tensors, const float* host_params) {
   ModelWeights w;
@@ -250,7 +177,7 @@ template class BasicTrainer<CpuBackend>;
 template class BasicTrainer<CudaBackend>;
 #endif
 
-// ---- data, trajectory, checkpoints -------------------------------------------------
+// ---- data and evaluation -----------------------------------------------------------
 
 namespace {
 
@@ -283,214 +210,6 @@ class Sampler {
   int64_t epoch_ = -1;
   std::vector<int64_t> perm_;
 };
-
-struct Trajectory {
-  std::vector<int64_t> step;
-  std::vector<float> loss, accuracy, lr, grad_norm;
-  std::vector<float> attn_fro, jac_fro;  // [T, L, H]
-  std::vector<int64_t> eval_step;
-  std::vector<float> eval_loss, eval_accuracy;
-  std::vector<double> eval_task;  // [E, M]: the task's eval_metrics (TrainingData::measure)
-};
-
-// Checkpoint file: magic, format version (uint32), payload, FNV-1a 64 of everything
-// before it, end marker. A file counts only when the marker and the checksum are there
-// (a crash mid-write, or a truncated copy, is ignored and training starts over). A
-// complete checkpoint of another format (an older or newer attnsweep; format 1 had no
-// version field and the magic ATSWCKP1) is refused: the attempt fails naming the file,
-// rather than silently starting over. Bump kCheckpointFormat whenever the payload changes.
-constexpr char kMagic[8] = {'A', 'T', 'S', 'W', 'C', 'K', 'P', 'T'};
-constexpr char kMagicFormat1[8] = {'A', 'T', 'S', 'W', 'C', 'K', 'P', '1'};
-constexpr uint32_t kCheckpointFormat = 2;
-
-// A checkpoint this build cannot read: not "ignored", the cell fails with this message.
-struct CheckpointFormatError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-constexpr char kEnd[8] = {'A', 'T', 'S', 'W', 'E', 'N', 'D', '!'};
-
-uint64_t fnv1a(const char* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= static_cast<unsigned char>(p[i]);
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-struct Writer {
-  std::string buf;
-  template <class T>
-  void put(const T& v) {
-    buf.append(reinterpret_cast<const char*>(&v), sizeof(T));
-  }
-  template <class T>
-  void put_vec(const std::vector<T>& v) {
-    put<int64_t>(static_cast<int64_t>(v.size()));
-    if (!v.empty()) buf.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-  }
-  void put_str(const std::string& s) {
-    put<int64_t>(static_cast<int64_t>(s.size()));
-    buf += s;
-  }
-};
-
-struct Reader {
-  const std::string& buf;
-  size_t pos = 0;
-  void need(size_t n) {
-    if (buf.size() - pos < n) throw std::runtime_error("payload shorter than its lengths say");
-  }
-  template <class T>
-  T get() {
-    need(sizeof(T));
-    T v;
-    std::memcpy(&v, buf.data() + pos, sizeof(T));
-    pos += sizeof(T);
-    return v;
-  }
-  template <class T>
-  std::vector<T> get_vec() {
-    const int64_t n = get<int64_t>();
-    if (n < 0) throw std::runtime_error("negative length");
-    need(static_cast<size_t>(n) * sizeof(T));
-    std::vector<T> v(static_cast<size_t>(n));
-    if (!v.empty()) std::memcpy(v.data(), buf.data() + pos, v.size() * sizeof(T));  // data() may be null when empty
-    pos += v.size() * sizeof(T);
-    return v;
-  }
-  std::string get_str() {
-    const int64_t n = get<int64_t>();
-    if (n < 0) throw std::runtime_error("negative length");
-    need(static_cast<size_t>(n));
-    std::string s = buf.substr(pos, static_cast<size_t>(n));
-    pos += static_cast<size_t>(n);
-    return s;
-  }
-};
-
-struct TrainState {
-  int64_t step = 0;          // the next step to run (= updates done)
-  int64_t samples_seen = 0;  // the sampler's cursor
-  Trajectory traj;
-};
-
-template <class TrainerT>
-void save_checkpoint(const std::string& path, const std::string& config_text, const TrainConfig& tc, TrainerT& tr,
-                     const TrainState& st) {
-  Writer w;
-  w.buf.append(kMagic, sizeof kMagic);
-  w.put<uint32_t>(kCheckpointFormat);
-  w.put_str(config_text);
-  w.put<int64_t>(st.step);
-  w.put<int64_t>(st.samples_seen);
-  w.put<uint64_t>(tc.seed);     // the sampler's generator: (seed, samples_seen) is all of its state
-  w.put_vec(tr.params_host());  // host float32 whatever the backend: one format for all
-  w.put_vec(tr.m_host());
-  w.put_vec(tr.v_host());
-  const Trajectory& t = st.traj;
-  w.put_vec(t.step);
-  w.put_vec(t.loss);
-  w.put_vec(t.accuracy);
-  w.put_vec(t.lr);
-  w.put_vec(t.grad_norm);
-  w.put_vec(t.attn_fro);
-  w.put_vec(t.jac_fro);
-  w.put_vec(t.eval_step);
-  w.put_vec(t.eval_loss);
-  w.put_vec(t.eval_accuracy);
-  w.put_vec(t.eval_task);
-  w.put<uint64_t>(fnv1a(w.buf.data(), w.buf.size()));
-  w.buf.append(kEnd, sizeof kEnd);
-
-  const std::string tmp = temp_path_for(path);
-  TempFileGuard guard(tmp);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(tmp + ": cannot create checkpoint: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < w.buf.size()) {
-    const ssize_t r = ::write(fd, w.buf.data() + done, w.buf.size() - done);
-    if (r < 0 && errno == EINTR) continue;  // a second signal while we write
-    if (r <= 0) {
-      const int e = errno;
-      ::close(fd);
-      throw std::runtime_error(tmp + ": cannot write checkpoint: " + std::strerror(e));
-    }
-    done += static_cast<size_t>(r);
-  }
-  if (::close(fd) != 0) throw std::runtime_error(tmp + ": cannot close checkpoint: " + std::strerror(errno));
-  commit_file(tmp, path);  // fsync, rename, fsync of the directory
-  guard.release();
-}
-
-// Loads a checkpoint of this very cell; false (with *why) when absent or not usable.
-template <class TrainerT>
-bool load_checkpoint(const std::string& path, const std::string& config_text, TrainerT& tr, TrainState& st,
-                     std::string* why) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    *why = "absent";
-    return false;
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string buf = ss.str();
-  try {
-    constexpr size_t kTrailer = sizeof(uint64_t) + sizeof kEnd;
-    const bool complete = buf.size() >= sizeof kMagic + kTrailer &&
-                          std::memcmp(buf.data() + buf.size() - sizeof kEnd, kEnd, sizeof kEnd) == 0;
-    auto refuse = [&](const std::string& format) {
-      throw CheckpointFormatError(path + ": a checkpoint of format " + format + ", this attnsweep reads format " +
-                                  std::to_string(kCheckpointFormat) +
-                                  " only; remove the file to restart the cell from step 0, or resume with the "
-                                  "attnsweep that wrote it");
-    };
-    if (complete && std::memcmp(buf.data(), kMagicFormat1, sizeof kMagicFormat1) == 0) refuse("1");
-    if (buf.size() < sizeof kMagic + kTrailer || std::memcmp(buf.data(), kMagic, sizeof kMagic) != 0)
-      throw std::runtime_error("not an attnsweep checkpoint");
-    if (!complete) throw std::runtime_error("no end marker (incomplete write)");
-    const size_t body = buf.size() - kTrailer;
-    uint64_t sum;
-    std::memcpy(&sum, buf.data() + body, sizeof sum);
-    if (sum != fnv1a(buf.data(), body)) throw std::runtime_error("checksum mismatch");
-    const std::string payload = buf.substr(0, body);
-    Reader r{payload, sizeof kMagic};
-    if (const uint32_t format = r.get<uint32_t>(); format != kCheckpointFormat) refuse(std::to_string(format));
-    if (r.get_str() != config_text) throw std::runtime_error("written for a different config");
-    TrainState s;
-    s.step = r.get<int64_t>();
-    s.samples_seen = r.get<int64_t>();
-    if (r.get<uint64_t>() != tr.config().seed) throw std::runtime_error("sampler seed differs");
-    auto params = r.get_vec<float>();
-    auto m = r.get_vec<float>();
-    auto v = r.get_vec<float>();
-    if (static_cast<int64_t>(params.size()) != tr.model().num_params() ||
-        static_cast<int64_t>(m.size()) != tr.optimizer_state_size() ||
-        static_cast<int64_t>(v.size()) != tr.optimizer_state_size())
-      throw std::runtime_error("parameter count differs from the model's");
-    Trajectory& t = s.traj;
-    t.step = r.get_vec<int64_t>();
-    t.loss = r.get_vec<float>();
-    t.accuracy = r.get_vec<float>();
-    t.lr = r.get_vec<float>();
-    t.grad_norm = r.get_vec<float>();
-    t.attn_fro = r.get_vec<float>();
-    t.jac_fro = r.get_vec<float>();
-    t.eval_step = r.get_vec<int64_t>();
-    t.eval_loss = r.get_vec<float>();
-    t.eval_accuracy = r.get_vec<float>();
-    t.eval_task = r.get_vec<double>();
-    if (r.pos != payload.size()) throw std::runtime_error("trailing bytes");
-    tr.load_state(params, m, v);  // every replica resumes from the same state
-    st = std::move(s);
-  } catch (const CheckpointFormatError&) {
-    throw;
-  } catch (const std::exception& e) {
-    *why = e.what();
-    return false;
-  }
-  return true;
-}
 
 struct EvalResult {
   double loss = 0, accuracy = 0;

@@ -49,32 +49,9 @@
 #include "experiments/task.h"
 #include "kernels/model_ops.h"  // global_norm
 #include "worker/model.h"
+#include "worker/train_config.h"  // TrainConfig, train_config_of, model_config_of, lr_at
 
 namespace attnsweep {
-
-using json = nlohmann::json;
-
-struct TrainConfig {
-  int64_t steps = 3000, batch = 128, warmup_steps = 100;
-  int64_t log_every = 50, eval_every = 500, eval_batches = 0, checkpoint_every = 0;
-  double lr = 1e-3, weight_decay = 0.05, clip = 1.0;
-  std::string optimizer = "adamw";                // adamw | sgd
-  std::string lr_schedule = "cosine";             // cosine: warm-up then cosine decay to 0; constant: warm-up then lr
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // torch.optim.AdamW defaults
-  uint64_t seed = 0, init_seed = 0;
-  double init_std = 0;  // 0: PyTorch nn.Linear init
-  int64_t devices = 1;  // k data-parallel replicas; batch % devices == 0
-};
-
-// The training keys of a training task's effective config (experiments/training_keys.cpp
-// declares them and their defaults).
-TrainConfig train_config_of(const json& config);
-// The model of a cell config for a task's data (classes == 0: the regression read-out).
-ModelConfig model_config_of(const json& config, const TrainingData& data);
-
-// Learning rate of 0-based step t: lr (t+1)/warmup during the warm-up, then
-// lr * (1 + cos(pi (t - warmup) / (steps - warmup))) / 2 (lr_schedule "constant": lr).
-double lr_at(const TrainConfig& tc, int64_t t);
 
 // What one optimizer step measured.
 struct TrainStepResult {

@@ -1,0 +1,76 @@
+// A training cell's settings (worker/train_config.h): the training keys, the model of a
+// task's data, the learning rate of a step.
+#include "worker/train_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace attnsweep {
+
+// The training keys of a training task's effective config: every one is there, with
+// the default of experiments/training_keys.cpp where the grid did not set it.
+TrainConfig train_config_of(const json& c) {
+  TrainConfig tc;
+  tc.steps = c.at("steps").get<int64_t>();
+  tc.batch = c.at("batch").get<int64_t>();
+  tc.warmup_steps = c.at("warmup_steps").get<int64_t>();
+  tc.log_every = std::max<int64_t>(1, c.at("log_every").get<int64_t>());
+  tc.eval_every = c.at("eval_every").get<int64_t>();
+  tc.eval_batches = c.at("eval_batches").get<int64_t>();
+  tc.checkpoint_every = c.at("checkpoint_every").get<int64_t>();
+  tc.lr = c.at("lr").get<double>();
+  tc.weight_decay = c.at("weight_decay").get<double>();
+  tc.clip = c.at("clip").get<double>();
+  tc.optimizer = c.at("optimizer").get<std::string>();
+  tc.lr_schedule = c.at("lr_schedule").get<std::string>();
+  tc.seed = c.at("seed").get<uint64_t>();
+  tc.init_seed = c.at("init_seed").get<uint64_t>();
+  tc.init_std = c.at("init_std").get<double>();
+  tc.devices = c.at("devices").get<int64_t>();
+  if (tc.devices < 1) throw std::runtime_error("devices: expected an integer >= 1, got " + std::to_string(tc.devices));
+  if (tc.batch % tc.devices != 0)
+    throw std::runtime_error("batch " + std::to_string(tc.batch) + " is not divisible by devices " +
+                             std::to_string(tc.devices));
+  if (tc.optimizer != "adamw" && tc.optimizer != "sgd")
+    throw std::runtime_error("optimizer: expected adamw or sgd, got \"" + tc.optimizer + "\"");
+  if (tc.lr_schedule != "cosine" && tc.lr_schedule != "constant")
+    throw std::runtime_error("lr_schedule: expected cosine or constant, got \"" + tc.lr_schedule + "\"");
+  return tc;
+}
+
+ModelConfig model_config_of(const json& c, const TrainingData& data) {
+  ModelConfig mc;
+  if (data.classes > 0)
+    mc.head = Head::classify;
+  else if (data.targets_per_sample == 1)
+    mc.head = Head::readout;
+  else if (data.targets_per_sample == data.tokens)
+    mc.head = Head::token_regress;
+  else
+    throw std::runtime_error("training data: targets_per_sample " + std::to_string(data.targets_per_sample) +
+                             " is neither 1 nor the token count " + std::to_string(data.tokens));
+  mc.pad_id = data.pad_id;
+  mc.tokens = data.tokens;
+  mc.in_dim = data.in_dim;
+  mc.classes = data.classes;
+  mc.vocab = data.vocab;
+  mc.dim = c.at("dim").get<int64_t>();
+  mc.layers = c.at("layers").get<int64_t>();
+  mc.heads = c.at("heads").get<int64_t>();
+  // The read-out (paper B) has no MLP and pools nothing; pde predicts every token.
+  if (mc.head != Head::readout) mc.mlp_ratio = c.at("mlp_ratio").get<int64_t>();
+  mc.cls = c.contains("cls") && c.at("cls").get<bool>();
+  mc.act = activation_spec_of(c);
+  return mc;
+}
+
+double lr_at(const TrainConfig& tc, int64_t t) {
+  if (t < tc.warmup_steps) return tc.lr * static_cast<double>(t + 1) / static_cast<double>(tc.warmup_steps);
+  const int64_t decay = tc.steps - tc.warmup_steps;
+  if (decay <= 0 || tc.lr_schedule == "constant") return tc.lr;
+  const double frac = static_cast<double>(t - tc.warmup_steps) / static_cast<double>(decay);
+  return tc.lr * 0.5 * (1.0 + std::cos(M_PI * frac));
+}
+
+}  // namespace attnsweep
