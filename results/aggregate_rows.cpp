@@ -1,6 +1,7 @@
 // Pass 1's rows of aggregate (results/aggregate_rows.h): flattened configs, the
 // trajectories a cell file holds, and the /cells columns.
 #include "results/aggregate_rows.h"
+#include "results/table.h"
 
 #include <algorithm>
 #include <limits>
@@ -12,11 +13,7 @@
 #include "experiments/result_schema.h"
 
 namespace attnsweep::aggregation {
-namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-}  // namespace
+namespace {}  // namespace
 
 void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
   for (const auto& [k, v] : j.items()) {

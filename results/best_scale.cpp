@@ -11,7 +11,6 @@
 
 namespace attnsweep {
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr int kDraws = 2000;  // bootstrap resamples: percentiles at 2.5 % move by < 1 % of the interval
 
 // The metrics a best scale is chosen by, and whether larger is better.

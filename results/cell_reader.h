@@ -22,11 +22,9 @@
 #include <vector>
 
 #include "results/h5.h"
+#include "results/table.h"
 
 namespace attnsweep::aggregation {
-
-// What a trajectory buffer holds where nothing is read.
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // File size and modification time in ns (the index's key), and inode.
 bool file_stamp(const std::string& path, int64_t& size, int64_t& mtime_ns, uint64_t* ino = nullptr);

@@ -17,11 +17,7 @@
 #include "results/table.h"
 
 namespace attnsweep {
-namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-}  // namespace
+namespace {}  // namespace
 
 double student_t_quantile(double p, double dof) {
   if (!(p > 0 && p < 1) || !(dof > 0)) return kNaN;

@@ -13,7 +13,6 @@
 namespace attnsweep {
 namespace {
 using json = nlohmann::json;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A cell's activation as the keys that name it, and its place in the registry's order.
 struct Spec {

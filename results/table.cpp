@@ -10,7 +10,6 @@
 
 namespace attnsweep {
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // RFC 4180: quote a field holding a comma, quote or line break; double the quotes.
 std::string csv_field(const std::string& s) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@
 #include "results/h5.h"
 
 namespace attnsweep {
+
+// A missing number: an empty cell of a column, a trajectory's unread steps, a fit
+// without enough points.
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Shortest text that reads back as the same double ("0.001", "3", "1e-05"); "" for NaN.
 std::string format_number(double v);
