@@ -149,48 +149,38 @@ BestScaleResult best_scales(const std::vector<CellRow>& cells) {
 
 namespace {
 std::vector<Column> best_columns(const std::vector<BestScale>& v) {
-  auto col = [&](auto get) {
-    std::vector<std::decay_t<decltype(get(v[0]))>> out;
-    for (const BestScale& x : v) out.push_back(get(x));
-    return out;
-  };
   if (v.empty()) return {};
   return {
       string_column("metric", "test metric the scale is best by (accuracy: largest; loss, mse: smallest)",
-                    col([](const BestScale& x) { return x.metric; })),
+                    column_of(v, &BestScale::metric)),
       string_column("group", "the other parameters but scale, prompt_length and the seeds, k=v in key order",
-                    col([](const BestScale& x) { return x.group; })),
-      float_column("prompt_length", "N", col([](const BestScale& x) { return x.prompt_length; })),
+                    column_of(v, &BestScale::group)),
+      float_column("prompt_length", "N", column_of(v, &BestScale::prompt_length)),
       float_column("c_star", "best scale: the parabola vertex in log c through the best mean and its neighbours",
-                   col([](const BestScale& x) { return x.c_star; })),
+                   column_of(v, &BestScale::c_star)),
       float_column("c_lo", "2.5th percentile of c_star over bootstrap resamples of the seeds",
-                   col([](const BestScale& x) { return x.c_lo; })),
+                   column_of(v, &BestScale::c_lo)),
       float_column("c_hi", "97.5th percentile of c_star over bootstrap resamples of the seeds",
-                   col([](const BestScale& x) { return x.c_hi; })),
+                   column_of(v, &BestScale::c_hi)),
       int_column("at_edge", "1 when the best mean is at the smallest or largest scale of the grid",
-                 col([](const BestScale& x) { return int64_t{x.at_edge}; })),
-      int_column("scales", "distinct scales at this N", col([](const BestScale& x) { return x.scales; })),
-      int_column("seeds", "replicates per scale (the fewest)", col([](const BestScale& x) { return x.seeds; })),
+                 column_of(v, [](const BestScale& x) { return int64_t{x.at_edge}; })),
+      int_column("scales", "distinct scales at this N", column_of(v, &BestScale::scales)),
+      int_column("seeds", "replicates per scale (the fewest)", column_of(v, &BestScale::seeds)),
   };
 }
 std::vector<Column> fit_columns(const std::vector<BestScaleFit>& v) {
-  auto col = [&](auto get) {
-    std::vector<std::decay_t<decltype(get(v[0]))>> out;
-    for (const BestScaleFit& x : v) out.push_back(get(x));
-    return out;
-  };
   if (v.empty()) return {};
   return {
-      string_column("metric", "as in /best_scale", col([](const BestScaleFit& x) { return x.metric; })),
-      string_column("group", "as in /best_scale", col([](const BestScaleFit& x) { return x.group; })),
+      string_column("metric", "as in /best_scale", column_of(v, &BestScaleFit::metric)),
+      string_column("group", "as in /best_scale", column_of(v, &BestScaleFit::group)),
       float_column("slope", "OLS slope of log c_star on log N (paper A's 1/sqrt(N): -0.5)",
-                   col([](const BestScaleFit& x) { return x.slope; })),
-      float_column("intercept", "OLS intercept (natural logs)", col([](const BestScaleFit& x) { return x.intercept; })),
+                   column_of(v, &BestScaleFit::slope)),
+      float_column("intercept", "OLS intercept (natural logs)", column_of(v, &BestScaleFit::intercept)),
       float_column("slope_lo", "2.5th percentile of the slope over bootstrap resamples",
-                   col([](const BestScaleFit& x) { return x.slope_lo; })),
+                   column_of(v, &BestScaleFit::slope_lo)),
       float_column("slope_hi", "97.5th percentile of the slope over bootstrap resamples",
-                   col([](const BestScaleFit& x) { return x.slope_hi; })),
-      int_column("points", "prompt lengths in the fit", col([](const BestScaleFit& x) { return x.points; })),
+                   column_of(v, &BestScaleFit::slope_hi)),
+      int_column("points", "prompt lengths in the fit", column_of(v, &BestScaleFit::points)),
   };
 }
 }  // namespace

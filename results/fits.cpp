@@ -115,35 +115,20 @@ std::vector<Fit> compute_fits(const std::vector<Row>& rows, const AggregateOptio
 
 void write_fits(h5::File& f, const std::vector<Fit>& fits) {
   h5::Group g = f.require_group("/fits");
-  auto strings = [&](auto get) {
-    std::vector<std::string> v;
-    for (const Fit& x : fits) v.push_back(get(x));
-    return v;
-  };
-  auto doubles = [&](auto get) {
-    std::vector<double> v;
-    for (const Fit& x : fits) v.push_back(get(x));
-    return v;
-  };
-  auto ints = [&](auto get) {
-    std::vector<int64_t> v;
-    for (const Fit& x : fits) v.push_back(get(x));
-    return v;
-  };
   const std::vector<uint64_t> shape{fits.size()};
-  g.write_strings("metric", strings([](const Fit& x) { return x.metric; }), "fitted /final metric");
-  g.write_strings("group", strings([](const Fit& x) { return x.group; }),
+  g.write_strings("metric", column_of<std::string>(fits, &Fit::metric), "fitted /final metric");
+  g.write_strings("group", column_of<std::string>(fits, &Fit::group),
                   "the other config parameters (all but prompt_length and seed), k=v in key order");
-  g.write_dataset<double>("slope", shape, doubles([](const Fit& x) { return x.slope; }),
+  g.write_dataset<double>("slope", shape, column_of<double>(fits, &Fit::slope),
                           "OLS slope of log(metric) on log(prompt_length)");
-  g.write_dataset<double>("intercept", shape, doubles([](const Fit& x) { return x.intercept; }),
+  g.write_dataset<double>("intercept", shape, column_of<double>(fits, &Fit::intercept),
                           "OLS intercept of log(metric) on log(prompt_length) (natural logs)");
-  g.write_dataset<double>("r2", shape, doubles([](const Fit& x) { return x.r2; }), "coefficient of determination");
-  g.write_dataset<double>("slope_ci95", shape, doubles([](const Fit& x) { return x.slope_ci95; }),
+  g.write_dataset<double>("r2", shape, column_of<double>(fits, &Fit::r2), "coefficient of determination");
+  g.write_dataset<double>("slope_ci95", shape, column_of<double>(fits, &Fit::slope_ci95),
                           "half-width of the 95% Student-t interval of the slope (NaN below 3 points)");
-  g.write_dataset<int64_t>("points", shape, ints([](const Fit& x) { return x.points; }), "cells in the fit");
-  g.write_dataset<int64_t>("n_min", shape, ints([](const Fit& x) { return x.n_min; }), "smallest prompt_length used");
-  g.write_dataset<int64_t>("n_max", shape, ints([](const Fit& x) { return x.n_max; }), "largest prompt_length used");
+  g.write_dataset<int64_t>("points", shape, column_of<int64_t>(fits, &Fit::points), "cells in the fit");
+  g.write_dataset<int64_t>("n_min", shape, column_of<int64_t>(fits, &Fit::n_min), "smallest prompt_length used");
+  g.write_dataset<int64_t>("n_max", shape, column_of<int64_t>(fits, &Fit::n_max), "largest prompt_length used");
 }
 
 std::vector<Fit> read_fits(const h5::File& f) {

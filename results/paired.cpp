@@ -143,42 +143,25 @@ std::vector<PairedDiff> paired_differences(const std::vector<CellRow>& cells) {
 
 namespace {
 std::vector<Column> paired_columns(const std::vector<PairedDiff>& diffs) {
-  auto strings = [&](auto get) {
-    std::vector<std::string> v;
-    for (const PairedDiff& x : diffs) v.push_back(get(x));
-    return v;
-  };
-  auto doubles = [&](auto get) {
-    std::vector<double> v;
-    for (const PairedDiff& x : diffs) v.push_back(get(x));
-    return v;
-  };
-  auto ints = [&](auto get) {
-    std::vector<int64_t> v;
-    for (const PairedDiff& x : diffs) v.push_back(get(x));
-    return v;
-  };
   return {
-      string_column("metric", "/final metric compared", strings([](const PairedDiff& x) { return x.metric; })),
+      string_column("metric", "/final metric compared", column_of<std::string>(diffs, &PairedDiff::metric)),
       string_column("group", "the other parameters but the seeds and prompt_length, k=v in key order",
-                    strings([](const PairedDiff& x) { return x.group; })),
+                    column_of<std::string>(diffs, &PairedDiff::group)),
       float_column("prompt_length", "prompt_length of the pairs (NaN when the cells have none)",
-                   doubles([](const PairedDiff& x) { return x.prompt_length; })),
-      string_column("a", "first activation (registry order), k=v", strings([](const PairedDiff& x) { return x.a; })),
-      string_column("b", "second activation, k=v", strings([](const PairedDiff& x) { return x.b; })),
+                   column_of<double>(diffs, &PairedDiff::prompt_length)),
+      string_column("a", "first activation (registry order), k=v", column_of<std::string>(diffs, &PairedDiff::a)),
+      string_column("b", "second activation, k=v", column_of<std::string>(diffs, &PairedDiff::b)),
       int_column("pairs", "pairs of cells equal in every parameter but the activation",
-                 ints([](const PairedDiff& x) { return x.pairs; })),
-      float_column("mean_a", "mean of the metric over a's cells",
-                   doubles([](const PairedDiff& x) { return x.mean_a; })),
-      float_column("mean_b", "mean of the metric over b's cells",
-                   doubles([](const PairedDiff& x) { return x.mean_b; })),
+                 column_of<int64_t>(diffs, &PairedDiff::pairs)),
+      float_column("mean_a", "mean of the metric over a's cells", column_of<double>(diffs, &PairedDiff::mean_a)),
+      float_column("mean_b", "mean of the metric over b's cells", column_of<double>(diffs, &PairedDiff::mean_b)),
       float_column("mean_diff", "mean over pairs of metric(a) - metric(b)",
-                   doubles([](const PairedDiff& x) { return x.mean_diff; })),
+                   column_of<double>(diffs, &PairedDiff::mean_diff)),
       float_column("sd_diff", "standard deviation of the paired differences (NaN below 2 pairs)",
-                   doubles([](const PairedDiff& x) { return x.sd_diff; })),
+                   column_of<double>(diffs, &PairedDiff::sd_diff)),
       float_column("ci95", "half-width of the 95% Student-t interval of mean_diff (NaN below 2 pairs)",
-                   doubles([](const PairedDiff& x) { return x.ci95; })),
-      int_column("a_lower", "pairs where a's metric is below b's", ints([](const PairedDiff& x) { return x.a_lower; })),
+                   column_of<double>(diffs, &PairedDiff::ci95)),
+      int_column("a_lower", "pairs where a's metric is below b's", column_of<int64_t>(diffs, &PairedDiff::a_lower)),
   };
 }
 }  // namespace

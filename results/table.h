@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "results/h5.h"
@@ -44,6 +45,17 @@ std::string group_label(const std::map<std::string, nlohmann::json>& params,
                         const std::function<bool(const std::string&)>& skip = {});
 
 // One column: int64, float64 (NaN = missing) or strings ("" = missing).
+// One field of every row, as a column: column_of<double>(fits, &Fit::slope), or with a
+// function of the row. V is the column's element type (default: the field's).
+template <class V = void, class R, class Get>
+auto column_of(const std::vector<R>& rows, Get get) {
+  using T = std::conditional_t<std::is_void_v<V>, std::decay_t<std::invoke_result_t<Get, const R&>>, V>;
+  std::vector<T> out;
+  out.reserve(rows.size());
+  for (const R& r : rows) out.push_back(std::invoke(get, r));
+  return out;
+}
+
 struct Column {
   enum Type { Int, Float, String } type = Float;
   std::string name, description;
