@@ -40,24 +40,14 @@ check "rank 2 runs (pid $victim) and cells finish" test -n "$victim"
 kill -STOP "$victim"
 t_stop=$(date +%s)
 
-# The requeue: Slurm counts it, then starts the job again (see slurm_submit.sh).
-for _ in $(seq 600); do
-  scontrol show job "$job" 2>/dev/null | grep -qE 'Restarts=[1-9]' && break
-  sleep 0.2
-done
+# The requeue: Slurm counts it, then starts the job again.
+wait_requeue "$job"
 cat d/slurm-"$job".out
 check "Slurm counted the requeue" bash -c "scontrol show job $job | grep -qE 'Restarts=[1-9]'"
 check "within the rank timeout and the step's teardown ($(( $(date +%s) - t_stop )) s)" \
   test $(( $(date +%s) - t_stop )) -le 60
 kill -CONT "$victim" 2>/dev/null || true  # Slurm has killed it with the step; if not, let it go
-sleep 3
-for _ in $(seq 900); do
-  grep -q "(restart 1)" d/slurm-"$job".out 2>/dev/null && break
-  if scontrol show job "$job" 2>/dev/null | grep -q 'Reason=BeginTime'; then
-    scontrol update JobId="$job" StartTime=now >/dev/null 2>&1 || true
-  fi
-  sleep 0.2
-done
+wait_restart "$job" d/slurm-"$job".out
 check "the requeued job started again" grep -q "(restart 1)" d/slurm-"$job".out
 wait_job "$job" 180
 cat d/slurm-"$job".out

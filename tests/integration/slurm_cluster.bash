@@ -103,3 +103,27 @@ wait_job() {
   done
   squeue; scontrol show job "$id"; fail "job $id not finished after $t s"
 }
+# wait_requeue ID: until Slurm has counted a requeue of the job (up to 120 s). Until then a
+# job being requeued can show FAILED for a few seconds on a loaded machine (its batch
+# script is killed with the old run's 75). The caller checks the count.
+wait_requeue() {
+  for _ in $(seq 600); do
+    scontrol show job "$1" 2>/dev/null | grep -qE 'Restarts=[1-9]' && return 0
+    sleep 0.2
+  done
+  return 0
+}
+# wait_restart ID OUTFILE: until the requeued job has started again ("(restart 1)" in its
+# output; up to 180 s). Its BeginTime hold is released 3 s after the requeue, not at once
+# (see wait_job). The caller checks that it started.
+wait_restart() {
+  sleep 3
+  for _ in $(seq 900); do
+    grep -q "(restart 1)" "$2" 2>/dev/null && return 0
+    if scontrol show job "$1" 2>/dev/null | grep -q 'Reason=BeginTime'; then
+      scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 || true
+    fi
+    sleep 0.2
+  done
+  return 0
+}

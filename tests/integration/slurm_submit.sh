@@ -52,23 +52,9 @@ for _ in $(seq 300); do
 done
 check "cells were running before the signal" test "$(ls long/runs/*.h5 | wc -l)" -ge 3
 scancel --signal=USR1 --full "$job"
-# The requeue first: until Slurm has counted it, a job being requeued can show FAILED for
-# a few seconds on a loaded machine (its batch script is killed with the old run's 75).
-for _ in $(seq 600); do
-  scontrol show job "$job" 2>/dev/null | grep -qE 'Restarts=[1-9]' && break
-  sleep 0.2
-done
+wait_requeue "$job"
 check "Slurm counted the requeue" bash -c "scontrol show job $job | grep -qE 'Restarts=[1-9]'"
-# Then the job's second start (the state can read FAILED in between on a loaded machine).
-# Its BeginTime hold is released 3 s after the requeue, not at once (see wait_job).
-sleep 3
-for _ in $(seq 900); do
-  grep -q "(restart 1)" long/slurm-"$job".out 2>/dev/null && break
-  if scontrol show job "$job" 2>/dev/null | grep -q 'Reason=BeginTime'; then
-    scontrol update JobId="$job" StartTime=now >/dev/null 2>&1 || true
-  fi
-  sleep 0.2
-done
+wait_restart "$job" long/slurm-"$job".out
 check "the requeued job started again" grep -q "(restart 1)" long/slurm-"$job".out
 wait_job "$job" 180
 cat long/slurm-"$job".out
