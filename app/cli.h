@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 #include "coordinator/grid.h"
@@ -26,6 +27,17 @@ bool parse(const std::string& cmd, int argc, char** argv, const po::options_desc
 // Prints the usage and options and returns true when --help was given.
 bool help(const po::variables_map& vm, const char* synopsis, const po::options_description& desc);
 void print_problems(const InputError& e);
+// Runs `load` (load_grid, load_cell_config, ...); on an InputError prints its problems,
+// one a line, and returns nothing (the caller exits kExitUsage).
+template <class F>
+auto load_or_report(F&& load) -> std::optional<decltype(load())> {
+  try {
+    return load();
+  } catch (const InputError& e) {
+    print_problems(e);
+    return std::nullopt;
+  }
+}
 std::string format_value(const json& v);
 // Prints "attnsweep CMD: OPTION: expected an integer in LO..HI, got V" when out of range.
 bool in_range(const char* cmd, const char* option, long long v, long long lo, long long hi);

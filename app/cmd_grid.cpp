@@ -25,13 +25,9 @@ int cmd_plan(int argc, char** argv) {
   po::variables_map vm;
   if (!parse("plan", argc, argv, desc, pos, vm)) return kExitUsage;
   if (help(vm, "attnsweep plan GRID.json [--json]", desc)) return kExitOk;
-  Grid grid;
-  try {
-    grid = load_grid(grid_path);
-  } catch (const InputError& e) {
-    print_problems(e);
-    return kExitUsage;
-  }
+  const std::optional<Grid> loaded = load_or_report([&] { return load_grid(grid_path); });
+  if (!loaded) return kExitUsage;
+  const Grid& grid = *loaded;
   if (vm.count("json")) {
     json cells = json::array();
     for (const Cell& c : grid.cells)

@@ -78,13 +78,9 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "attnsweep run: --out %s: %s\n", opt.out_dir.c_str(), why.c_str());
     return kExitUsage;
   }
-  Grid grid;
-  try {
-    grid = load_grid(grid_path);
-  } catch (const InputError& e) {
-    print_problems(e);
-    return kExitUsage;
-  }
+  const std::optional<Grid> loaded = load_or_report([&] { return load_grid(grid_path); });
+  if (!loaded) return kExitUsage;
+  const Grid& grid = *loaded;
   return run_sweep(grid, opt);
 }
 
@@ -174,13 +170,9 @@ int cmd_train(int argc, char** argv) {
       return kExitUsage;
     }
   }
-  json config;
-  try {
-    config = load_cell_config(cell_path);
-  } catch (const InputError& e) {
-    print_problems(e);
-    return kExitUsage;
-  }
+  const std::optional<json> loaded = load_or_report([&] { return load_cell_config(cell_path); });
+  if (!loaded) return kExitUsage;
+  const json& config = *loaded;
   if (const char* a = std::getenv("ATTNSWEEP_ATTEMPT")) opt.attempt = std::max(1, std::atoi(a));
   struct sigaction sa {};
   sa.sa_handler = on_train_signal;
