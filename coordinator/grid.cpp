@@ -173,8 +173,10 @@ std::optional<json> resolve(const Values& values, const std::string& missing_pre
     const ParamSpec& spec = *specs[i];
     if (spec.applies && !spec.applies(cfg)) continue;
     if (auto it = values.find(spec.name); it != values.end()) {
+      if (spec.omit_at_default && spec.default_value && it->second.value == spec.default_value(cfg)) continue;
       cfg[spec.name] = it->second.value;
     } else if (json d = spec.default_value ? spec.default_value(cfg) : json(); !d.is_null()) {
+      if (spec.omit_at_default) continue;
       cfg[spec.name] = std::move(d);
     } else {
       problems.add(dotted(missing_prefix, spec.name), missing_message(spec, cfg));

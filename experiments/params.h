@@ -33,6 +33,11 @@ struct ParamSpec {
   // Cross-field check of an applying key's canonical value against the whole effective
   // config (e.g. a prompt length the task cannot make): "" when fine, else the problem.
   std::function<std::string(const json& value, const json& cfg)> check;
+  // Left out of the effective config (so of the cell id and the result's config) when its
+  // value is the default: a key added after results existed (precision) keeps their ids,
+  // so a resumed sweep does not run its finished cells again. Readers of the config take
+  // the default when the key is absent.
+  bool omit_at_default = false;
 };
 
 // `applies`, `default_value` and `check` see the effective config being built:

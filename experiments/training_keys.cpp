@@ -69,6 +69,12 @@ std::vector<ParamSpec> make_training_specs() {
   v.push_back(
       training_key(string_key("lr_schedule", {"cosine", "constant"}, "cosine",
                               "after the warm-up: cosine decay to 0 over the remaining steps, or a constant lr")));
+  ParamSpec precision = string_key("precision", {"fp32", "bf16", "tf32"}, "fp32",
+                                   "arithmetic of the GEMMs and attention (kernels/precision.h): fp32; bf16 mixed "
+                                   "precision (bf16 inputs, fp32 accumulation and master weights); tf32 GEMMs. "
+                                   "bf16 and tf32 need a CUDA device");
+  precision.omit_at_default = true;  // fp32 cells keep the ids they had before the key existed
+  v.push_back(training_key(std::move(precision)));
   return v;
 }
 

@@ -41,7 +41,7 @@ void cls_pool_backward(float* dinp, const float* dpooled, int64_t B, int64_t T, 
 void pad_key_mask(float* mask, const int32_t* ids, int32_t pad_id, int64_t B, int64_t T, int64_t N, int64_t off);
 // Masked mean pooling: out (B, C) = the mean of inp (B, T, C) over the t with
 // mask[b, t] != 0 (0 when none are; overwrites), summed in float64 in t order; backward
-// dinp (B, T, C) += dout (B, C) / n_b on the unmasked rows. CPU only for now.
+// dinp (B, T, C) += dout (B, C) / n_b on the unmasked rows.
 void masked_meanpool_forward(float* out, const float* inp, const float* mask, int64_t B, int64_t T, int64_t C);
 void masked_meanpool_backward(float* dinp, const float* dout, const float* mask, int64_t B, int64_t T, int64_t C);
 

@@ -31,6 +31,16 @@ void tokens_backward_cuda(float* dwpe, float* dcls, float* demb, const float* de
 void cls_pool_forward_cuda(float* pooled, const float* inp, int64_t B, int64_t T, int64_t C, cudaStream_t stream);
 void cls_pool_backward_cuda(float* dinp, const float* dpooled, int64_t B, int64_t T, int64_t C, cudaStream_t stream);
 
+// Masked mean pool (model_ops.h; the CPU's summation order, so the CPU's bits).
+void masked_meanpool_forward_cuda(float* out, const float* inp, const float* mask, int64_t B, int64_t T, int64_t C,
+                                  cudaStream_t stream);
+void masked_meanpool_backward_cuda(float* dinp, const float* dout, const float* mask, int64_t B, int64_t T, int64_t C,
+                                   cudaStream_t stream);
+// dst (H, n, hd) = rows rows[0..n) (device int32, each in [0, T)) of src (H, T, hd): one
+// sample's query rows, for the norms of its real queries (worker/backend_cuda.cpp).
+void gather_head_rows_cuda(float* dst, const float* src, const int32_t* rows, int64_t n, int64_t H, int64_t T,
+                           int64_t hd, cudaStream_t stream);
+
 void readout_split_cuda(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t N, int64_t H, int64_t hd,
                         cudaStream_t stream);
 void readout_merge_cuda(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t N, int64_t H,

@@ -20,12 +20,25 @@
 #pragma once
 
 #include "kernels/attention_cuda.h"
+#include "kernels/precision.h"
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
 namespace attnsweep {
+
+// The arithmetic of the matmul ops on this workspace (kernels/precision.h): fp32 (the
+// default: cuBLAS SGEMM in CUBLAS_PEDANTIC_MATH, bit for bit what it was), tf32 (the same
+// SGEMMs in CUBLAS_TF32_TENSOR_OP_MATH: TF32 tensor cores, float32 accumulation; the
+// materialising attention's GEMMs on this handle too), bf16 (both inputs of every matmul
+// rounded to bfloat16 copies, cublasGemmEx with float32 output and CUBLAS_COMPUTE_32F;
+// the outputs, bias and gradient accumulation stay float32).
+void cuda_workspace_set_precision(AttentionCudaWorkspace* ws, Precision p);
+
+// dst (n bfloat16, round to nearest even) = src (n float32), and back.
+void f32_to_bf16_cuda(void* dst, const float* src, int64_t n, cudaStream_t stream);
+void bf16_to_f32_cuda(float* dst, const void* src, int64_t n, cudaStream_t stream);
 
 // out (N, OC) = inp (N, C) @ weight^T + bias;  weight (OC, C), bias (OC) or null.
 void matmul_forward_cuda(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,

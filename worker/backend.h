@@ -11,6 +11,8 @@
 //   between host and device floats; input(slot, host, n): the device copy of a batch
 //   input (CPU: the host pointer itself); to_host(p, n): host view of device doubles;
 //   host_view(p, n, buf): host view of device floats (CPU: p; a device copies into buf).
+// - set_precision(p): the arithmetic of its GEMMs and attention (kernels/precision.h);
+//   a backend that has only fp32 (the CPU) throws for anything else, naming the key.
 // - bind(): make this backend's device current in the calling thread (CUDA: cudaSetDevice);
 //   synchronize(): wait for the work queued so far (CUDA: the stream).
 // - every plain op with the CPU argument order, minus workspace and stream.
@@ -34,11 +36,14 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/model_ops.h"
 #include "kernels/ops.h"
+#include "kernels/precision.h"
 
 namespace attnsweep {
 
@@ -89,6 +94,7 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   { da.data() } -> std::same_as<double*>;
   be.allocate(fa, n);
   be.allocate(da, n);
+  be.set_precision(Precision::fp32);
   be.bind();
   be.synchronize();
   be.zero(f, n);
@@ -158,6 +164,12 @@ class CpuBackend {
   using Array = std::vector<T>;
 
   explicit CpuBackend(int /*device*/ = 0) {}
+  // fp32 only: bf16 and tf32 are GPU arithmetic (kernels/precision.h).
+  void set_precision(Precision p) {
+    if (p != Precision::fp32)
+      throw std::runtime_error(std::string("precision \"") + precision_name(p) +
+                               "\": the CPU trains in fp32 only; bf16 and tf32 need a CUDA device (--device cuda)");
+  }
   void bind() {}
   void synchronize() {}
   template <class T>

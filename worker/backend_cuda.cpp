@@ -4,6 +4,7 @@
 
 #include "worker/backend_cuda.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -85,6 +86,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (Staging& s : inputs_) {
     if (s.pinned) cudaFreeHost(s.pinned);
     if (s.copied) cudaEventDestroy(s.copied);
@@ -92,6 +94,12 @@ CudaBackend::~CudaBackend() {
   if (host_doubles_) cudaFreeHost(host_doubles_);
   attention_cuda_workspace_destroy(ws_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::set_precision(Precision p) {
+  bind();
+  cuda_workspace_set_precision(ws_, p);
+  precision_ = p;
 }
 
 void CudaBackend::bind() {
@@ -103,6 +111,7 @@ void CudaBackend::synchronize() {
 }
 
 void CudaBackend::zero(float* p, int64_t n) {
+  const OpTimer timed(this);
   if (n > 0) cuda_check(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), stream_), "cudaMemsetAsync");
 }
 
@@ -169,6 +178,141 @@ const float* CudaBackend::host_view(const float* p, int64_t n, std::vector<float
   return buf.data();
 }
 
+void* CudaBackend::scratch(int i, size_t bytes) {
+  DeviceBytes& d = scratch_[i];
+  if (bytes > d.bytes()) d.assign(device_, bytes + bytes / 4);  // zero-filled; waits for the device
+  return d.get();
+}
+
+// ---- kernel timing ------------------------------------------------------------------------
+
+size_t CudaBackend::op_begin() {
+  if (events_used_ + 2 > events_.size()) {
+    for (int i = 0; i < 2; ++i) {
+      cudaEvent_t e = nullptr;
+      cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+      events_.push_back(e);
+    }
+  }
+  const size_t slot = events_used_;
+  events_used_ += 2;
+  cuda_check(cudaEventRecord(events_[slot], stream_), "cudaEventRecord");
+  return slot;
+}
+
+void CudaBackend::op_end(size_t slot) {
+  cudaEventRecord(events_[slot + 1], stream_);  // from a destructor: no throw
+}
+
+double CudaBackend::take_kernel_ms() {
+  synchronize();
+  double total = 0;
+  for (size_t i = 0; i + 1 < events_used_; i += 2) {
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "cudaEventElapsedTime");
+    total += ms;
+  }
+  events_used_ = 0;
+  return total;
+}
+
+// ---- attention ------------------------------------------------------------------------------
+
+void CudaBackend::attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q,
+                                    const float* k, const float* v, const float* key_mask, float* o, float* lse,
+                                    double* attn_fro, double* jac_fro) {
+  const OpTimer timed(this);
+  if (precision_ != Precision::bf16 || !attention_cuda_fused_supported(shape)) {
+    attention_forward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, lse, attn_fro, jac_fro, ws_, stream_);
+    return;
+  }
+  const int64_t BH = shape.B * shape.H, nq = BH * shape.Nq * shape.d, nk = BH * shape.Nk * shape.d,
+                nv = BH * shape.Nk * shape.dv, no = BH * shape.Nq * shape.dv;
+  constexpr size_t h = 2;  // bytes of a bfloat16
+  void* qb = scratch(0, h * nq);
+  void* kb = scratch(1, h * nk);
+  void* vb = scratch(2, h * nv);
+  void* ob = scratch(3, h * no);
+  f32_to_bf16_cuda(qb, q, nq, stream_);
+  f32_to_bf16_cuda(kb, k, nk, stream_);
+  f32_to_bf16_cuda(vb, v, nv, stream_);
+  attention_forward_cuda(spec, shape, CudaDType::bf16, qb, kb, vb, key_mask, ob, lse, attn_fro, jac_fro, ws_, stream_);
+  bf16_to_f32_cuda(o, ob, no, stream_);
+}
+
+void CudaBackend::attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q,
+                                     const float* k, const float* v, const float* key_mask, const float* o,
+                                     const float* dout, const float* lse, float* dq, float* dk, float* dv) {
+  const OpTimer timed(this);
+  if (precision_ != Precision::bf16 || !attention_cuda_fused_supported(shape)) {
+    attention_backward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, dout, lse, dq, dk, dv, ws_, stream_);
+    return;
+  }
+  const int64_t BH = shape.B * shape.H, nq = BH * shape.Nq * shape.d, nk = BH * shape.Nk * shape.d,
+                nv = BH * shape.Nk * shape.dv, no = BH * shape.Nq * shape.dv;
+  constexpr size_t h = 2;
+  void* qb = scratch(0, h * nq);
+  void* kb = scratch(1, h * nk);
+  void* vb = scratch(2, h * nv);
+  void* ob = scratch(3, h * no);
+  void* dob = scratch(4, h * no);
+  void* dqb = scratch(5, h * nq);
+  void* dkb = scratch(6, h * nk);
+  void* dvb = scratch(7, h * nv);
+  // o came from a bf16 O (attention_forward), so its copy is that O exactly.
+  f32_to_bf16_cuda(qb, q, nq, stream_);
+  f32_to_bf16_cuda(kb, k, nk, stream_);
+  f32_to_bf16_cuda(vb, v, nv, stream_);
+  f32_to_bf16_cuda(ob, o, no, stream_);
+  f32_to_bf16_cuda(dob, dout, no, stream_);
+  attention_backward_cuda(spec, shape, CudaDType::bf16, qb, kb, vb, key_mask, ob, dob, lse, dqb, dkb, dvb, ws_,
+                          stream_);
+  bf16_to_f32_cuda(dq, dqb, nq, stream_);
+  bf16_to_f32_cuda(dk, dkb, nk, stream_);
+  bf16_to_f32_cuda(dv, dvb, nv, stream_);
+}
+
+void CudaBackend::norms_of_real_queries(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                                        const HeadBuffers& heads, double* attn_fro, double* jac_fro) {
+  const int64_t B = shape.B, H = shape.H, T = shape.Nq, hd = shape.d;
+  std::vector<float> mask(static_cast<size_t>(B * T));
+  download(mask.data(), key_mask, B * T);  // waits: logged steps only
+  std::vector<int32_t> rows;
+  std::vector<int64_t> first(static_cast<size_t>(B + 1), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    first[static_cast<size_t>(b)] = static_cast<int64_t>(rows.size());
+    for (int64_t t = 0; t < T; ++t)
+      if (mask[static_cast<size_t>(b * T + t)] != 0.0f) rows.push_back(static_cast<int32_t>(t));
+  }
+  first[static_cast<size_t>(B)] = static_cast<int64_t>(rows.size());
+  auto* rows_dev = static_cast<int32_t*>(scratch(8, std::max<size_t>(1, rows.size()) * sizeof(int32_t)));
+  if (!rows.empty())
+    cuda_check(cudaMemcpyAsync(rows_dev, rows.data(), rows.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync (query rows)");
+  // q rows, then o and lse of up to T rows per head.
+  const size_t q_floats = static_cast<size_t>(H * T * hd);
+  auto* buf = static_cast<float*>(scratch(9, (2 * q_floats + static_cast<size_t>(H * T)) * sizeof(float)));
+  float* qrows = buf;
+  float* orows = buf + q_floats;
+  float* lse = buf + 2 * q_floats;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = first[static_cast<size_t>(b + 1)] - first[static_cast<size_t>(b)];
+    if (n == 0) {
+      cuda_check(cudaMemsetAsync(attn_fro + b * H, 0, static_cast<size_t>(H) * sizeof(double), stream_),
+                 "cudaMemsetAsync");
+      cuda_check(cudaMemsetAsync(jac_fro + b * H, 0, static_cast<size_t>(H) * sizeof(double), stream_),
+                 "cudaMemsetAsync");
+      continue;
+    }
+    gather_head_rows_cuda(qrows, heads.q + b * H * T * hd, rows_dev + first[static_cast<size_t>(b)], n, H, T, hd,
+                          stream_);
+    const AttentionShape one{1, H, n, T, hd, hd};
+    attention_forward(spec, one, qrows, heads.k + b * H * T * hd, heads.v + b * H * T * hd, key_mask + b * T, orows,
+                      lse, attn_fro + b * H, jac_fro + b * H);
+  }
+  synchronize();  // `rows` (host) is read by the copy above
+}
+
 // ---- composites: each the op sequence its CPU version fuses -----------------------------
 
 void CudaBackend::matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -204,6 +348,7 @@ void CudaBackend::attention_block_forward(const AttentionSpec& spec, const Atten
   const int64_t B = shape.B, H = shape.H, T = shape.Nq, hd = shape.d;
   split_heads(heads.q, heads.k, heads.v, qkv, B, T, H, hd);
   attention_forward(spec, shape, heads.q, heads.k, heads.v, key_mask, heads.o, lse, attn_fro, jac_fro);
+  if (spec.collect_norms && key_mask != nullptr) norms_of_real_queries(spec, shape, key_mask, heads, attn_fro, jac_fro);
   heads_to_rows(atty, heads.o, B, T, H, hd);
 }
 

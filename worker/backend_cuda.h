@@ -66,18 +66,20 @@ class DeviceArray {
 #define ATTNSWEEP_CUDA_OP(name)                     \
   template <class... A>                             \
   auto name(A... a) {                               \
+    const OpTimer timed(this);                      \
     return ::attnsweep::name##_cuda(a..., stream_); \
   }
 #define ATTNSWEEP_CUDA_OP_WS(name)                       \
   template <class... A>                                  \
   auto name(A... a) {                                    \
+    const OpTimer timed(this);                           \
     return ::attnsweep::name##_cuda(a..., ws_, stream_); \
   }
 
 class CudaBackend {
  public:
   static constexpr bool kEveryReplicaUpdates = true;
-  static constexpr bool kPadding = false;  // see masked_meanpool_forward
+  static constexpr bool kPadding = true;
   template <class T>
   using Array = DeviceArray<T>;
 
@@ -88,6 +90,12 @@ class CudaBackend {
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  // fp32 (the default), tf32 or bf16 (kernels/precision.h): the matmul ops through the
+  // workspace (ops_cuda.h); with bf16, attention_forward / _backward round Q, K, V, O
+  // and dO to bfloat16 and run the fused kernels in bf16 where they have the head width
+  // (attention_cuda_fused_supported), else in float32.
+  void set_precision(Precision p);
+  Precision precision() const { return precision_; }
   void bind();
   void synchronize();
   template <class T>
@@ -139,19 +147,25 @@ class CudaBackend {
   ATTNSWEEP_CUDA_OP(readout_pick_backward)
   ATTNSWEEP_CUDA_OP(scale_inplace)
   ATTNSWEEP_CUDA_OP_WS(global_norm)
+  ATTNSWEEP_CUDA_OP(masked_meanpool_forward)
+  ATTNSWEEP_CUDA_OP(masked_meanpool_backward)
 
-  // The fused float32 kernels (attention_cuda.h; they fall back to the materialising
-  // path where they have no specialisation). key_mask (B, Nk) or null.
+  // The fused kernels (attention_cuda.h; they fall back to the materialising path where
+  // they have no specialisation), float32 or, with precision bf16, on bfloat16 copies
+  // (backend_cuda.cpp). key_mask (B, Nk) or null. Float32 in and out either way.
   void attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
                          const float* v, const float* key_mask, float* o, float* lse, double* attn_fro,
-                         double* jac_fro) {
-    attention_forward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, lse, attn_fro, jac_fro, ws_, stream_);
-  }
+                         double* jac_fro);
   void attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
                           const float* v, const float* key_mask, const float* o, const float* dout, const float* lse,
-                          float* dq, float* dk, float* dv) {
-    attention_backward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, dout, lse, dq, dk, dv, ws_, stream_);
-  }
+                          float* dq, float* dk, float* dv);
+
+  // Kernel time, for bench/: with time_kernels(true) every op above records a CUDA event
+  // before and after its work on the stream; take_kernel_ms() waits for the stream and
+  // returns the summed time inside the ops since the last call (the step's kernel time,
+  // next to its wall time: the difference is the host's).
+  void time_kernels(bool on) { timing_ = on; }
+  double take_kernel_ms();
 
   // ---- composites (ModelBackend; the CPU versions in worker/backend.h): the unfused
   // op sequences, in backend_cuda.cpp ----
@@ -181,15 +195,6 @@ class CudaBackend {
   // The unfused sequence uses every buffer.
   static LayerBuffers layer_buffers(const AttentionSpec&, const AttentionShape&, int64_t, bool) { return {}; }
 
-  // Padding (pad_id >= 0) is not supported on CUDA yet: BasicModel<CudaBackend> refuses
-  // such a config at construction, so these are never reached.
-  [[noreturn]] void masked_meanpool_forward(float*, const float*, const float*, int64_t, int64_t, int64_t) {
-    throw std::runtime_error("masked mean pooling (pad_id) is not supported on CUDA yet");
-  }
-  [[noreturn]] void masked_meanpool_backward(float*, const float*, const float*, int64_t, int64_t, int64_t) {
-    throw std::runtime_error("masked mean pooling (pad_id) is not supported on CUDA yet");
-  }
-
   // f(0) .. f(k-1) on k host threads at once (f(0) on the calling one); the first
   // exception, in replica order, is rethrown after all have finished.
   template <class F>
@@ -212,8 +217,41 @@ class CudaBackend {
 
  private:
   const void* input_bytes(InputSlot slot, const void* host, size_t bytes);
+  // With a key mask, on steps that collect norms: attn_fro / jac_fro (B, H) again from
+  // each sample's real query rows (the CPU's norms_of_real_queries, worker/backend.cpp):
+  // the kernels mask keys, not queries.
+  void norms_of_real_queries(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                             const HeadBuffers& heads, double* attn_fro, double* jac_fro);
+  // Device scratch of at least `bytes` in slot i (grown, kept): the bf16 copies of the
+  // attention's operands and the gathered query rows.
+  void* scratch(int i, size_t bytes);
+
+  // Records the event pair of one op when timing (time_kernels).
+  class OpTimer {
+   public:
+    explicit OpTimer(CudaBackend* be) : be_(be->timing_ ? be : nullptr) {
+      if (be_) slot_ = be_->op_begin();
+    }
+    ~OpTimer() {
+      if (be_) be_->op_end(slot_);
+    }
+    OpTimer(const OpTimer&) = delete;
+    OpTimer& operator=(const OpTimer&) = delete;
+
+   private:
+    CudaBackend* be_;
+    size_t slot_ = 0;
+  };
+  size_t op_begin();
+  void op_end(size_t slot);
 
   int device_ = 0;
+  Precision precision_ = Precision::fp32;
+  bool timing_ = false;
+  std::vector<cudaEvent_t> events_;  // pairs (before, after) of the timed ops
+  size_t events_used_ = 0;
+  static constexpr int kScratchSlots = 10;
+  DeviceBytes scratch_[kScratchSlots];
   cudaStream_t stream_ = nullptr;
   AttentionCudaWorkspace* ws_ = nullptr;
   struct Staging {

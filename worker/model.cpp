@@ -49,6 +49,7 @@ float* at(float* p, int64_t off) {
 
 template <ModelBackend Backend>
 BasicModel<Backend>::BasicModel(const ModelConfig& cfg, int device) : be_(device), cfg_(cfg) {
+  be_.set_precision(cfg.precision);
   if (cfg.dim <= 0 || cfg.heads <= 0 || cfg.dim % cfg.heads != 0)
     throw std::runtime_error("model: heads " + std::to_string(cfg.heads) + " must divide dim " +
                              std::to_string(cfg.dim));
@@ -63,11 +64,9 @@ BasicModel<Backend>::BasicModel(const ModelConfig& cfg, int device) : be_(device
   if (cfg.pad_id >= 0 && (cfg.vocab <= 0 || cfg.pad_id >= cfg.vocab))
     throw std::runtime_error("model: pad_id " + std::to_string(cfg.pad_id) + " needs token ids (vocab " +
                              std::to_string(cfg.vocab) + " > pad_id)");
-  // Padding on a device backend would need the masked mean pool and the norms of the real
-  // query rows (worker/backend.cpp, a per-sample gather) as device code: not written yet.
   if (!Backend::kPadding && cfg.pad_id >= 0)
     throw std::runtime_error("model: padding (pad_id " + std::to_string(cfg.pad_id) +
-                             ", the listops task) is not supported on CUDA yet; use device \"cpu\"");
+                             ", the listops task) is not supported on this backend");
   if (!tf) {
     if (cfg.in_dim != cfg.dim) throw std::runtime_error("readout model: in_dim must equal dim (no embedding)");
     if (cfg.layers != 1) throw std::runtime_error("readout model: one attention layer");

@@ -24,8 +24,8 @@
 // mean pool averages over the real tokens. With padding only at the end, the loss of a
 // sample does not depend on how much padding follows it; nor do attn_fro / jac_fro,
 // which count the rows of real queries only (padding rows never reach the loss).
-// The CUDA backend does not support padding yet (the norms of the real query rows are a
-// CPU-only gather): a CUDA model with pad_id >= 0 throws at construction.
+// Both backends pad: the norms of the real query rows are a per-sample gather and a
+// second attention call on logged steps (CpuBackend / CudaBackend::norms_of_real_queries).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/precision.h"
 #include "worker/backend.h"
 
 namespace attnsweep {
@@ -52,6 +53,7 @@ struct ModelConfig {
   bool cls = false;      // classify from a CLS token instead of the mean over tokens
   int64_t pad_id = -1;   // vocab > 0: the id of padding tokens, masked out of attention (-1: none)
   ActivationSpec act;
+  Precision precision = Precision::fp32;  // of the GEMMs and attention (kernels/precision.h)
 
   int64_t seq() const { return tokens + (cls ? 1 : 0); }  // T: the sequence the blocks see
   int64_t head_dim() const { return dim / heads; }

@@ -62,6 +62,8 @@ ModelConfig model_config_of(const json& c, const TrainingData& data) {
   if (mc.head != Head::readout) mc.mlp_ratio = c.at("mlp_ratio").get<int64_t>();
   mc.cls = c.contains("cls") && c.at("cls").get<bool>();
   mc.act = activation_spec_of(c);
+  // Absent at its default (fp32): experiments/training_keys.cpp omits it from the config.
+  if (c.contains("precision")) mc.precision = parse_precision(c.at("precision").get<std::string>());
   return mc;
 }
 

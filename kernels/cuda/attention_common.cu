@@ -141,6 +141,19 @@ char* AttentionCudaWorkspace::reserve(size_t n) {
   return static_cast<char*>(buffer);
 }
 
+__nv_bfloat16* AttentionCudaWorkspace::bf16_copy(int slot, const float* src, size_t count, cudaStream_t stream) {
+  Bf16Buffer& b = gemm_in[slot];
+  if (count > b.count) {
+    if (b.p) ATTN_CUDA_CHECK(cudaFree(b.p));  // waits for the device: no reader is left
+    b.p = nullptr;
+    b.count = 0;
+    ATTN_CUDA_CHECK(cudaMalloc(&b.p, count * sizeof(__nv_bfloat16)));
+    b.count = count;
+  }
+  cuda::launch_f32_to_bf16(src, b.p, static_cast<int64_t>(count), stream);
+  return b.p;
+}
+
 AttentionCudaWorkspace* attention_cuda_workspace_create() {
   auto* ws = new AttentionCudaWorkspace;
   const cublasStatus_t st = cublasCreate(&ws->cublas);
@@ -156,6 +169,8 @@ AttentionCudaWorkspace* attention_cuda_workspace_create() {
 void attention_cuda_workspace_destroy(AttentionCudaWorkspace* ws) {
   if (!ws) return;
   if (ws->buffer) cudaFree(ws->buffer);  // no throw from a destructor path
+  for (auto& b : ws->gemm_in)
+    if (b.p) cudaFree(b.p);
   if (ws->cublas) cublasDestroy(ws->cublas);
   delete ws;
 }

@@ -5,6 +5,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/attention_cuda.h"
+#include "kernels/precision.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -59,6 +60,15 @@ struct AttentionCudaWorkspace {
   size_t bytes = 0;
   // Device scratch of at least n bytes, valid until the next call on this workspace.
   char* reserve(size_t n);
+  // The matmul ops' arithmetic (cuda_workspace_set_precision, ops_cuda.h) and, for bf16,
+  // the bfloat16 copies of a GEMM's two inputs (grown on demand, kept).
+  Precision precision = Precision::fp32;
+  struct Bf16Buffer {
+    __nv_bfloat16* p = nullptr;
+    size_t count = 0;
+  };
+  Bf16Buffer gemm_in[2];
+  __nv_bfloat16* bf16_copy(int slot, const float* src, size_t count, cudaStream_t stream);
 };
 }  // namespace attnsweep
 

@@ -63,3 +63,11 @@ ATTNSWEEP_CUBLAS_FORWARD(cublasStatus_t, cublasSgemmStridedBatched,
                          (handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
                           strideC, batchCount),
                          CUBLAS_STATUS_NOT_INITIALIZED)
+ATTNSWEEP_CUBLAS_FORWARD(cublasStatus_t, cublasGemmEx,
+                         (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                          int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                          cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                          cublasComputeType_t computeType, cublasGemmAlgo_t algo),
+                         (handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc,
+                          computeType, algo),
+                         CUBLAS_STATUS_NOT_INITIALIZED)

@@ -114,6 +114,54 @@ struct ClsPoolForward {  // i over (B, C)
   __device__ void operator()(int64_t i) const { pooled[i] = inp[(i / C) * T * C + i % C]; }
 };
 
+// Masked mean pool (model_ops.h): the CPU's loops, one thread per (b, c), t in order,
+// the sum in float64 — the CPU's bits.
+struct MaskedMeanpoolForward {  // i over (B, C)
+  float* out;
+  const float* inp;
+  const float* mask;
+  int64_t T, C;
+  __device__ void operator()(int64_t i) const {
+    const int64_t b = i / C, c = i % C;
+    double acc = 0;
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      if (mask[b * T + t] == 0.0f) continue;
+      ++n;
+      acc += inp[(b * T + t) * C + c];
+    }
+    const double inv = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+    out[i] = static_cast<float>(acc * inv);
+  }
+};
+
+struct MaskedMeanpoolBackward {  // i over (B, C)
+  float* dinp;
+  const float* dout;
+  const float* mask;
+  int64_t T, C;
+  __device__ void operator()(int64_t i) const {
+    const int64_t b = i / C, c = i % C;
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; ++t) n += mask[b * T + t] != 0.0f;
+    if (n == 0) return;
+    const float g = dout[i] * (1.0f / static_cast<float>(n));
+    for (int64_t t = 0; t < T; ++t)
+      if (mask[b * T + t] != 0.0f) dinp[(b * T + t) * C + c] += g;
+  }
+};
+
+struct GatherRows {  // i over (H, n, hd)
+  float* dst;
+  const float* src;
+  const int32_t* rows;
+  int64_t n, T, hd;
+  __device__ void operator()(int64_t i) const {
+    const int64_t j = i % hd, r = (i / hd) % n, h = i / (hd * n);
+    dst[i] = src[(h * T + rows[r]) * hd + j];
+  }
+};
+
 struct ClsPoolBackward {
   float* dinp;
   const float* dpooled;
@@ -220,6 +268,21 @@ void cls_pool_forward_cuda(float* pooled, const float* inp, int64_t B, int64_t T
 
 void cls_pool_backward_cuda(float* dinp, const float* dpooled, int64_t B, int64_t T, int64_t C, cudaStream_t stream) {
   launch_map(ClsPoolBackward{dinp, dpooled, T, C}, B * C, stream);
+}
+
+void masked_meanpool_forward_cuda(float* out, const float* inp, const float* mask, int64_t B, int64_t T, int64_t C,
+                                  cudaStream_t stream) {
+  launch_map(MaskedMeanpoolForward{out, inp, mask, T, C}, B * C, stream);
+}
+
+void masked_meanpool_backward_cuda(float* dinp, const float* dout, const float* mask, int64_t B, int64_t T, int64_t C,
+                                   cudaStream_t stream) {
+  launch_map(MaskedMeanpoolBackward{dinp, dout, mask, T, C}, B * C, stream);
+}
+
+void gather_head_rows_cuda(float* dst, const float* src, const int32_t* rows, int64_t n, int64_t H, int64_t T,
+                           int64_t hd, cudaStream_t stream) {
+  launch_map(GatherRows{dst, src, rows, n, T, hd}, H * n * hd, stream);
 }
 
 // One functor per gather and its scatter (the `backward` flag picks the direction), so

@@ -299,6 +299,26 @@ TEST(CellId, PinnedValues) {
   EXPECT_EQ(cell_id(p), "39771d1c2a6179a0");
 }
 
+// `precision` came after results existed: at its default it is left out of the config,
+// so a training cell keeps the id it had before the key (edcdd9b364c5ccff: the id the
+// binary of 2026-12-01, before the key, gives this cell); any other value is in the
+// config and the id.
+TEST(CellId, PrecisionAtItsDefaultKeepsTheIdOfBefore) {
+  const json before = effective_config(json{{"task", "image"}, {"prompt_length", 16}}, "cell.json");
+  EXPECT_EQ(cell_id(before), "edcdd9b364c5ccff");
+  EXPECT_FALSE(before.contains("precision"));
+  const json fp32 = effective_config(json{{"task", "image"}, {"prompt_length", 16}, {"precision", "fp32"}}, "c");
+  EXPECT_EQ(fp32, before);
+  const json bf16 = effective_config(json{{"task", "image"}, {"prompt_length", 16}, {"precision", "bf16"}}, "c");
+  EXPECT_EQ(bf16.at("precision"), "bf16");
+  EXPECT_NE(cell_id(bf16), cell_id(before));
+  EXPECT_EQ(effective_config(bf16, "c"), bf16);  // a result's config reloads to itself
+  const std::vector<std::string> p =
+      problems_of(R"({"fixed": {"task": "image", "prompt_length": 16, "precision": "fp16"}})");
+  EXPECT_TRUE(has(p, R"(grid.json: fixed.precision: unknown value "fp16"; expected one of fp32, bf16, tf32)"))
+      << joined(p);
+}
+
 TEST(CellId, StableAcrossFormattingAndNumberSpelling) {
   Grid a = parse_grid(R"({"axes": {"task": ["norm_probe"], "prompt_length": [16, 32], "seed": [0, 1]},
                          "fixed": {"samples": 8}})",

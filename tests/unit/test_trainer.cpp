@@ -334,6 +334,33 @@ TEST(TrainerDevice, GpuRequestWithoutGpuIsAClearError) {
   }
 }
 
+// The CPU trains in fp32 only (kernels/precision.h): a bf16 or tf32 cell on the CPU
+// fails before any step, with a message naming the key and the way out; fp32 (the
+// default) trains.
+TEST(TrainerPrecision, CpuRefusesBf16AndTf32NamingTheKey) {
+  TaskContext ctx;
+  ctx.device = "cpu";
+  for (const char* p : {"bf16", "tf32"}) {
+    SCOPED_TRACE(p);
+    json c = tiny_config();
+    c["precision"] = p;
+    EXPECT_EQ(model_config_of(c, synthetic_data()).precision, parse_precision(p));
+    try {
+      train_cell(c, ctx, synthetic_data());
+      ADD_FAILURE() << "trained " << p << " on the CPU";
+    } catch (const std::runtime_error& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find(std::string("precision \"") + p + "\""), std::string::npos) << w;
+      EXPECT_NE(w.find("need a CUDA device"), std::string::npos) << w;
+    }
+  }
+  json c = tiny_config();
+  c["precision"] = "fp32";
+  c["steps"] = 2;
+  EXPECT_EQ(train_cell(c, ctx, synthetic_data()).status, CellStatus::complete);
+  EXPECT_THROW(parse_precision("fp16"), std::invalid_argument);
+}
+
 TEST_F(TrainerTest, UnscaledPoly9WithLr1Diverges) {
   json c = tiny_config();
   c["activation"] = "poly";
