@@ -44,6 +44,8 @@ enum class CudaDType : int32_t { f32 = 0, bf16 = 1, f16 = 2 };
 struct AttentionCudaWorkspace;
 AttentionCudaWorkspace* attention_cuda_workspace_create();
 void attention_cuda_workspace_destroy(AttentionCudaWorkspace* ws);
+// Changes whenever the workspace's device memory is reallocated (CudaBackend's step graph).
+uint64_t attention_cuda_workspace_epoch(const AttentionCudaWorkspace* ws);
 
 // ---- materialising path (float32) ---------------------------------------------------
 // Scratch: two [B,H,Nq,Nk] float32 matrices; use it for checks, not for long prompts.

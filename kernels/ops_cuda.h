@@ -105,4 +105,51 @@ void adamw_update_cuda(float* params, const float* grads, float* m, float* v, in
 void sgd_update_cuda(float* params, const float* grads, float* momentum_buf, int64_t n, float lr, float momentum,
                      float weight_decay, cudaStream_t stream);
 
+// ---- launch-free steps (CudaBackend's step graph, worker/backend_cuda.h) ----------------
+// A training step captured as a CUDA graph cannot bring the loss or the gradient norm
+// back to the host between its kernels: these ops keep them on the device, in a
+// CudaStepScalars the host reads once the step has run, and the clipping and the update
+// read their coefficients from it. The same arithmetic as the host path (the same
+// kernels and sums; coef and the finiteness test in float64 on the device as on the host),
+// so a graphed step gives the bits of the same step launched op by op.
+
+// A float64 sum and a count (a loss's sum and its correct rows; a sum of squares).
+struct CudaScalarSum {
+  double sum;
+  long long count;
+};
+
+struct CudaStepScalars {
+  CudaScalarSum loss;     // written by the loss op: the sum of the per-row losses / squares
+  CudaScalarSum grad_sq;  // written by global_norm_to_device_cuda
+  // set by the host before each replay (copied in by the backend)
+  float lr;
+  double c1, c2;  // AdamW's bias corrections (adamw_bias_corrections)
+  double clip;    // 0: off
+  // written by clip_decision_cuda
+  double coef;  // clip / (norm + 1e-6), or 1
+  int finite;   // the loss and the gradient norm are finite: else no update is made
+};
+
+// AdamW's bias corrections 1 - beta^t (t 1-based) as adamw_update_cuda computes them.
+void adamw_bias_corrections(float beta1, float beta2, int64_t t, double* c1, double* c2);
+
+// softmax_crossentropy_forward_cuda without the copy back: out->sum = the sum of the row
+// losses, out->count = the correct rows (loss = sum / N on the host).
+void softmax_crossentropy_sum_cuda(float* probs, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                                   CudaScalarSum* out, AttentionCudaWorkspace* ws, cudaStream_t stream);
+// out->sum = sum (pred - target)^2 (target null: of pred^2), the partition of mse_forward_cuda
+// and global_norm_cuda.
+void sum_squares_cuda(const float* pred, const float* target, int64_t n, CudaScalarSum* out, AttentionCudaWorkspace* ws,
+                      cudaStream_t stream);
+// s->finite and s->coef from s->loss, s->grad_sq and s->clip (one thread).
+void clip_decision_cuda(CudaStepScalars* s, cudaStream_t stream);
+// g *= (float)s->coef when s->finite and s->coef < 1 (the host path's clip).
+void scale_by_clip_cuda(float* g, int64_t n, const CudaStepScalars* s, cudaStream_t stream);
+// adamw_update_cuda / sgd_update_cuda with lr, c1, c2 from s; nothing when !s->finite.
+void adamw_update_graph_cuda(float* params, const float* grads, float* m, float* v, int64_t n, float beta1, float beta2,
+                             float eps, float weight_decay, const CudaStepScalars* s, cudaStream_t stream);
+void sgd_update_graph_cuda(float* params, const float* grads, float* momentum_buf, int64_t n, float momentum,
+                           float weight_decay, const CudaStepScalars* s, cudaStream_t stream);
+
 }  // namespace attnsweep

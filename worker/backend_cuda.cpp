@@ -5,6 +5,7 @@
 #include "worker/backend_cuda.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -87,6 +88,9 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+  if (scalars_dev_) cudaFree(scalars_dev_);
+  if (scalars_host_) cudaFreeHost(scalars_host_);
   for (Staging& s : inputs_) {
     if (s.pinned) cudaFreeHost(s.pinned);
     if (s.copied) cudaEventDestroy(s.copied);
@@ -111,6 +115,7 @@ void CudaBackend::synchronize() {
 }
 
 void CudaBackend::zero(float* p, int64_t n) {
+  if (mode_ == Mode::staging) return;
   const OpTimer timed(this);
   if (n > 0) cuda_check(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), stream_), "cudaMemsetAsync");
 }
@@ -134,7 +139,18 @@ void CudaBackend::download(float* host, const float* src, int64_t n) {
 const void* CudaBackend::input_bytes(InputSlot slot, const void* host, size_t bytes) {
   if (host == nullptr) return nullptr;
   Staging& s = inputs_[slot];
+  if (mode_ != Mode::eager) {
+    // A step graph's copy reads the pinned buffer when it is replayed: fill it (the step
+    // before has finished: a graphed step waits at its end). Never grow inside a graph.
+    if (bytes > s.bytes) throw std::logic_error("CudaBackend: a batch input grew inside a step graph");
+    if (bytes > 0) std::memcpy(s.pinned, host, bytes);
+    if (mode_ == Mode::capture && bytes > 0)
+      cuda_check(cudaMemcpyAsync(s.device.get(), s.pinned, bytes, cudaMemcpyHostToDevice, stream_),
+                 "cudaMemcpyAsync (batch to device, captured)");
+    return s.device.get();
+  }
   if (bytes > s.bytes) {  // the first batch (or a larger one): grow, outside the steady state
+    ++epoch_;
     synchronize();
     if (s.pinned) cuda_check(cudaFreeHost(s.pinned), "cudaFreeHost");
     s.pinned = nullptr;
@@ -180,7 +196,11 @@ const float* CudaBackend::host_view(const float* p, int64_t n, std::vector<float
 
 void* CudaBackend::scratch(int i, size_t bytes) {
   DeviceBytes& d = scratch_[i];
-  if (bytes > d.bytes()) d.assign(device_, bytes + bytes / 4);  // zero-filled; waits for the device
+  if (bytes > d.bytes()) {
+    if (mode_ != Mode::eager) throw std::logic_error("CudaBackend: scratch grew inside a step graph");
+    d.assign(device_, bytes + bytes / 4);  // zero-filled; waits for the device
+    ++epoch_;
+  }
   return d.get();
 }
 
@@ -216,11 +236,140 @@ double CudaBackend::take_kernel_ms() {
   return total;
 }
 
+// ---- losses and the global norm: host values, or the step's device scalars -----------------
+
+double CudaBackend::softmax_crossentropy_forward(float* probs, int64_t* n_correct, const float* logits,
+                                                 const int32_t* targets, int64_t N, int64_t V) {
+  if (mode_ == Mode::eager) {
+    const OpTimer timed(this);
+    return softmax_crossentropy_forward_cuda(probs, n_correct, logits, targets, N, V, ws_, stream_);
+  }
+  loss_divisor_ = static_cast<double>(N);
+  if (n_correct != nullptr) *n_correct = 0;  // in step_scalars().loss.count
+  if (mode_ == Mode::capture)
+    softmax_crossentropy_sum_cuda(probs, logits, targets, N, V, &scalars_dev_->loss, ws_, stream_);
+  return std::nan("");
+}
+
+double CudaBackend::mse_forward(const float* pred, const float* target, int64_t n) {
+  if (mode_ == Mode::eager) {
+    const OpTimer timed(this);
+    return mse_forward_cuda(pred, target, n, ws_, stream_);
+  }
+  loss_divisor_ = static_cast<double>(n);
+  if (mode_ == Mode::capture) sum_squares_cuda(pred, target, n, &scalars_dev_->loss, ws_, stream_);
+  return std::nan("");
+}
+
+double CudaBackend::global_norm(const float* g, int64_t n) {
+  if (mode_ == Mode::eager) {
+    const OpTimer timed(this);
+    return global_norm_cuda(g, n, ws_, stream_);
+  }
+  if (mode_ == Mode::capture) sum_squares_cuda(g, nullptr, n, &scalars_dev_->grad_sq, ws_, stream_);
+  return std::nan("");
+}
+
+// ---- launch-free steps ------------------------------------------------------------------------
+
+uint64_t CudaBackend::allocation_epoch() const {
+  return epoch_ + attention_cuda_workspace_epoch(ws_);
+}
+
+void CudaBackend::begin_capture() {
+  bind();
+  drop_step_graph();
+  if (!scalars_dev_) {
+    void* d = nullptr;
+    cuda_check(cudaMalloc(&d, sizeof(CudaStepScalars)), "cudaMalloc (step scalars)");
+    scalars_dev_ = static_cast<CudaStepScalars*>(d);
+    void* h = nullptr;
+    cuda_check(cudaMallocHost(&h, sizeof(CudaStepScalars)), "cudaMallocHost (step scalars)");
+    scalars_host_ = static_cast<CudaStepScalars*>(h);
+    std::memset(scalars_host_, 0, sizeof(CudaStepScalars));
+  }
+  synchronize();
+  cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  mode_ = Mode::capture;
+}
+
+void CudaBackend::end_capture() {
+  cudaGraph_t graph = nullptr;
+  mode_ = Mode::eager;
+  // Ends the capture whatever happened inside it (an op that threw leaves it open).
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (ended != cudaSuccess || graph == nullptr) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // clear the capture's error
+    cuda_check(ended == cudaSuccess ? cudaErrorStreamCaptureInvalidated : ended, "cudaStreamEndCapture");
+  }
+  const cudaError_t made = cudaGraphInstantiate(&graph_exec_, graph, 0);
+  cudaGraphDestroy(graph);
+  if (made != cudaSuccess) graph_exec_ = nullptr;
+  cuda_check(made, "cudaGraphInstantiate");
+}
+
+void CudaBackend::abandon_capture() noexcept {
+  mode_ = Mode::eager;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+  }
+  cudaGetLastError();
+  drop_step_graph();
+}
+
+void CudaBackend::drop_step_graph() {
+  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+  graph_exec_ = nullptr;
+}
+
+void CudaBackend::launch_step_graph(float lr, double c1, double c2, double clip) {
+  if (!graph_exec_) throw std::logic_error("CudaBackend: launch_step_graph without a captured step");
+  scalars_host_->lr = lr;
+  scalars_host_->c1 = c1;
+  scalars_host_->c2 = c2;
+  scalars_host_->clip = clip;
+  cuda_check(cudaMemcpyAsync(scalars_dev_, scalars_host_, sizeof(CudaStepScalars), cudaMemcpyHostToDevice, stream_),
+             "cudaMemcpyAsync (step scalars in)");
+  {
+    const OpTimer timed(this);  // a replay has no gaps between its kernels: its time is theirs
+    cuda_check(cudaGraphLaunch(graph_exec_, stream_), "cudaGraphLaunch");
+  }
+  cuda_check(cudaMemcpyAsync(scalars_host_, scalars_dev_, sizeof(CudaStepScalars), cudaMemcpyDeviceToHost, stream_),
+             "cudaMemcpyAsync (step scalars out)");
+}
+
+const CudaStepScalars& CudaBackend::step_scalars() {
+  synchronize();
+  return *scalars_host_;
+}
+
+void CudaBackend::clip_decision() {
+  if (mode_ == Mode::capture) clip_decision_cuda(scalars_dev_, stream_);
+}
+
+void CudaBackend::scale_by_clip(float* g, int64_t n) {
+  if (mode_ == Mode::capture) scale_by_clip_cuda(g, n, scalars_dev_, stream_);
+}
+
+void CudaBackend::adamw_update_graph(float* p, const float* g, float* m, float* v, int64_t n, float b1, float b2,
+                                     float eps, float wd) {
+  if (mode_ == Mode::capture) adamw_update_graph_cuda(p, g, m, v, n, b1, b2, eps, wd, scalars_dev_, stream_);
+}
+
+void CudaBackend::sgd_update_graph(float* p, const float* g, float* buf, int64_t n, float momentum, float wd) {
+  if (mode_ == Mode::capture) sgd_update_graph_cuda(p, g, buf, n, momentum, wd, scalars_dev_, stream_);
+}
+
 // ---- attention ------------------------------------------------------------------------------
 
 void CudaBackend::attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q,
                                     const float* k, const float* v, const float* key_mask, float* o, float* lse,
                                     double* attn_fro, double* jac_fro) {
+  if (mode_ == Mode::staging) return;
   const OpTimer timed(this);
   if (precision_ != Precision::bf16 || !attention_cuda_fused_supported(shape)) {
     attention_forward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, lse, attn_fro, jac_fro, ws_, stream_);
@@ -243,6 +392,7 @@ void CudaBackend::attention_forward(const AttentionSpec& spec, const AttentionSh
 void CudaBackend::attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q,
                                      const float* k, const float* v, const float* key_mask, const float* o,
                                      const float* dout, const float* lse, float* dq, float* dk, float* dv) {
+  if (mode_ == Mode::staging) return;
   const OpTimer timed(this);
   if (precision_ != Precision::bf16 || !attention_cuda_fused_supported(shape)) {
     attention_backward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, dout, lse, dq, dk, dv, ws_, stream_);

@@ -63,23 +63,27 @@ class DeviceArray {
   DeviceBytes mem_;
 };
 
-#define ATTNSWEEP_CUDA_OP(name)                     \
-  template <class... A>                             \
-  auto name(A... a) {                               \
-    const OpTimer timed(this);                      \
-    return ::attnsweep::name##_cuda(a..., stream_); \
+// Each op: skipped while staging a graph's inputs (begin_staging), timed when asked.
+#define ATTNSWEEP_CUDA_OP(name)                                                \
+  template <class... A>                                                        \
+  auto name(A... a) {                                                          \
+    if (mode_ == Mode::staging) return decltype(name##_cuda(a..., stream_))(); \
+    const OpTimer timed(this);                                                 \
+    return ::attnsweep::name##_cuda(a..., stream_);                            \
   }
-#define ATTNSWEEP_CUDA_OP_WS(name)                       \
-  template <class... A>                                  \
-  auto name(A... a) {                                    \
-    const OpTimer timed(this);                           \
-    return ::attnsweep::name##_cuda(a..., ws_, stream_); \
+#define ATTNSWEEP_CUDA_OP_WS(name)                                                  \
+  template <class... A>                                                             \
+  auto name(A... a) {                                                               \
+    if (mode_ == Mode::staging) return decltype(name##_cuda(a..., ws_, stream_))(); \
+    const OpTimer timed(this);                                                      \
+    return ::attnsweep::name##_cuda(a..., ws_, stream_);                            \
   }
 
 class CudaBackend {
  public:
   static constexpr bool kEveryReplicaUpdates = true;
   static constexpr bool kPadding = true;
+  static constexpr bool kStepGraphs = true;  // launch-free steps (below; worker/trainer.cpp)
   template <class T>
   using Array = DeviceArray<T>;
 
@@ -101,6 +105,7 @@ class CudaBackend {
   template <class T>
   void allocate(DeviceArray<T>& a, int64_t n) {
     a.assign(device_, n);
+    ++epoch_;
   }
   void zero(float* p, int64_t n);
   void upload(float* dst, const float* host, int64_t n);    // synchronous
@@ -125,9 +130,7 @@ class CudaBackend {
   ATTNSWEEP_CUDA_OP(residual_forward)
   ATTNSWEEP_CUDA_OP(meanpool_forward)
   ATTNSWEEP_CUDA_OP(meanpool_backward)
-  ATTNSWEEP_CUDA_OP_WS(softmax_crossentropy_forward)
   ATTNSWEEP_CUDA_OP(softmax_crossentropy_backward)
-  ATTNSWEEP_CUDA_OP_WS(mse_forward)
   ATTNSWEEP_CUDA_OP(mse_backward)
   ATTNSWEEP_CUDA_OP(embedding_forward)
   ATTNSWEEP_CUDA_OP(embedding_backward)
@@ -146,7 +149,6 @@ class CudaBackend {
   ATTNSWEEP_CUDA_OP(readout_pick)
   ATTNSWEEP_CUDA_OP(readout_pick_backward)
   ATTNSWEEP_CUDA_OP(scale_inplace)
-  ATTNSWEEP_CUDA_OP_WS(global_norm)
   ATTNSWEEP_CUDA_OP(masked_meanpool_forward)
   ATTNSWEEP_CUDA_OP(masked_meanpool_backward)
 
@@ -166,6 +168,45 @@ class CudaBackend {
   // next to its wall time: the difference is the host's).
   void time_kernels(bool on) { timing_ = on; }
   double take_kernel_ms();
+
+  // The two losses and the global norm return host values, which synchronises; inside a
+  // step graph (capture or staging) they leave them in the step's scalars on the device
+  // instead and return NaN (the trainer reads step_scalars() after the step).
+  double softmax_crossentropy_forward(float* probs, int64_t* n_correct, const float* logits, const int32_t* targets,
+                                      int64_t N, int64_t V);
+  double mse_forward(const float* pred, const float* target, int64_t n);
+  double global_norm(const float* g, int64_t n);
+
+  // ---- launch-free steps (worker/trainer.cpp) --------------------------------------------
+  // A training step that does not log, as one CUDA graph: captured once (begin_capture:
+  // the ops that follow are recorded on the stream, not run; end_capture instantiates),
+  // then for each later step the trainer runs the same host code between begin_staging
+  // and end_staging (every op skipped; the batch inputs copied into the pinned staging
+  // buffers the graph's copies read) and launch_step_graph replays it. The graph holds
+  // device addresses: it is valid while allocation_epoch() is unchanged (no buffer of
+  // this backend or its workspace reallocated since the capture).
+  uint64_t allocation_epoch() const;
+  void begin_capture();
+  void end_capture();
+  // After an exception between begin_capture and end_capture: ends the capture if one is
+  // open, drops what it made, and clears the error; never throws.
+  void abandon_capture() noexcept;
+  void begin_staging() { mode_ = Mode::staging; }
+  void end_staging() { mode_ = Mode::eager; }
+  bool has_step_graph() const { return graph_exec_ != nullptr; }
+  void drop_step_graph();
+  // The host's part of the step's scalars (lr, c1, c2, clip), then the graph; asynchronous.
+  void launch_step_graph(float lr, double c1, double c2, double clip);
+  // Waits for the stream; the scalars of the last graphed step, and the divisor of its loss.
+  const CudaStepScalars& step_scalars();
+  double step_loss_divisor() const { return loss_divisor_; }
+  // The device-scalar tail of a graphed step (ops_cuda.h): the clip decision, the clip,
+  // and the updates with lr / bias corrections / finiteness from the step's scalars.
+  void clip_decision();
+  void scale_by_clip(float* g, int64_t n);
+  void adamw_update_graph(float* p, const float* g, float* m, float* v, int64_t n, float b1, float b2, float eps,
+                          float wd);
+  void sgd_update_graph(float* p, const float* g, float* buf, int64_t n, float momentum, float wd);
 
   // ---- composites (ModelBackend; the CPU versions in worker/backend.h): the unfused
   // op sequences, in backend_cuda.cpp ----
@@ -229,7 +270,7 @@ class CudaBackend {
   // Records the event pair of one op when timing (time_kernels).
   class OpTimer {
    public:
-    explicit OpTimer(CudaBackend* be) : be_(be->timing_ ? be : nullptr) {
+    explicit OpTimer(CudaBackend* be) : be_(be->timing_ && be->mode_ == Mode::eager ? be : nullptr) {
       if (be_) slot_ = be_->op_begin();
     }
     ~OpTimer() {
@@ -244,6 +285,14 @@ class CudaBackend {
   };
   size_t op_begin();
   void op_end(size_t slot);
+
+  enum class Mode { eager, capture, staging };
+  Mode mode_ = Mode::eager;
+  CudaStepScalars* scalars_dev_ = nullptr;   // cudaMalloc'ed at the first graph
+  CudaStepScalars* scalars_host_ = nullptr;  // pinned: the host's part in, the results out
+  double loss_divisor_ = 1;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  uint64_t epoch_ = 0;  // buffers (re)allocated by this backend (allocate, staging, scratch)
 
   int device_ = 0;
   Precision precision_ = Precision::fp32;

@@ -25,6 +25,10 @@ struct TrainConfig {
   uint64_t seed = 0, init_seed = 0;
   double init_std = 0;  // 0: PyTorch nn.Linear init
   int64_t devices = 1;  // k data-parallel replicas; batch % devices == 0
+  // CUDA, one replica: run the steps that do not log as one captured CUDA graph each
+  // (worker/trainer.cpp). Not a grid key (it changes no result); off unless
+  // ATTNSWEEP_CUDA_GRAPHS=1 until it has been checked on a GPU (train_cell).
+  bool cuda_graphs = false;
 };
 
 // The training keys of a training task's effective config (experiments/training_keys.cpp

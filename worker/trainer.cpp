@@ -121,6 +121,11 @@ template <class Backend>
 TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
                                             int64_t t, bool collect_norms) {
   StepResult r;
+  if constexpr (requires { Backend::kStepGraphs; }) {
+    if (tc_.cuda_graphs && !graphs_failed_ && devices() == 1 && !collect_norms &&
+        graphed_step(x, y_class, y_value, B, t, r))
+      return r;
+  }
   ModelType& m0 = model();
   const int64_t k = devices();
   if (k == 1) {
@@ -170,6 +175,89 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
   for (int64_t u = 0; u < static_cast<int64_t>(opt_.size()); ++u) update(u, coef, lr, t);
   if (!Backend::kEveryReplicaUpdates) broadcast_params();
   return r;
+}
+
+template <class Backend>
+bool BasicTrainer<Backend>::graphed_step(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
+                                         int64_t t, StepResult& r) {
+  if constexpr (requires { Backend::kStepGraphs; }) {
+    ModelType& m = model();
+    Backend& be = m.backend();
+    be.bind();
+    const uint64_t epoch = be.allocation_epoch();
+    if (!(be.has_step_graph() && graph_B_ == B && graph_epoch_ == epoch)) {
+      // Captured when the step before ran op by op at this batch size and nothing was
+      // allocated since it began: then every buffer and scratch the step needs exists,
+      // and the capture allocates nothing (it could not).
+      if (!(warm_B_ == B && warm_epoch_ == epoch)) {
+        warm_B_ = B;
+        warm_epoch_ = epoch;
+        return false;
+      }
+      try {
+        be.begin_capture();
+        m.forward(x, y_class, y_value, B, false);
+        m.backward();
+        graph_tail();
+        be.end_capture();
+      } catch (const std::exception& e) {
+        be.abandon_capture();
+        graphs_failed_ = true;
+        std::fprintf(stderr, "attnsweep: CUDA graph capture failed (%s); the steps of this cell launch op by op\n",
+                     e.what());
+        return false;
+      }
+      graph_B_ = B;
+      graph_epoch_ = be.allocation_epoch();
+    } else {
+      // The same host code with every op skipped: it stages this batch into the pinned
+      // buffers the graph copies from.
+      be.begin_staging();
+      m.forward(x, y_class, y_value, B, false);
+      m.backward();
+      graph_tail();
+      be.end_staging();
+    }
+    r.lr = lr_at(tc_, t);
+    double c1 = 0, c2 = 0;
+    adamw_bias_corrections(static_cast<float>(tc_.beta1), static_cast<float>(tc_.beta2), t + 1, &c1, &c2);
+    be.launch_step_graph(static_cast<float>(r.lr), c1, c2, tc_.clip);
+    const CudaStepScalars& s = be.step_scalars();
+    r.fwd.loss = s.loss.sum / be.step_loss_divisor();
+    r.fwd.correct = s.loss.count;
+    r.grad_norm = std::sqrt(s.grad_sq.sum);
+    r.finite = std::isfinite(r.fwd.loss) && std::isfinite(r.grad_norm);
+    ++graphed_steps_;
+    return true;
+  } else {
+    (void)x, (void)y_class, (void)y_value, (void)B, (void)t, (void)r;
+    return false;
+  }
+}
+
+template <class Backend>
+void BasicTrainer<Backend>::graph_tail() {
+  if constexpr (requires { Backend::kStepGraphs; }) {
+    ModelType& m = model();
+    Backend& be = m.backend();
+    const int64_t n = m.num_params(), nd = m.decayed_count();
+    float* g = m.grads();
+    float* p = m.params();
+    be.global_norm(g, n);  // into the step's scalars
+    be.clip_decision();
+    be.scale_by_clip(g, n);
+    const float wd = static_cast<float>(tc_.weight_decay);
+    if (tc_.optimizer == "adamw") {
+      OptimizerState& o = opt_[0];
+      const float b1 = static_cast<float>(tc_.beta1), b2 = static_cast<float>(tc_.beta2),
+                  eps = static_cast<float>(tc_.eps);
+      be.adamw_update_graph(p, g, o.m.data(), o.v.data(), nd, b1, b2, eps, wd);
+      be.adamw_update_graph(p + nd, g + nd, o.m.data() + nd, o.v.data() + nd, n - nd, b1, b2, eps, 0.0f);
+    } else {
+      be.sgd_update_graph(p, g, nullptr, nd, 0.0f, wd);
+      be.sgd_update_graph(p + nd, g + nd, nullptr, n - nd, 0.0f, 0.0f);
+    }
+  }
 }
 
 template class BasicTrainer<CpuBackend>;
@@ -420,8 +508,12 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
         ", but " + std::to_string(visible) + " CUDA device" + (visible == 1 ? " is" : "s are") +
         " visible (CUDA_VISIBLE_DEVICES=" +
         (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset") + ")");
-  CudaTrainer tr(mc, tc, gpu);
-  return train_loop(tr, tc, mc, config, ctx, data);
+  TrainConfig tcg = tc;
+  // Launch-free steps: opt-in until they have been checked on a GPU (issue #20).
+  const char* graphs = std::getenv("ATTNSWEEP_CUDA_GRAPHS");
+  tcg.cuda_graphs = graphs != nullptr && std::string(graphs) == "1";
+  CudaTrainer tr(mc, tcg, gpu);
+  return train_loop(tr, tcg, mc, config, ctx, data);
 #else
   throw std::runtime_error("device " + ctx.device +
                            ": this build has no CUDA backend (rebuild with nvcc available, -DATTNSWEEP_CUDA=ON), "

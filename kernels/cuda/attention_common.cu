@@ -137,6 +137,7 @@ char* AttentionCudaWorkspace::reserve(size_t n) {
     const size_t grown = n + n / 4;
     ATTN_CUDA_CHECK(cudaMalloc(&buffer, grown));
     bytes = grown;
+    ++epoch;
   }
   return static_cast<char*>(buffer);
 }
@@ -149,6 +150,7 @@ __nv_bfloat16* AttentionCudaWorkspace::bf16_copy(int slot, const float* src, siz
     b.count = 0;
     ATTN_CUDA_CHECK(cudaMalloc(&b.p, count * sizeof(__nv_bfloat16)));
     b.count = count;
+    ++epoch;
   }
   cuda::launch_f32_to_bf16(src, b.p, static_cast<int64_t>(count), stream);
   return b.p;
@@ -164,6 +166,10 @@ AttentionCudaWorkspace* attention_cuda_workspace_create() {
   // Plain FP32 GEMMs (no TF32): the materialising path is the oracle.
   ATTN_CUBLAS_CHECK(cublasSetMathMode(ws->cublas, CUBLAS_PEDANTIC_MATH));
   return ws;
+}
+
+uint64_t attention_cuda_workspace_epoch(const AttentionCudaWorkspace* ws) {
+  return ws->epoch;
 }
 
 void attention_cuda_workspace_destroy(AttentionCudaWorkspace* ws) {

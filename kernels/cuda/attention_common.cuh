@@ -63,6 +63,7 @@ struct AttentionCudaWorkspace {
   // The matmul ops' arithmetic (cuda_workspace_set_precision, ops_cuda.h) and, for bf16,
   // the bfloat16 copies of a GEMM's two inputs (grown on demand, kept).
   Precision precision = Precision::fp32;
+  uint64_t epoch = 0;  // + 1 at every (re)allocation of buffer or gemm_in (step graphs hold their addresses)
   struct Bf16Buffer {
     __nv_bfloat16* p = nullptr;
     size_t count = 0;

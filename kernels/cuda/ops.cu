@@ -118,10 +118,7 @@ void launch_colsum(const F& f, int64_t N, int64_t C, Dsts<NOUT> dst, AttentionCu
 
 // ---- deterministic scalar sums (the losses) -------------------------------------------
 
-struct ScalarResult {
-  double sum;
-  long long count;
-};
+using ScalarResult = CudaScalarSum;
 
 // out->sum = sum of vals[0..n) and out->count = number of nonzero flags[0..n) (flags may
 // be null): one block, threads stride the array, then a fixed shared-memory tree.
@@ -489,6 +486,35 @@ struct AdamW {
   }
 };
 
+// AdamW and SGD of a graphed step: lr, c1, c2 from the step's scalars; no update when
+// the step was not finite. The arithmetic of AdamW / Sgd above, line for line.
+struct AdamWGraph {
+  float* params;
+  const float* grads;
+  float* m;
+  float* v;
+  float beta1, beta2, eps, weight_decay;
+  const CudaStepScalars* s;
+  __device__ void operator()(int64_t i) const {
+    if (!s->finite) return;
+    AdamW{params, grads, m, v, s->lr, beta1, beta2, eps, weight_decay, s->c1, s->c2}(i);
+  }
+};
+
+struct ScaleByClip {
+  float* g;
+  const CudaStepScalars* s;
+  __device__ void operator()(int64_t i) const {
+    if (s->finite && s->coef < 1.0) g[i] *= static_cast<float>(s->coef);
+  }
+};
+
+__global__ void clip_decision_kernel(CudaStepScalars* s) {
+  const double norm = sqrt(s->grad_sq.sum);
+  s->finite = isfinite(s->loss.sum) && isfinite(norm);
+  s->coef = s->clip > 0 ? s->clip / (norm + 1e-6) : 1.0;
+}
+
 struct Sgd {
   float* params;
   const float* grads;
@@ -501,6 +527,18 @@ struct Sgd {
       g = buf[i];
     }
     params[i] -= lr * g;
+  }
+};
+
+struct SgdGraph {
+  float* params;
+  const float* grads;
+  float* buf;
+  float momentum, weight_decay;
+  const CudaStepScalars* s;
+  __device__ void operator()(int64_t i) const {
+    if (!s->finite) return;
+    Sgd{params, grads, buf, s->lr, momentum, weight_decay}(i);
   }
 };
 
@@ -621,6 +659,16 @@ void meanpool_backward_cuda(float* dinp, const float* dout, int64_t B, int64_t T
 
 // ---- losses -------------------------------------------------------------------------------------
 
+namespace {
+// Scratch of the row losses and flags of N rows.
+size_t xent_scratch_bytes(int64_t N) {
+  Carver sizing(nullptr);
+  sizing.take<double>(static_cast<size_t>(N));
+  sizing.take<int32_t>(static_cast<size_t>(N));
+  return sizing.used();
+}
+}  // namespace
+
 double softmax_crossentropy_forward_cuda(float* probs, int64_t* n_correct, const float* logits, const int32_t* targets,
                                          int64_t N, int64_t V, AttentionCudaWorkspace* ws, cudaStream_t stream) {
   if (N <= 0 || V <= 0) {
@@ -628,20 +676,26 @@ double softmax_crossentropy_forward_cuda(float* probs, int64_t* n_correct, const
     return 0.0;
   }
   Carver sizing(nullptr);
-  sizing.take<double>(static_cast<size_t>(N));
-  sizing.take<int32_t>(static_cast<size_t>(N));
   sizing.take<ScalarResult>(1);
-  Carver carve(ws->reserve(sizing.used()));
-  double* row_loss = carve.take<double>(static_cast<size_t>(N));
-  int32_t* row_ok = carve.take<int32_t>(static_cast<size_t>(N));
-  ScalarResult* result = carve.take<ScalarResult>(1);
-  softmax_xent_forward_kernel<<<row_blocks(N), kThreads, 0, stream>>>(probs, row_loss, row_ok, logits, targets, N, V);
-  ATTN_CUDA_CHECK_LAUNCH();
-  sum_doubles_kernel<<<1, kThreads, 0, stream>>>(row_loss, row_ok, N, result);
-  ATTN_CUDA_CHECK_LAUNCH();
+  const size_t result_bytes = sizing.used();
+  // The result after the scratch of softmax_crossentropy_sum_cuda (which reserves less).
+  ScalarResult* result =
+      reinterpret_cast<ScalarResult*>(ws->reserve(result_bytes + xent_scratch_bytes(N)) + xent_scratch_bytes(N));
+  softmax_crossentropy_sum_cuda(probs, logits, targets, N, V, result, ws, stream);
   const ScalarResult r = fetch_result(result, stream);  // synchronises the stream
   if (n_correct != nullptr) *n_correct = r.count;
   return r.sum / static_cast<double>(N);
+}
+
+void softmax_crossentropy_sum_cuda(float* probs, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                                   CudaScalarSum* out, AttentionCudaWorkspace* ws, cudaStream_t stream) {
+  Carver carve(ws->reserve(xent_scratch_bytes(N)));
+  double* row_loss = carve.take<double>(static_cast<size_t>(N));
+  int32_t* row_ok = carve.take<int32_t>(static_cast<size_t>(N));
+  softmax_xent_forward_kernel<<<row_blocks(N), kThreads, 0, stream>>>(probs, row_loss, row_ok, logits, targets, N, V);
+  ATTN_CUDA_CHECK_LAUNCH();
+  sum_doubles_kernel<<<1, kThreads, 0, stream>>>(row_loss, row_ok, N, out);
+  ATTN_CUDA_CHECK_LAUNCH();
 }
 
 void softmax_crossentropy_backward_cuda(float* dlogits, const float* probs, const int32_t* targets, float dloss,
@@ -652,23 +706,55 @@ void softmax_crossentropy_backward_cuda(float* dlogits, const float* probs, cons
 
 namespace {
 
-// sum (pred - target)^2 (target may be null) over n > 0, in float64, partition fixed by n.
-double sum_squares(const float* pred, const float* target, int64_t n, AttentionCudaWorkspace* ws, cudaStream_t stream) {
-  const int64_t blocks = std::clamp<int64_t>((n + 8 * kThreads - 1) / (8 * kThreads), 1, 1024);  // from n only
-  Carver sizing(nullptr);
-  sizing.take<double>(static_cast<size_t>(blocks));
-  sizing.take<ScalarResult>(1);
-  Carver carve(ws->reserve(sizing.used()));
+int64_t sum_squares_blocks(int64_t n) {
+  return std::clamp<int64_t>((n + 8 * kThreads - 1) / (8 * kThreads), 1, 1024);  // from n only
+}
+
+// Partials of sum_squares_cuda, then out: the scratch holds `blocks` doubles first.
+void sum_squares_into(const float* pred, const float* target, int64_t n, ScalarResult* out, char* scratch,
+                      cudaStream_t stream) {
+  const int64_t blocks = sum_squares_blocks(n);
+  Carver carve(scratch);
   double* partial = carve.take<double>(static_cast<size_t>(blocks));
-  ScalarResult* result = carve.take<ScalarResult>(1);
   sum_squares_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(pred, target, n, partial);
   ATTN_CUDA_CHECK_LAUNCH();
-  sum_doubles_kernel<<<1, kThreads, 0, stream>>>(partial, nullptr, blocks, result);
+  sum_doubles_kernel<<<1, kThreads, 0, stream>>>(partial, nullptr, blocks, out);
   ATTN_CUDA_CHECK_LAUNCH();
+}
+
+// sum (pred - target)^2 (target may be null) over n > 0, in float64, partition fixed by n.
+double sum_squares(const float* pred, const float* target, int64_t n, AttentionCudaWorkspace* ws, cudaStream_t stream) {
+  Carver sizing(nullptr);
+  sizing.take<double>(static_cast<size_t>(sum_squares_blocks(n)));
+  const size_t partial_bytes = sizing.used();
+  sizing.take<ScalarResult>(1);
+  char* base = ws->reserve(sizing.used());
+  auto* result = reinterpret_cast<ScalarResult*>(base + partial_bytes);
+  sum_squares_into(pred, target, n, result, base, stream);
   return fetch_result(result, stream).sum;  // synchronises the stream
 }
 
 }  // namespace
+
+void sum_squares_cuda(const float* pred, const float* target, int64_t n, CudaScalarSum* out, AttentionCudaWorkspace* ws,
+                      cudaStream_t stream) {
+  if (n <= 0) {
+    ATTN_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof *out, stream));
+    return;
+  }
+  Carver sizing(nullptr);
+  sizing.take<double>(static_cast<size_t>(sum_squares_blocks(n)));
+  sum_squares_into(pred, target, n, out, ws->reserve(sizing.used()), stream);
+}
+
+void clip_decision_cuda(CudaStepScalars* s, cudaStream_t stream) {
+  clip_decision_kernel<<<1, 1, 0, stream>>>(s);
+  ATTN_CUDA_CHECK_LAUNCH();
+}
+
+void scale_by_clip_cuda(float* g, int64_t n, const CudaStepScalars* s, cudaStream_t stream) {
+  launch_map(ScaleByClip{g, s}, n, stream);
+}
 
 double mse_forward_cuda(const float* pred, const float* target, int64_t n, AttentionCudaWorkspace* ws,
                         cudaStream_t stream) {
@@ -721,11 +807,26 @@ void patchify_cuda(float* patches, const float* img, int64_t B, int64_t Cin, int
 
 // ---- optimizers ---------------------------------------------------------------------------------------
 
+void adamw_bias_corrections(float beta1, float beta2, int64_t t, double* c1, double* c2) {
+  *c1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
+  *c2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
+}
+
 void adamw_update_cuda(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1,
                        float beta2, float eps, float weight_decay, int64_t t, cudaStream_t stream) {
-  const double c1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
-  const double c2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
+  double c1 = 0, c2 = 0;
+  adamw_bias_corrections(beta1, beta2, t, &c1, &c2);
   launch_map(AdamW{params, grads, m, v, lr, beta1, beta2, eps, weight_decay, c1, c2}, n, stream);
+}
+
+void adamw_update_graph_cuda(float* params, const float* grads, float* m, float* v, int64_t n, float beta1, float beta2,
+                             float eps, float weight_decay, const CudaStepScalars* s, cudaStream_t stream) {
+  launch_map(AdamWGraph{params, grads, m, v, beta1, beta2, eps, weight_decay, s}, n, stream);
+}
+
+void sgd_update_graph_cuda(float* params, const float* grads, float* momentum_buf, int64_t n, float momentum,
+                           float weight_decay, const CudaStepScalars* s, cudaStream_t stream) {
+  launch_map(SgdGraph{params, grads, momentum_buf, momentum, weight_decay, s}, n, stream);
 }
 
 void sgd_update_cuda(float* params, const float* grads, float* momentum_buf, int64_t n, float lr, float momentum,

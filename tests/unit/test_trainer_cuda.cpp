@@ -411,6 +411,73 @@ TEST_F(CudaTrainerTest, MatchesCpuTrajectoryFor50Steps) {
   }
 }
 
+// Launch-free steps (TrainConfig::cuda_graphs): the steps that do not log run as one
+// replayed CUDA graph, whose kernels are the op-by-op step's and whose clip and update
+// read their scalars on the device with the host path's arithmetic. So 30 steps with
+// graphs (logging every 7th: eager steps between graphed ones, a re-capture when the
+// logged steps allocate) give the parameters of 30 op-by-op steps bit for bit, and the
+// same losses, gradient norms and finiteness every step; and most steps were graphed.
+TEST_F(CudaTrainerTest, GraphReplayIsBitIdenticalToOpByOp) {
+  SKIP_WITHOUT_GPUS(1);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const json cfg = config_of(c);
+    const ModelConfig mc = model_config_of(cfg, c.data);
+    TrainConfig tc = train_config_of(cfg);
+    tc.steps = 30;
+    const int64_t B = tc.batch;
+    std::vector<float> x(static_cast<size_t>(B * mc.tokens * mc.in_dim)),
+        yv(static_cast<size_t>(B * mc.targets_per_sample()));
+    std::vector<int32_t> yc(static_cast<size_t>(B));
+    std::vector<int64_t> idx(static_cast<size_t>(B));
+    std::vector<std::vector<float>> params(2);
+    std::vector<std::vector<TrainStepResult>> steps(2);
+    for (int graphs = 0; graphs < 2; ++graphs) {
+      TrainConfig t = tc;
+      t.cuda_graphs = graphs == 1;
+      CudaTrainer tr(mc, t, 0);
+      tr.model().init(t.init_seed, t.init_std);
+      for (int64_t s = 0; s < tc.steps; ++s) {
+        for (int64_t i = 0; i < B; ++i) idx[static_cast<size_t>(i)] = (s * B + i) % c.data.n_train;
+        c.data.fill(0, idx.data(), B, x.data(), yc.data(), yv.data());
+        steps[graphs].push_back(tr.step(x.data(), yc.data(), yv.data(), B, s, s % 7 == 0));
+      }
+      params[graphs] = tr.params_host();
+      if (graphs == 1) {
+        EXPECT_GE(tr.graphed_steps(), 15) << "most of the 30 steps should have run as a graph";
+      } else {
+        EXPECT_EQ(tr.graphed_steps(), 0);
+      }
+    }
+    ASSERT_EQ(params[0].size(), params[1].size());
+    EXPECT_EQ(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)), 0)
+        << "graph replay changed the parameters";
+    for (size_t s = 0; s < steps[0].size(); ++s) {
+      const TrainStepResult &a = steps[0][s], &b = steps[1][s];
+      EXPECT_EQ(std::memcmp(&a.fwd.loss, &b.fwd.loss, sizeof(double)), 0) << "loss, step " << s;
+      EXPECT_EQ(a.fwd.correct, b.fwd.correct) << "step " << s;
+      EXPECT_EQ(std::memcmp(&a.grad_norm, &b.grad_norm, sizeof(double)), 0) << "grad_norm, step " << s;
+      EXPECT_EQ(a.finite, b.finite) << "step " << s;
+      EXPECT_EQ(a.lr, b.lr) << "step " << s;
+    }
+  }
+}
+
+// The whole cell through train_cell with ATTNSWEEP_CUDA_GRAPHS=1 (evaluations between
+// the steps, a larger eval batch that reallocates and forces a re-capture): the same
+// file contents as without.
+TEST_F(CudaTrainerTest, GraphedCellGivesTheSameOutput) {
+  SKIP_WITHOUT_GPUS(1);
+  const Case c = cases().front();
+  json cfg = config_of(c);
+  cfg["steps"] = 40;
+  const TaskOutput plain = train_cell(cfg, on("cuda"), c.data);
+  setenv("ATTNSWEEP_CUDA_GRAPHS", "1", 1);
+  const TaskOutput graphed = train_cell(cfg, on("cuda"), c.data);
+  unsetenv("ATTNSWEEP_CUDA_GRAPHS");
+  expect_identical(plain, graphed);
+}
+
 TEST_F(CudaTrainerTest, TwoRunsAreBitIdentical) {
   SKIP_WITHOUT_GPUS(1);
   for (const Case& c : cases()) {
