@@ -83,7 +83,8 @@ class CudaBackend {
  public:
   static constexpr bool kEveryReplicaUpdates = true;
   static constexpr bool kPadding = true;
-  static constexpr bool kStepGraphs = true;  // launch-free steps (below; worker/trainer.cpp)
+  static constexpr bool kStepGraphs = true;       // launch-free steps (below; worker/trainer.cpp)
+  static constexpr bool kPrefetchBatches = true;  // the host makes batch t + 1 during step t (worker/prefetch.h)
   template <class T>
   using Array = DeviceArray<T>;
 

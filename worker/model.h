@@ -114,6 +114,7 @@ struct ForwardStats {
 template <ModelBackend Backend>
 class BasicModel {
  public:
+  using BackendType = Backend;
   // device: the GPU of a CUDA model (ignored on the CPU).
   explicit BasicModel(const ModelConfig& cfg, int device = 0);
   BasicModel(const BasicModel&) = delete;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "experiments/result_schema.h"
@@ -12,6 +13,7 @@
 #include "kernels/device.h"
 #include "worker/checkpoint.h"
 #include "worker/cuda_trainer.h"
+#include "worker/prefetch.h"
 
 extern "C" int openblas_get_num_threads(void);
 extern "C" void openblas_set_num_threads(int);
@@ -377,14 +379,28 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
   std::vector<float> x(static_cast<size_t>(B * data.tokens * data.in_dim));
   std::vector<int32_t> yc(static_cast<size_t>(B));
   std::vector<float> yv(static_cast<size_t>(B * mc.targets_per_sample()));
-  std::vector<int64_t> idx(static_cast<size_t>(B));
   Sampler sampler(data.n_train, tc.seed);
+  // The training batch at a sampler cursor; made one step ahead on a host thread where
+  // the backend's step leaves the host waiting (CUDA), in line otherwise (the CPU's step
+  // uses every core).
+  HostBatch line;
+  line.x.resize(x.size());
+  line.y_class.resize(yc.size());
+  line.y_value.resize(yv.size());
+  line.idx.resize(static_cast<size_t>(B));
+  auto make_batch = [&](int64_t cursor, HostBatch& b) {
+    sampler.indices(cursor, B, b.idx.data());
+    data.fill(0, b.idx.data(), B, b.x.data(), b.y_class.data(), b.y_value.data());
+  };
+  std::optional<BatchPrefetcher> ahead;
+  if constexpr (requires { TrainerT::ModelType::BackendType::kPrefetchBatches; }) ahead.emplace(make_batch, line);
   Trajectory& tj = st.traj;
   TaskOutput out;
   const float nanf = std::numeric_limits<float>::quiet_NaN();
 
   double last_rel_l2 = std::nan("");
   auto record_eval = [&](int64_t step) {
+    if (ahead) ahead->wait();  // the data source, one caller at a time
     const EvalResult e = evaluate(tr.model(), data, tc, x, yc, yv);
     last_rel_l2 = e.rel_l2;
     tj.eval_step.push_back(step);
@@ -413,11 +429,14 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
       out.status = CellStatus::interrupted;
       return out;
     }
-    sampler.indices(st.samples_seen, B, idx.data());
-    data.fill(0, idx.data(), B, x.data(), yc.data(), yv.data());
+    HostBatch* batch = &line;
+    if (ahead)
+      batch = &ahead->take(st.samples_seen, st.samples_seen + B);
+    else
+      make_batch(st.samples_seen, line);
     st.samples_seen += B;
     const bool log = t % tc.log_every == 0 || t == tc.steps - 1;
-    const TrainStepResult r = tr.step(x.data(), yc.data(), yv.data(), B, t, log);
+    const TrainStepResult r = tr.step(batch->x.data(), batch->y_class.data(), batch->y_value.data(), B, t, log);
     if (log || !r.finite) {
       tj.step.push_back(t);
       tj.loss.push_back(static_cast<float>(r.fwd.loss));
