@@ -246,9 +246,9 @@ namespace {
 // The example grids load, and make the cells docs/results-paperA.md describes.
 TEST(ListOpsPdeGrids, LoadWithTheirCellCounts) {
   const std::string dir = std::string(ATTNSWEEP_SOURCE_DIR) + "/experiments/grids/";
-  const std::pair<const char*, size_t> grids[] = {{"lra_listops", 27},     {"lra_listops_small", 2},
-                                                  {"lra_listops_cpu", 9},  {"paperA_pde", 24},
-                                                  {"paperA_pde_small", 2}, {"paperA_pde_cpu", 12}};
+  const std::pair<const char*, size_t> grids[] = {
+      {"lra_listops", 27},     {"lra_listops_small", 2}, {"lra_listops_cpu", 9},    {"paperA_pde", 24},
+      {"paperA_pde_small", 2}, {"paperA_pde_cpu", 12},   {"lra_listops_n2000", 15}, {"lra_listops_n512_cpu", 15}};
   for (const auto& [name, cells] : grids) {
     const Grid g = load_grid(dir + name + ".json");
     EXPECT_EQ(g.name, name);
@@ -258,13 +258,24 @@ TEST(ListOpsPdeGrids, LoadWithTheirCellCounts) {
       std::string a = c.config["activation"].get<std::string>();
       if (c.config.contains("scale")) {
         a += "/";
-        a += c.config["scale"].get<std::string>();
+        const json& sc = c.config["scale"];
+        a += sc.is_string() ? sc.get<std::string>() : sc.dump();
       }
       acts.insert(a);
     }
     const std::string n = name;
     if (n == "paperA_pde" || n == "paperA_pde_cpu") {
       EXPECT_EQ(acts, (std::set<std::string>{"softmax", "poly/inv_sqrt_n", "poly/none", "relu/inv_n"})) << n;
+    }
+    if (n == "lra_listops_n2000" || n == "lra_listops_n512_cpu") {  // issue #21's five, LRA's model
+      EXPECT_EQ(acts, (std::set<std::string>{"softmax", "poly/inv_sqrt_n", "poly/0.07142857142857142", "relu/inv_n",
+                                             "sigmoid"}))
+          << n;
+      for (const auto& c : g.cells) {
+        EXPECT_EQ(c.config["layers"], 2) << n;
+        EXPECT_EQ(c.config["heads"], 2) << n;
+        EXPECT_EQ(c.config["dim"], 64) << n;
+      }
     }
     if (n == "lra_listops" || n == "lra_listops_cpu") {
       EXPECT_EQ(acts, (std::set<std::string>{"softmax", "poly/inv_sqrt_n", "relu/inv_n"})) << n;
