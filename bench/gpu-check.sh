@@ -279,9 +279,12 @@ if stage 8; then
   # fits8 SECONDS WHAT: true when about SECONDS are left, else says what is skipped.
   fits8() { [ "$(left8)" -ge "$1" ] || { say "skipped: $2 (past STAGE8_BUDGET_S: $(left8) s left, needs ~$1 s)"; return 1; }; }
   cap8() { local l; l=$(left8); echo $((l < $1 ? (l > 1 ? l : 1) : $1)); }  # a timeout: at most $1, at most what is left
-  s8=/tmp/stage8 && rm -rf "$s8" && mkdir -p "$s8"
-  tlog=$out/stage8_trainer.log && : > "$tlog"
-  klog=$out/stage8_k.csv && echo "grid,task,mps,k,complete,cells,wall_s" > "$klog"
+  # Its logs go to one archive in $OUT at the end (the device tool brings back 8 files):
+  # $OUT/stage8_logs.tar.gz and $OUT/stage8_table.txt, the gist in summary.txt.
+  s8=/tmp/stage8 && rm -rf "$s8" && mkdir -p "$s8/logs"
+  l8=$s8/logs
+  tlog=$l8/trainer.log && : > "$tlog"
+  klog=$l8/k.csv && echo "grid,task,mps,k,complete,cells,wall_s" > "$klog"
   cells8="reference large listops2000 paperB1000"
   if [ "$rehearse" = 1 ]; then
     dev8=cpu
@@ -304,10 +307,10 @@ if stage 8; then
   say "8. CUDA trainer tests (CudaModel.*, CudaTrainer*)"
   if [ -x "$bin/unit_tests" ]; then
     ab timeout "$(cap8 90)" "$bin/unit_tests" --gtest_filter='CudaModel.*:CudaTrainer*' --gtest_brief=1 \
-      --gtest_output="xml:$out/stage8_tests.xml" > "$out/stage8_tests.log" 2>&1
+      --gtest_output="xml:$l8/tests.xml" > "$l8/tests.log" 2>&1
     rc=$?
-    grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$out/stage8_tests.log" | head -30 | tee -a "$summary"
-    grep -m 20 -B2 -A6 'Failure' "$out/stage8_tests.log" >> "$summary"
+    grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$l8/tests.log" | head -30 | tee -a "$summary"
+    grep -m 20 -B2 -A6 'Failure' "$l8/tests.log" >> "$summary"
     say "8. CUDA trainer tests exit $rc (124: cut by the budget)"
     [ "$tests_rc" -eq 0 ] && tests_rc=$rc
   else
@@ -333,9 +336,9 @@ if stage 8; then
     say "8. PyTorch $name"
     # shellcheck disable=SC2086
     timeout "$(cap8 90)" "$py" bench/trainer_cpu.py 1 "$pt_steps" --cell "$all_cells" --device "$dev8" --attn sdpa \
-      --kernel-time "$pt_ktime" $flags >> "$tlog" 2>> "$out/stage8_torch.err"
+      --kernel-time "$pt_ktime" $flags >> "$tlog" 2>> "$l8/torch.err"
     rc=$?
-    [ "$rc" -ne 0 ] && echo "# pytorch $name exit $rc" >> "$tlog" && tail -3 "$out/stage8_torch.err" | tee -a "$summary"
+    [ "$rc" -ne 0 ] && echo "# pytorch $name exit $rc" >> "$tlog" && tail -3 "$l8/torch.err" | tee -a "$summary"
   done
 
   # cells/GPU-hour: two small grids written here, each run with K = 1, 2, 4, 8 cells per
@@ -369,7 +372,7 @@ JSON
     rm -rf "$s8/run-$g-$mps-$k"
     t0=$(date +%s.%N)
     ab timeout "$(cap8 60)" "$bin/attnsweep" run "$s8/$g.json" --out "$s8/run-$g-$mps-$k" "$@" --retries 0 \
-      --progress-every-s 60 > "$out/stage8_run-$g-$mps-$k.log" 2>&1
+      --progress-every-s 60 > "$l8/run-$g-$mps-$k.log" 2>&1
     rc=$?
     t1=$(date +%s.%N)
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
@@ -383,7 +386,7 @@ JSON
       for g in small16 paperB8; do
         [ "$k" -gt 1 ] && [ "$k_refused" = 1 ] && continue
         fits8 $((k == 1 ? 25 : 12)) "K=$k $g (mps $mps)" || continue
-        log=$out/stage8_run-$g-$mps-$k.log
+        log=$l8/run-$g-$mps-$k.log
         kargs=(--device "$dev8")
         [ "$k" -gt 1 ] && kargs+=(--cells-per-gpu "$k")
         [ "$rehearse" = 1 ] && kargs+=(--workers "$k" --threads 1)
@@ -417,9 +420,9 @@ JSON
     say "8. PyTorch torch.compile bf16 (compiles each cell: the slowest part)"
     l=$(($(left8) - 30))
     timeout $((l < 150 ? (l > 30 ? l : 30) : 150)) "$py" bench/trainer_cpu.py 1 "$pt_steps" --cell "$all_cells" --device "$dev8" --attn sdpa \
-      --kernel-time "$pt_ktime" --compile --amp bf16 >> "$tlog" 2>> "$out/stage8_torch.err"
+      --kernel-time "$pt_ktime" --compile --amp bf16 >> "$tlog" 2>> "$l8/torch.err"
     rc=$?
-    [ "$rc" -ne 0 ] && echo "# pytorch compile bf16 exit $rc" >> "$tlog" && tail -3 "$out/stage8_torch.err" | tee -a "$summary"
+    [ "$rc" -ne 0 ] && echo "# pytorch compile bf16 exit $rc" >> "$tlog" && tail -3 "$l8/torch.err" | tee -a "$summary"
   }
 
   # With CUDA MPS: one control daemon, its pipe and log folders under /tmp, quit after.
@@ -435,7 +438,7 @@ JSON
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
     mps_stop() {
       echo quit | timeout 20 nvidia-cuda-mps-control > /dev/null 2>&1
-      cp "$CUDA_MPS_LOG_DIRECTORY"/*.log "$out/" 2> /dev/null
+      cp "$CUDA_MPS_LOG_DIRECTORY"/*.log "$l8/" 2> /dev/null
       unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
       rm -rf "$mpsdir"
       trap - EXIT
@@ -445,7 +448,7 @@ JSON
       say "8. MPS daemon started (pipe $CUDA_MPS_PIPE_DIRECTORY)"
       ksweep mps 2 4 8  # K = 1 is one client: the no-MPS row's K = 1 is its base
       mps_stop
-      say "8. MPS daemon quit; its control.log/server.log copied to $out"
+      say "8. MPS daemon quit (its control.log and server.log are in stage8_logs.tar.gz)"
     else
       say "8. MPS: nvidia-cuda-mps-control -d failed: K sweep without MPS only"
       unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
@@ -545,6 +548,7 @@ if krows:
             task = next(r["task"] for r in krows if r["grid"] == g)
             print(f"| {g} | {task} | {mps} | " + " | ".join(out) + " |")
 PY
+  cp "$s8"/*.json "$l8/" && tar -C "$s8" -czf "$out/stage8_logs.tar.gz" logs
   say "8. done in $((SECONDS - t8)) s (STAGE8_BUDGET_S $s8_budget)"
 fi
 
