@@ -22,12 +22,25 @@
 #      attention_gpu_torch.py --sdpa-only, then (time left) the AttentionCuda suite at
 #      d = 64, 128 with ATTNSWEEP_CUDA_MMA=1, all within MMA_BUDGET_S (default 230 s).
 #      Run it first on a fresh machine: STAGES=7 bash bench/gpu-check.sh
+#   8. (issue #20, only when asked: STAGES=8, under 4 minutes) the trainer at the sizes of
+#      real sweeps: the CUDA trainer tests (CudaModel.*, CudaTrainer*: bf16, tf32, padding,
+#      the kernel timer), then ONE table of training samples/s for the reference cell,
+#      the large cell, ListOps at N 2000 (padded) and paper B's read-out at L 1000: ours
+#      fp32 and bf16 next to PyTorch eager fp32, eager AMP bf16 and torch.compile AMP bf16,
+#      with per-step wall and kernel ms (the difference: host overhead), then cells per
+#      GPU-hour of `attnsweep run` for K = 1, 2, 4, 8 cells per GPU (--cells-per-gpu) on
+#      small paperA_fmnist-like N 16 cells and paper B cells, without and (where
+#      nvidia-cuda-mps-control exists) with CUDA MPS; all within STAGE8_BUDGET_S
+#      (default 230 s), later parts skipped past it. REHEARSE=1 runs every command of it on
+#      the CPU with tiny steps (BUILD_DIR's binaries, PYTHON, default /usr/bin/python3):
+#        REHEARSE=1 BUILD_DIR=build STAGES=8 bash bench/gpu-check.sh
+#      proves the commands, the parsing and the tables there; its figures mean nothing.
 # Every log goes to $OUT (or ./gpu-check-out); summary.txt holds the gist. Stages 4-5
 # are skipped once BUDGET_S (default 330 s) has passed. QUICK=1 drops N = 16384 from the
 # attention benchmarks. Exit status: that of the CUDA tests (setup/build failures: 2).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
+cd "$root" || exit 2
 out=${OUT:-$root/gpu-check-out}
 mkdir -p "$out"
 quick=()
@@ -56,7 +69,21 @@ say "NCCL: ${ATTNSWEEP_NCCL_LIBRARY:-libnccl.so.2 from the loader path}"
 # Our binaries run with our libraries; Python keeps the machine's own.
 bin=""
 libpath=""
-if [ -f .gpubin/bundle.tar.xz ]; then
+rehearse=${REHEARSE:-0}
+py=${PYTHON:-python3}
+if [ "$rehearse" = 1 ]; then
+  # The CPU rehearsal (stage 8): the build directory's binaries as they are, no GPU.
+  build=${BUILD_DIR:-build}
+  py=${PYTHON:-/usr/bin/python3}
+  rm -rf /tmp/ab-rehearse && mkdir -p /tmp/ab-rehearse/bin
+  for b in tests/unit_tests bench/trainer_cpu attnsweep; do
+    [ -x "$build/$b" ] && ln -s "$(cd "$build" && pwd)/$b" /tmp/ab-rehearse/bin/
+  done
+  bin=/tmp/ab-rehearse/bin
+  libpath=${LD_LIBRARY_PATH:-}
+  say "REHEARSE=1: on the CPU with $build's binaries ($(cd "$bin" && echo *)) and $py; no figure here means anything"
+fi
+if [ -z "$bin" ] && [ -f .gpubin/bundle.tar.xz ]; then
   rm -rf /tmp/ab && mkdir -p /tmp/ab && tar -C /tmp/ab -xJf .gpubin/bundle.tar.xz
   libpath=/tmp/ab/lib:$extra_libs
   if LD_LIBRARY_PATH=$libpath ldd /tmp/ab/bin/unit_tests 2>&1 | grep -q 'GLIBCXX\|CXXABI'; then
@@ -66,13 +93,14 @@ if [ -f .gpubin/bundle.tar.xz ]; then
   missing=$(for b in /tmp/ab/bin/*; do LD_LIBRARY_PATH=$libpath ldd "$b"; done 2>&1 | grep -E 'not found' | sort -u)
   if [ -z "$missing" ] && LD_LIBRARY_PATH=$libpath /tmp/ab/bin/unit_tests --gtest_list_tests > /dev/null 2>&1; then
     bin=/tmp/ab/bin
-    say "bundled binaries of commit $(cat /tmp/ab/commit | cut -c1-7) load"
+    say "bundled binaries of commit $(cut -c1-7 /tmp/ab/commit) load"
   else
     say "bundled binaries do not load: $missing"
   fi
 fi
 if [ -z "$bin" ]; then
   build=${BUILD_DIR:-build-gpu}
+  # shellcheck source=/dev/null
   [ -f .devdeps/setup.sh ] && source .devdeps/setup.sh
   say "configure + build ($build)"
   if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSWEEP_CUDA=ON \
@@ -151,7 +179,7 @@ in_budget "torch.compile baseline" && timeout 150 python3 bench/trainer_cpu.py 1
 grep -v '^W\|Warning\|warn' "$out/trainer_gpu.log" | tail -20 | tee -a "$summary"
 python3 - "$out/trainer_gpu.log" <<'PY' 2>&1 | tee -a "$summary"
 import sys
-rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.count(",") == 5]
+rows = [l.strip().split(",") for l in open(sys.argv[1]) if l.count(",") >= 5]
 ours = {r[1]: float(r[3]) for r in rows if r[0] == "attnsweep-cuda"}
 for r in rows:
     if r[0].startswith("pytorch") and r[1] in ours:
@@ -237,6 +265,291 @@ if stage 7; then
     [ "$rc" -ne 124 ] && [ "$tests_rc" -eq 0 ] && tests_rc=$rc
   fi
   say "7. done in $((SECONDS - t7)) s"
+fi
+
+# 8. The trainer at the sizes of real sweeps (issue #20): tests, one samples/s table
+# (ours fp32/bf16 against PyTorch eager fp32, eager AMP bf16, torch.compile AMP bf16,
+# with per-step wall and kernel ms), then cells/GPU-hour of attnsweep run for K cells
+# per GPU, without and with MPS. Every command under its own timeout, all inside
+# STAGE8_BUDGET_S; the tables are printed at the end with whatever was measured.
+if stage 8; then
+  t8=$SECONDS
+  s8_budget=${STAGE8_BUDGET_S:-230}
+  left8() { echo $((s8_budget - (SECONDS - t8))); }
+  # fits8 SECONDS WHAT: true when about SECONDS are left, else says what is skipped.
+  fits8() { [ "$(left8)" -ge "$1" ] || { say "skipped: $2 (past STAGE8_BUDGET_S: $(left8) s left, needs ~$1 s)"; return 1; }; }
+  cap8() { local l; l=$(left8); echo $((l < $1 ? (l > 1 ? l : 1) : $1)); }  # a timeout: at most $1, at most what is left
+  # Its logs go to one archive in $OUT at the end (the device tool brings back 8 files):
+  # $OUT/stage8_logs.tar.gz and $OUT/stage8_table.txt, the gist in summary.txt.
+  s8=/tmp/stage8 && rm -rf "$s8" && mkdir -p "$s8/logs"
+  l8=$s8/logs
+  tlog=$l8/trainer.log && : > "$tlog"
+  klog=$l8/k.csv && echo "grid,task,mps,k,complete,cells,wall_s" > "$klog"
+  cells8="reference large listops2000 paperB1000"
+  if [ "$rehearse" = 1 ]; then
+    dev8=cpu
+    export ATTNSWEEP_BENCH_WARMUP=1 ATTNSWEEP_BENCH_BATCH=4
+    ours_steps() { echo 1; }
+    pt_steps=1 pt_ktime=1 k_steps=4 k_eval='"eval_batches": 1' k_tests=16
+  else
+    dev8=cuda
+    # About 0.4-3 s of steps each on the H200 (2026-11-29: the reference cell 2.1 ms a
+    # step, the large cell 36 ms), twice: timed, then with the kernel timer. The stage's
+    # estimate there, from those runs (stage 1's tests ~15 s, PyTorch eager ~9.5 ms a step
+    # on the small cells and 28 ms on the large one, paperB_icl_cpu's cells 0.65-2.6 ms a
+    # step plus ~1 s to start): tests ~20 s, ours ~20 s, PyTorch eager fp32 and AMP ~25 s,
+    # the K sweep without MPS ~60 s (K = 1: 8 cells of ~2 s a grid), torch.compile
+    # 60-120 s (capped to leave ~30 s), MPS ~30 s: about 230 s.
+    ours_steps() { case $1 in reference) echo 200 ;; paperB1000) echo 400 ;; *) echo 40 ;; esac; }
+    pt_steps=40 pt_ktime=5 k_steps=300 k_eval='"eval_batches": 0' k_tests=256
+  fi
+
+  say "8. CUDA trainer tests (CudaModel.*, CudaTrainer*)"
+  if [ -x "$bin/unit_tests" ]; then
+    ab timeout "$(cap8 90)" "$bin/unit_tests" --gtest_filter='CudaModel.*:CudaTrainer*' --gtest_brief=1 \
+      --gtest_output="xml:$l8/tests.xml" > "$l8/tests.log" 2>&1
+    rc=$?
+    grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$l8/tests.log" | head -30 | tee -a "$summary"
+    grep -m 20 -B2 -A6 'Failure' "$l8/tests.log" >> "$summary"
+    say "8. CUDA trainer tests exit $rc (124: cut by the budget)"
+    [ "$tests_rc" -eq 0 ] && tests_rc=$rc
+  else
+    say "8. no unit_tests binary: tests not run"
+  fi
+
+  say "8. ours: trainer_cpu, fp32 and bf16 ($dev8)"
+  for cell in $cells8; do
+    for prec in fp32 bf16; do
+      fits8 15 "ours $cell $prec" || continue
+      ab timeout "$(cap8 60)" "$bin/trainer_cpu" 1 "$(ours_steps "$cell")" softmax "$cell" "$dev8" "$prec" >> "$tlog" 2>&1
+      rc=$?
+      [ "$rc" -ne 0 ] && echo "# ours $cell $prec exit $rc" >> "$tlog"
+    done
+  done
+  # PyTorch: one process per variant, the cells one after another (each line printed
+  # when done: a timeout keeps the finished cells' lines).
+  all_cells=${cells8// /,}
+  # torch.compile comes after the K sweep without MPS: its compilation takes what is left.
+  for variant in "eager fp32|" "eager bf16|--amp bf16"; do
+    name=${variant%%|*} flags=${variant#*|}
+    fits8 25 "PyTorch $name" || continue
+    say "8. PyTorch $name"
+    # shellcheck disable=SC2086
+    timeout "$(cap8 90)" "$py" bench/trainer_cpu.py 1 "$pt_steps" --cell "$all_cells" --device "$dev8" --attn sdpa \
+      --kernel-time "$pt_ktime" $flags >> "$tlog" 2>> "$l8/torch.err"
+    rc=$?
+    [ "$rc" -ne 0 ] && echo "# pytorch $name exit $rc" >> "$tlog" && tail -3 "$l8/torch.err" | tee -a "$summary"
+  done
+
+  # cells/GPU-hour: two small grids written here, each run with K = 1, 2, 4, 8 cells per
+  # GPU (8 cells: K = 8 runs them all at once). Fashion-MNIST where the image task finds
+  # it (ATTNSWEEP_FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist), else the same
+  # model on generated ListOps at N 16 (no download).
+  fm=${ATTNSWEEP_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+  if [ "${STAGE8_NO_FMNIST:-0}" != 1 ] && [ -f "$fm/train-images-idx3-ubyte.gz" ] && [ -f "$fm/t10k-images-idx3-ubyte.gz" ]; then
+    small_task=image small_keys=''
+  else
+    small_task=listops small_keys='"n_test": 256, "depth": 3, "arity": 4, '
+  fi
+  say "8. K sweep: paperA_fmnist-like N 16 cells on task $small_task ($([ "$small_task" = image ] && echo "Fashion-MNIST from $fm" || echo "no Fashion-MNIST at $fm: generated ListOps instead")), and paper B cells"
+  cat > "$s8/small16.json" <<JSON
+{"name": "stage8_small16", "description": "gpu-check stage 8: paperA_fmnist's model at N 16 (dim 64, 4 layers, 4 heads, MLP 4x, batch 128, AdamW lr 2e-3), $k_steps steps, 8 cells",
+ "axes": {"task": ["$small_task"], "activation": ["softmax", "poly"], "prompt_length": [16], "seed": [0, 1, 2, 3]},
+ "fixed": {${small_keys}"degree": 3, "scale": "inv_sqrt_n", "dim": 64, "layers": 4, "heads": 4, "mlp_ratio": 4,
+           "steps": $k_steps, "batch": 128, "lr": 2e-3, "warmup_steps": 10, "log_every": 25, "eval_every": 0, $k_eval}}
+JSON
+  cat > "$s8/paperB8.json" <<JSON
+{"name": "stage8_paperB8", "description": "gpu-check stage 8: paperB_icl's read-out (softmax vs linear, SGD lr 1e-3, batch 128) at L 10, 100, 500, 1000, $k_steps steps, 8 cells",
+ "axes": {"task": ["icl_regression"], "activation": ["softmax", "poly"], "prompt_length": [10, 100, 500, 1000]},
+ "fixed": {"degree": 1, "scale": "inv_n", "init_seed": 0, "seed": 0, "steps": $k_steps, "batch": 128, "lr": 0.001,
+           "optimizer": "sgd", "lr_schedule": "constant", "eval_every": 0, "log_every": 100, "test_prompts": $k_tests}}
+JSON
+  k_refused=0 k_said=0
+  # krun G MPS K ARGS...: one attnsweep run of grid G into a fresh folder; sets rc, wall.
+  krun() {
+    local g=$1 mps=$2 k=$3 t0 t1
+    shift 3
+    rm -rf "$s8/run-$g-$mps-$k"
+    t0=$(date +%s.%N)
+    ab timeout "$(cap8 60)" "$bin/attnsweep" run "$s8/$g.json" --out "$s8/run-$g-$mps-$k" "$@" --retries 0 \
+      --progress-every-s 60 > "$l8/run-$g-$mps-$k.log" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+  }
+  # ksweep MPS K...: both grids at each K, one line each in $klog. K = 1 runs without
+  # --cells-per-gpu (its default), so it works with an attnsweep that lacks the flag.
+  ksweep() {
+    local mps=$1 k g log fin complete cells
+    shift
+    for k in "$@"; do
+      for g in small16 paperB8; do
+        [ "$k" -gt 1 ] && [ "$k_refused" = 1 ] && continue
+        fits8 $((k == 1 ? 25 : 12)) "K=$k $g (mps $mps)" || continue
+        log=$l8/run-$g-$mps-$k.log
+        kargs=(--device "$dev8")
+        [ "$k" -gt 1 ] && kargs+=(--cells-per-gpu "$k")
+        [ "$rehearse" = 1 ] && kargs+=(--workers "$k" --threads 1)
+        krun "$g" "$mps" "$k" "${kargs[@]}"
+        if [ "$rc" -eq 2 ] && grep -q -- 'cells-per-gpu' "$log"; then
+          if [ "$rehearse" = 1 ]; then
+            # On the CPU the flag is refused either way (unknown, or no GPU to share):
+            # CPU slots (--workers K) stand in for K cells per GPU.
+            [ "$k_said" = 1 ] || say "8. rehearsal: --cells-per-gpu refused as on any CPU ($(grep -m1 -- 'cells-per-gpu' "$log" | cut -c1-120)); --workers K stands in"
+            k_said=1
+            krun "$g" "$mps" "$k" --device cpu --workers "$k" --threads 1
+          else
+            say "8. attnsweep run refused --cells-per-gpu $k: $(grep -m1 -- 'cells-per-gpu' "$log" | cut -c1-160); K > 1 not measured"
+            k_refused=1
+            continue
+          fi
+        fi
+        fin=$(grep -m1 'finished:' "$log")
+        complete=$(sed -nE 's/.* ([0-9]+) complete.*/\1/p' <<< "$fin")
+        cells=$(sed -nE 's/.*finished: ([0-9]+) cells.*/\1/p' <<< "$fin")
+        echo "$g,$([ "$g" = small16 ] && echo "$small_task" || echo icl_regression),$mps,$k,${complete:-0},${cells:-8},$wall" >> "$klog"
+        say "8. K=$k $g mps=$mps: exit $rc, ${complete:-0} of ${cells:-?} complete in $wall s"
+      done
+    done
+  }
+  ksweep no 1 2 4 8
+
+  # compilation takes what is left but ~30 s for MPS; paperB1000 last (the done-when
+  # compares the other three).
+  fits8 40 "PyTorch compile bf16" && {
+    say "8. PyTorch torch.compile bf16 (compiles each cell: the slowest part)"
+    l=$(($(left8) - 30))
+    timeout $((l < 150 ? (l > 30 ? l : 30) : 150)) "$py" bench/trainer_cpu.py 1 "$pt_steps" --cell "$all_cells" --device "$dev8" --attn sdpa \
+      --kernel-time "$pt_ktime" --compile --amp bf16 >> "$tlog" 2>> "$l8/torch.err"
+    rc=$?
+    [ "$rc" -ne 0 ] && echo "# pytorch compile bf16 exit $rc" >> "$tlog" && tail -3 "$l8/torch.err" | tee -a "$summary"
+  }
+
+  # With CUDA MPS: one control daemon, its pipe and log folders under /tmp, quit after.
+  if [ "$rehearse" = 1 ]; then
+    say "8. MPS: not in the rehearsal (no GPU)"
+  elif [ "$k_refused" = 1 ]; then
+    say "8. MPS: skipped (--cells-per-gpu refused)"
+  elif ! command -v nvidia-cuda-mps-control > /dev/null; then
+    say "8. MPS: no nvidia-cuda-mps-control on PATH: K sweep without MPS only"
+  elif fits8 30 "K sweep with MPS"; then
+    mpsdir=$(mktemp -d /tmp/mps-stage8.XXXXXX)
+    export CUDA_MPS_PIPE_DIRECTORY=$mpsdir/pipe CUDA_MPS_LOG_DIRECTORY=$mpsdir/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    mps_stop() {
+      echo quit | timeout 20 nvidia-cuda-mps-control > /dev/null 2>&1
+      cp "$CUDA_MPS_LOG_DIRECTORY"/*.log "$l8/" 2> /dev/null
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+      rm -rf "$mpsdir"
+      trap - EXIT
+    }
+    if timeout 20 nvidia-cuda-mps-control -d; then
+      trap mps_stop EXIT
+      say "8. MPS daemon started (pipe $CUDA_MPS_PIPE_DIRECTORY)"
+      ksweep mps 2 4 8  # K = 1 is one client: the no-MPS row's K = 1 is its base
+      mps_stop
+      say "8. MPS daemon quit (its control.log and server.log are in stage8_logs.tar.gz)"
+    else
+      say "8. MPS: nvidia-cuda-mps-control -d failed: K sweep without MPS only"
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+      rm -rf "$mpsdir"
+    fi
+  fi
+
+  grep -v '^W\|Warning\|warn' "$tlog" >> "$summary"
+  say "8. the table ($dev8$([ "$rehearse" = 1 ] && echo ', REHEARSAL: tiny steps and batches on the CPU, the figures mean nothing'))"
+  "$py" - "$tlog" "$klog" <<'PY' 2>&1 | tee -a "$summary" | tee "$out/stage8_table.txt"
+import csv, math, re, sys
+
+lines = [l.strip() for l in open(sys.argv[1])]
+rows = [l.split(",") for l in lines if not l.startswith("#") and l.count(",") >= 9]
+cells = ["reference", "large", "listops2000", "paperB1000"]
+what = {"reference": "reference (N 49, dim 64, 4 layers, batch 128)", "large": "large (N 196, dim 256, 6 layers)",
+        "listops2000": "ListOps N 2000 padded (2 layers, dim 64, 2 heads, batch 32)",
+        "paperB1000": "paper B read-out L 1000 (C 6, SGD, batch 128)"}
+cols = ["ours fp32", "ours bf16", "eager fp32", "eager bf16", "compile bf16"]
+got, ms = {}, {}  # (cell, col) -> samples/s; -> (wall, kernel) ms
+attn = set()
+for r in rows:
+    cell = r[1].split("-", 1)[1] if "-" in r[1] else "reference"
+    if r[0].startswith("attnsweep"):
+        col = "ours " + r[6]
+    elif r[0].startswith("pytorch"):
+        col = ("compile " if "compiled" in r[0] else "eager ") + r[6]
+        attn.add(r[10] if len(r) > 10 else "?")
+    else:
+        continue
+    got[cell, col] = float(r[3])
+    ms[cell, col] = (float(r[7]), float(r[8]))
+# Why a figure is missing: "# ours CELL PREC exit RC", "# pytorch VARIANT PREC exit RC".
+why = {}
+for l in lines:
+    m = re.match(r"# ours (\S+) (\S+) exit (\d+)", l)
+    if m:
+        why[m[1], "ours " + m[2]] = "exit " + m[3]
+    m = re.match(r"# pytorch (eager|compile) (\S+) exit (\d+)", l)
+    if m:
+        for c in cells:
+            why.setdefault((c, m[1] + " " + m[2]), "exit " + m[3])
+
+
+def num(c, k):
+    if (c, k) in got:
+        return f"{got[c, k]:,.0f}"
+    return f"— ({why[c, k]})" if (c, k) in why else "—"
+
+
+def f3(v):
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def wk(c, k):
+    if (c, k) not in ms:
+        return "—"
+    w, kern = ms[c, k]
+    return f"{f3(w)} / {f3(kern)}" if not math.isnan(kern) else f"{f3(w)} / n/a"
+
+
+print("samples/s; ms per step as wall / kernel (wall - kernel = host overhead); PyTorch attention: "
+      + (", ".join(sorted(attn)) or "—") + "; — (exit N): that run's exit status (124: its timeout)")
+head = ["cell"] + cols + ["best ours / fastest PyTorch", "ours fp32 ms", "ours bf16 ms", "fastest PyTorch ms"]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for c in cells:
+    ours = [got[c, k] for k in cols[:2] if (c, k) in got]
+    pt = {k: got[c, k] for k in cols[2:] if (c, k) in got}
+    fast = max(pt, key=pt.get) if pt else None
+    ratio = f"{max(ours) / pt[fast]:.2f}× ({fast})" if ours and fast else "—"
+    print("| " + " | ".join([what[c]] + [num(c, k) for k in cols] +
+                            [ratio, wk(c, "ours fp32"), wk(c, "ours bf16"), wk(c, fast) if fast else "—"]) + " |")
+krows = list(csv.DictReader(open(sys.argv[2])))
+if krows:
+    print()
+    print("cells per GPU-hour of attnsweep run (8 cells a grid): complete cells / wall of the whole run x 3600, "
+          "and the ratio to K = 1 without MPS")
+    print("| grid | task | MPS | K = 1 | K = 2 | K = 4 | K = 8 |")
+    print("|---|---|---|---|---|---|---|")
+    rate = {}
+    for r in krows:
+        if float(r["wall_s"]) > 0:
+            rate[r["grid"], r["mps"], int(r["k"])] = (int(r["complete"]) / float(r["wall_s"]) * 3600, r)
+    for g in dict.fromkeys(r["grid"] for r in krows):
+        base = rate.get((g, "no", 1), (None,))[0]
+        for mps in dict.fromkeys(r["mps"] for r in krows if r["grid"] == g):
+            out = []
+            for k in (1, 2, 4, 8):
+                if (g, mps, k) not in rate:
+                    out.append("—")
+                    continue
+                v, r = rate[g, mps, k]
+                note = "" if r["complete"] == r["cells"] else f" ({r['complete']} of {r['cells']} complete)"
+                x = f", {v / base:.2f}×" if base and (k > 1 or mps != "no") else ""
+                out.append(f"{v:,.0f}{x}{note}")
+            task = next(r["task"] for r in krows if r["grid"] == g)
+            print(f"| {g} | {task} | {mps} | " + " | ".join(out) + " |")
+PY
+  cp "$s8"/*.json "$l8/" && tar -C "$s8" -czf "$out/stage8_logs.tar.gz" logs
+  say "8. done in $((SECONDS - t8)) s (STAGE8_BUDGET_S $s8_budget)"
 fi
 
 # 6. Whole sweeps on the GPU slot (attnsweep run, no mpirun: one slot per visible GPU),
