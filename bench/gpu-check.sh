@@ -318,12 +318,16 @@ if stage 8; then
   fi
 
   say "8. ours: trainer_cpu, fp32 and bf16 ($dev8)"
+  # fp32 and bf16, each op by op and with launch-free steps (ATTNSWEEP_CUDA_GRAPHS=1).
   for cell in $cells8; do
-    for prec in fp32 bf16; do
-      fits8 15 "ours $cell $prec" || continue
-      ab timeout "$(cap8 60)" "$bin/trainer_cpu" 1 "$(ours_steps "$cell")" softmax "$cell" "$dev8" "$prec" >> "$tlog" 2>&1
+    for run in fp32 bf16 fp32+graphs bf16+graphs; do
+      prec=${run%+graphs} graphs=0
+      [ "$run" != "$prec" ] && graphs=1
+      fits8 15 "ours $cell $run" || continue
+      ab timeout "$(cap8 60)" env ATTNSWEEP_CUDA_GRAPHS=$graphs "$bin/trainer_cpu" 1 "$(ours_steps "$cell")" \
+        softmax "$cell" "$dev8" "$prec" >> "$tlog" 2>&1
       rc=$?
-      [ "$rc" -ne 0 ] && echo "# ours $cell $prec exit $rc" >> "$tlog"
+      [ "$rc" -ne 0 ] && echo "# ours $cell $run exit $rc" >> "$tlog"
     done
   done
   # PyTorch: one process per variant, the cells one after another (each line printed
@@ -467,7 +471,8 @@ cells = ["reference", "large", "listops2000", "paperB1000"]
 what = {"reference": "reference (N 49, dim 64, 4 layers, batch 128)", "large": "large (N 196, dim 256, 6 layers)",
         "listops2000": "ListOps N 2000 padded (2 layers, dim 64, 2 heads, batch 32)",
         "paperB1000": "paper B read-out L 1000 (C 6, SGD, batch 128)"}
-cols = ["ours fp32", "ours bf16", "eager fp32", "eager bf16", "compile bf16"]
+cols = ["ours fp32", "ours bf16", "ours fp32+graphs", "ours bf16+graphs", "eager fp32", "eager bf16", "compile bf16"]
+n_ours = 4
 got, ms = {}, {}  # (cell, col) -> samples/s; -> (wall, kernel) ms
 attn = set()
 for r in rows:
@@ -512,16 +517,18 @@ def wk(c, k):
 
 print("samples/s; ms per step as wall / kernel (wall - kernel = host overhead); PyTorch attention: "
       + (", ".join(sorted(attn)) or "—") + "; — (exit N): that run's exit status (124: its timeout)")
-head = ["cell"] + cols + ["best ours / fastest PyTorch", "ours fp32 ms", "ours bf16 ms", "fastest PyTorch ms"]
+head = ["cell"] + cols + ["best ours / fastest PyTorch", "ours fp32 ms", "ours bf16 ms", "ours fp32+graphs ms",
+                          "fastest PyTorch ms"]
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for c in cells:
-    ours = [got[c, k] for k in cols[:2] if (c, k) in got]
-    pt = {k: got[c, k] for k in cols[2:] if (c, k) in got}
+    ours = [got[c, k] for k in cols[:n_ours] if (c, k) in got]
+    pt = {k: got[c, k] for k in cols[n_ours:] if (c, k) in got}
     fast = max(pt, key=pt.get) if pt else None
     ratio = f"{max(ours) / pt[fast]:.2f}× ({fast})" if ours and fast else "—"
     print("| " + " | ".join([what[c]] + [num(c, k) for k in cols] +
-                            [ratio, wk(c, "ours fp32"), wk(c, "ours bf16"), wk(c, fast) if fast else "—"]) + " |")
+                            [ratio, wk(c, "ours fp32"), wk(c, "ours bf16"), wk(c, "ours fp32+graphs"),
+                             wk(c, fast) if fast else "—"]) + " |")
 krows = list(csv.DictReader(open(sys.argv[2])))
 if krows:
     print()

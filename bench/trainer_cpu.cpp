@@ -31,7 +31,8 @@
 // clipping or decay, batch 128, norms on one step in 1000 (paperB_icl's log_every). The
 // prompts are fixed random inputs: the host's prompt generation is not timed here.
 // PRECISION fp32 | bf16 | tf32 (ModelConfig::precision; the CPU trains fp32 only and
-// refuses the others, exit 1).
+// refuses the others, exit 1). ATTNSWEEP_CUDA_GRAPHS=1 on a GPU: the steps that do not
+// log replay a CUDA graph (TrainConfig::cuda_graphs); the precision field gains +graphs.
 // usage: trainer_cpu [THREADS] [STEPS] [ACTIVATION] [CELL] [DEVICE] [PRECISION]
 //   (defaults 2, 30, softmax, reference, cpu, fp32)
 // For rehearsing bench/gpu-check.sh on a CPU only (REHEARSE=1; the figures then mean
@@ -137,7 +138,8 @@ void time_steps(TrainerT& tr, const ModelConfig& mc, const TrainConfig& tc, int 
   const double kernel_ms = kernel_ms_per_step(tr, x.data(), yc, yval, B, steps, log_every);
   std::printf("%s,%s%s,%s,%.1f,%.4f,%.1f,%s,%.4f,%.4f,%.4f\n", who, act.c_str(), suffix.c_str(), where.c_str(),
               static_cast<double>(B) * steps / s, s / steps, static_cast<double>(B) * steps / cpu,
-              precision_name(mc.precision), wall_ms, kernel_ms, wall_ms - kernel_ms);
+              (std::string(precision_name(mc.precision)) + (tc.cuda_graphs ? "+graphs" : "")).c_str(), wall_ms,
+              kernel_ms, wall_ms - kernel_ms);
 }
 
 int main(int argc, char** argv) {
@@ -206,6 +208,10 @@ int main(int argc, char** argv) {
   }
   const std::string device = argc > 5 ? argv[5] : "cpu";
   const int gpu = cuda_device_index(device);
+  // Launch-free steps on CUDA as train_cell has them (ATTNSWEEP_CUDA_GRAPHS=1; the
+  // precision field then reads e.g. fp32+graphs).
+  const char* graphs = std::getenv("ATTNSWEEP_CUDA_GRAPHS");
+  tc.cuda_graphs = device != "cpu" && graphs != nullptr && std::string(graphs) == "1";
   if (gpu < 0) {
     try {
       Trainer tr(mc, tc);
