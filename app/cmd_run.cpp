@@ -113,7 +113,9 @@ int cmd_submit(int argc, char** argv) {
       "mpi", po::value(&opt.mpi)->default_value("pmix"), "srun --mpi plugin")(
       "retries", po::value(&opt.retries), "retries of a failed cell (default: the grid's, else 2)")(
       "timeout-s", po::value(&opt.timeout_s), "per-attempt timeout (default: the grid's, else none)")(
-      "dry-run", "write DIR/job.sbatch and stop");
+      "cells-per-gpu", po::value(&opt.cells_per_gpu),
+      "cells sharing each GPU, passed to run (default: the grid's resources.cells_per_gpu, else 1; 1..64); above 1 "
+      "the job starts CUDA MPS on each node where it can (docs/slurm.md)")("dry-run", "write DIR/job.sbatch and stop");
   po::positional_options_description pos;
   pos.add("grid", 1);
   po::variables_map vm;
@@ -126,6 +128,8 @@ int cmd_submit(int argc, char** argv) {
   opt.dry_run = vm.count("dry-run") > 0;
   // Checked here as `run` checks them: the job's `run` would refuse them only once it starts.
   if (vm.count("retries") && !in_range("submit", "--retries", opt.retries, 0, kMaxRetries)) return kExitUsage;
+  if (vm.count("cells-per-gpu") && !in_range("submit", "--cells-per-gpu", opt.cells_per_gpu, 1, kMaxCellsPerGpu))
+    return kExitUsage;
   if (vm.count("timeout-s") && !(std::isfinite(opt.timeout_s) && opt.timeout_s > 0)) {
     std::fprintf(stderr, "attnsweep submit: --timeout-s: expected a number > 0, got %g\n", opt.timeout_s);
     return kExitUsage;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Several cells per GPU (run --cells-per-gpu K, resources.cells_per_gpu): plan refuses a K
 # whose cells cannot share one GPU's memory (resources.gpu_memory_gib here), naming the
-# cell; CPU-slot runs ignore the grid's K and say so once. The command-line errors
-# (--device cpu with the flag, K out of range) are in tests/bad_inputs/commands.txt.
+# cell; CPU-slot runs ignore the grid's K and say so once; submit passes the flag to the
+# job's run. The command-line errors (--device cpu with the flag, K out of range) are in
+# tests/bad_inputs/commands.txt; the job script's MPS start and stop in slurm_job_mps.sh.
 source "$(dirname "$0")/lib.bash"
 
 # A large image cell: 64 of it cannot share a 1 GiB GPU.
@@ -51,3 +52,13 @@ if [ "$("$ATTNSWEEP" plan nomem.json | grep -c "not checked")" = 1 ]; then  # no
     test "$(grep -c -- "--cells-per-gpu 2 is ignored: no GPU is visible" <<<"$ERR")" = 1
 fi
 
+# submit passes --cells-per-gpu to the job's run; the script knows the K it runs with.
+run_rc "$ATTNSWEEP" submit cpu.json --out job3 --nodes 1 --gpus-per-node 2 --cells-per-gpu 3 --dry-run
+check "submit --cells-per-gpu 3 --dry-run exits 0 ($ERR)" test "$RC" = 0
+check "the job's run gets --cells-per-gpu 3" grep -q "^run=(.* run .*--device cuda.* --cells-per-gpu 3" job3/job.sbatch
+check "and the script runs with K 3" grep -qx "cells_per_gpu=3" job3/job.sbatch
+run_rc "$ATTNSWEEP" submit cpu.json --out job4 --nodes 1 --gpus-per-node 2 --dry-run
+check "without the flag the run takes the grid's (no --cells-per-gpu)" bash -c '! grep -q "^run=(.*--cells-per-gpu" job4/job.sbatch'
+check "and the script knows it is 4" grep -qx "cells_per_gpu=4" job4/job.sbatch
+run_rc "$ATTNSWEEP" submit cpu.json --out job0 --nodes 1 --gpus-per-node 0 --dry-run
+check "on CPU nodes the grid's K is 1 (no MPS)" grep -qx "cells_per_gpu=1" job0/job.sbatch
