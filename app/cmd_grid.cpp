@@ -9,6 +9,8 @@
 
 #include "app/cli.h"
 #include "coordinator/grid.h"
+#include "coordinator/local_slots.h"
+#include "experiments/gpu_memory.h"
 #include "experiments/params.h"
 #include "experiments/result_schema.h"
 #include "kernels/activation.h"
@@ -18,20 +20,37 @@ namespace attnsweep::cli {
 int cmd_plan(int argc, char** argv) {
   po::options_description desc("options");
   std::string grid_path;
+  int cells_per_gpu = 0;
   desc.add_options()("help,h", "this help")("json", "print the cells as one JSON array")(
+      "cells-per-gpu", po::value(&cells_per_gpu),
+      "check this many cells per GPU against its memory (default: the grid's resources.cells_per_gpu, else 1)")(
       "grid", po::value(&grid_path)->required(), "the grid file");
   po::positional_options_description pos;
   pos.add("grid", 1);
   po::variables_map vm;
   if (!parse("plan", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep plan GRID.json [--json]", desc)) return kExitOk;
+  if (help(vm, "attnsweep plan GRID.json [--json] [--cells-per-gpu K]", desc)) return kExitOk;
+  if (vm.count("cells-per-gpu") && !in_range("plan", "--cells-per-gpu", cells_per_gpu, 1, kMaxCellsPerGpu))
+    return kExitUsage;
   const std::optional<Grid> loaded = load_or_report([&] { return load_grid(grid_path); });
   if (!loaded) return kExitUsage;
   const Grid& grid = *loaded;
+  // K cells per GPU against one GPU's memory: the grid's gpu_memory_gib, else the visible
+  // GPU's; with neither, nothing is checked (and the total line says so).
+  const int k = cells_per_gpu > 0 ? cells_per_gpu : grid.resources.cells_per_gpu;
+  std::string source;
+  const GpuFit fit = check_gpu_fit(grid, k, planned_gpu_memory(grid, &source), source);
+  if (!fit.fits) {
+    std::fprintf(stderr, "%s\n", fit.problem.c_str());
+    return kExitUsage;
+  }
   if (vm.count("json")) {
     json cells = json::array();
     for (const Cell& c : grid.cells)
-      cells.push_back({{"id", c.id}, {"config", c.config}, {"est_cost_s", c.est_cost_s}});
+      cells.push_back({{"id", c.id},
+                       {"config", c.config},
+                       {"est_cost_s", c.est_cost_s},
+                       {"est_gpu_memory_bytes", estimate_gpu_memory(c.config).total()}});
     std::cout << json({{"name", grid.name}, {"grid_hash", grid.hash}, {"cells", cells}}).dump(2) << "\n";
     return kExitOk;
   }
@@ -42,8 +61,15 @@ int cmd_plan(int argc, char** argv) {
     std::cout << line << "\n";
     total_cost += c.est_cost_s;
   }
-  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds)\n", grid.cells.size(), grid.name.c_str(),
-              total_cost);
+  std::string gpu;
+  if (fit.checked)
+    gpu = "; GPU memory: " + std::to_string(k) + " x " + format_gib(fit.cell_bytes) + " (the largest cell, " +
+          grid.cells[fit.cell].id + ") fit in the " + format_gib(fit.memory_bytes) + " of " + source;
+  else if (fit.cell_bytes > 0)
+    gpu = "; GPU memory not checked: no GPU visible and no resources.gpu_memory_gib (largest cell " +
+          format_gib(fit.cell_bytes) + ")";
+  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds%s)\n", grid.cells.size(), grid.name.c_str(),
+              total_cost, gpu.c_str());
   return kExitOk;
 }
 

@@ -36,6 +36,9 @@ int cmd_run(int argc, char** argv) {
       "retries", po::value(&opt.retries), "retries of a failed cell (default: the grid's resources.retries, else 2)")(
       "timeout-s", po::value(&opt.timeout_s),
       "kill an attempt after this many seconds (default: the grid's, else none)")(
+      "cells-per-gpu", po::value(&opt.cells_per_gpu),
+      "cells (child processes) sharing each GPU: GPUs x K slots per rank (default: the grid's "
+      "resources.cells_per_gpu, else 1; 1..64; not with --device cpu)")(
       "rank-timeout-s", po::value(&opt.rank_timeout_s),
       "under mpirun/srun: a rank silent this long (no heartbeat) is lost, its cells go to other ranks and the run "
       "exits 75 at the end (default: the grid's resources.rank_timeout_s, else 180; at least 1)")(
@@ -58,6 +61,15 @@ int cmd_run(int argc, char** argv) {
   if (vm.count("workers") && !in_range("run", "--workers", opt.workers, 1, kMaxSlotsOrThreads)) return kExitUsage;
   if (vm.count("threads") && !in_range("run", "--threads", opt.threads, 1, kMaxSlotsOrThreads)) return kExitUsage;
   if (vm.count("retries") && !in_range("run", "--retries", opt.retries, 0, kMaxRetries)) return kExitUsage;
+  if (vm.count("cells-per-gpu")) {
+    if (!in_range("run", "--cells-per-gpu", opt.cells_per_gpu, 1, kMaxCellsPerGpu)) return kExitUsage;
+    if (opt.device == "cpu") {
+      std::fprintf(stderr,
+                   "attnsweep run: --cells-per-gpu: shares a GPU between cells, and --device cpu uses none (CPU "
+                   "slots run one cell each: set their number with --workers)\n");
+      return kExitUsage;
+    }
+  }
   if (vm.count("timeout-s") && !(std::isfinite(opt.timeout_s) && opt.timeout_s > 0)) {
     std::fprintf(stderr, "attnsweep run: --timeout-s: expected a number > 0, got %g\n", opt.timeout_s);
     return kExitUsage;
@@ -101,7 +113,9 @@ int cmd_submit(int argc, char** argv) {
       "mpi", po::value(&opt.mpi)->default_value("pmix"), "srun --mpi plugin")(
       "retries", po::value(&opt.retries), "retries of a failed cell (default: the grid's, else 2)")(
       "timeout-s", po::value(&opt.timeout_s), "per-attempt timeout (default: the grid's, else none)")(
-      "dry-run", "write DIR/job.sbatch and stop");
+      "cells-per-gpu", po::value(&opt.cells_per_gpu),
+      "cells sharing each GPU, passed to run (default: the grid's resources.cells_per_gpu, else 1; 1..64); above 1 "
+      "the job starts CUDA MPS on each node where it can (docs/slurm.md)")("dry-run", "write DIR/job.sbatch and stop");
   po::positional_options_description pos;
   pos.add("grid", 1);
   po::variables_map vm;
@@ -114,6 +128,8 @@ int cmd_submit(int argc, char** argv) {
   opt.dry_run = vm.count("dry-run") > 0;
   // Checked here as `run` checks them: the job's `run` would refuse them only once it starts.
   if (vm.count("retries") && !in_range("submit", "--retries", opt.retries, 0, kMaxRetries)) return kExitUsage;
+  if (vm.count("cells-per-gpu") && !in_range("submit", "--cells-per-gpu", opt.cells_per_gpu, 1, kMaxCellsPerGpu))
+    return kExitUsage;
   if (vm.count("timeout-s") && !(std::isfinite(opt.timeout_s) && opt.timeout_s > 0)) {
     std::fprintf(stderr, "attnsweep submit: --timeout-s: expected a number > 0, got %g\n", opt.timeout_s);
     return kExitUsage;

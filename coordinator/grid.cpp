@@ -199,13 +199,14 @@ std::optional<json> resolve(const Values& values, const std::string& missing_pre
 
 Resources read_resources(const ordered_json& obj, Problems& problems) {
   Resources r;
-  if (!obj.is_object()) {
-    problems.add("resources", "expected an object with gpus_per_cell, timeout_s, retries, rank_timeout_s, got " +
-                                  describe_value(to_plain(obj)));
-    return r;
-  }
   std::vector<std::string> known;
   for (const auto& s : resource_specs()) known.push_back(s.name);
+  if (!obj.is_object()) {
+    std::string names;
+    for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
+    problems.add("resources", "expected an object with " + names + ", got " + describe_value(to_plain(obj)));
+    return r;
+  }
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     const std::string& key = it.key();
     const json value = to_plain(it.value());
@@ -226,6 +227,8 @@ Resources read_resources(const ordered_json& obj, Problems& problems) {
     if (key == "timeout_s") r.timeout_s = v.get<double>();
     if (key == "retries") r.retries = v.get<int>();
     if (key == "rank_timeout_s") r.rank_timeout_s = v.get<double>();
+    if (key == "cells_per_gpu") r.cells_per_gpu = v.get<int>();
+    if (key == "gpu_memory_gib") r.gpu_memory_gib = v.get<double>();
   }
   return r;
 }
@@ -449,12 +452,20 @@ InputError::InputError(std::vector<std::string> p) : std::runtime_error(join_lin
 
 const std::vector<ParamSpec>& resource_specs() {
   static const std::vector<ParamSpec> specs = [] {
-    std::vector<ParamSpec> v(4);
+    std::vector<ParamSpec> v(6);
     v[0].name = "gpus_per_cell", v[0].type = ParamType::integer, v[0].min = 1, v[0].max = 1024;
     v[1].name = "timeout_s", v[1].type = ParamType::number, v[1].min = 0;
     v[2].name = "retries", v[2].type = ParamType::integer, v[2].min = 0, v[2].max = 100;
     // At least 1 s: a rank sends a heartbeat every rank_timeout_s / 8 (liveness.h).
     v[3].name = "rank_timeout_s", v[3].type = ParamType::number, v[3].min = 1;
+    v[4].name = "cells_per_gpu", v[4].type = ParamType::integer, v[4].min = 1, v[4].max = kMaxCellsPerGpu;
+    v[4].description =
+        "cells (each its own child process) that share one GPU: a rank has GPUs x cells_per_gpu slots; ignored on "
+        "CPU slots; run --cells-per-gpu overrides it";
+    v[5].name = "gpu_memory_gib", v[5].type = ParamType::number, v[5].min = 0;
+    v[5].description =
+        "memory of one GPU in GiB that cells_per_gpu cells must fit in (plan and run refuse a cells_per_gpu that "
+        "cannot); 0: the visible GPU's, and plan does not check without one";
     return v;
   }();
   return specs;

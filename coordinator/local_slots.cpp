@@ -2,18 +2,98 @@
 
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "coordinator/wakeup.h"
+#include "experiments/gpu_memory.h"
 #include "kernels/device.h"
 
 namespace attnsweep {
 using json = nlohmann::json;
 
-RankSetup setup_rank(const RunOptions& opt) {
+std::vector<int> slot_devices(int devices, int per_device) {
+  std::vector<int> d(static_cast<size_t>(std::max(0, devices) * std::max(0, per_device)));
+  for (size_t j = 0; j < d.size(); ++j) d[j] = static_cast<int>(j % static_cast<size_t>(devices));
+  return d;
+}
+
+int distinct_devices(const std::vector<FreeSlot>& free) {
+  std::map<int, int> per;
+  for (const FreeSlot& f : free) ++per[f.device];
+  return static_cast<int>(per.size());
+}
+
+std::vector<int> choose_slots(const std::vector<FreeSlot>& free, int need) {
+  // Per device: its free slots and its lowest one.
+  struct Dev {
+    int device = 0, free = 0, lowest = 0;
+  };
+  std::map<int, Dev> per;
+  for (const FreeSlot& f : free) {
+    auto [it, added] = per.try_emplace(f.device, Dev{f.device, 0, f.slot});
+    ++it->second.free;
+    it->second.lowest = std::min(it->second.lowest, f.slot);
+  }
+  if (need < 1 || static_cast<int>(per.size()) < need) return {};
+  std::vector<Dev> devs;
+  for (const auto& kv : per) devs.push_back(kv.second);
+  std::sort(devs.begin(), devs.end(),
+            [](const Dev& a, const Dev& b) { return a.free != b.free ? a.free > b.free : a.lowest < b.lowest; });
+  std::vector<int> out;
+  for (int i = 0; i < need; ++i) out.push_back(devs[static_cast<size_t>(i)].lowest);
+  return out;
+}
+
+GpuFit check_gpu_fit(const Grid& grid, int cells_per_gpu, int64_t memory_bytes, const std::string& source) {
+  GpuFit f;
+  f.cells_per_gpu = cells_per_gpu;
+  f.memory_bytes = memory_bytes;
+  for (size_t i = 0; i < grid.cells.size(); ++i) {
+    const int64_t b = estimate_gpu_memory(grid.cells[i].config).total();
+    if (b > f.cell_bytes) f.cell_bytes = b, f.cell = i;
+  }
+  if (memory_bytes <= 0 || f.cell_bytes == 0) return f;
+  f.checked = true;
+  // K x the largest, in double: no overflow for any K and size.
+  f.fits = static_cast<double>(cells_per_gpu) * static_cast<double>(f.cell_bytes) <= static_cast<double>(memory_bytes);
+  if (!f.fits) {
+    const Cell& c = grid.cells[f.cell];
+    const json& cfg = c.config;
+    f.problem = grid.file + ": cell " + c.id + " (task " + cfg.value("task", std::string("?")) + ", prompt_length " +
+                (cfg.contains("prompt_length") ? cfg.at("prompt_length").dump() : std::string("-")) + ") needs about " +
+                format_gib(f.cell_bytes) + " of GPU memory" +
+                (cells_per_gpu > 1 ? "; " + std::to_string(cells_per_gpu) + " cells per GPU need " +
+                                         format_gib(static_cast<int64_t>(cells_per_gpu) * f.cell_bytes)
+                                   : std::string()) +
+                ", more than the " + format_gib(memory_bytes) + " of " + source + ": " +
+                (memory_bytes >= f.cell_bytes
+                     ? "lower cells_per_gpu (--cells-per-gpu) to at most " + std::to_string(memory_bytes / f.cell_bytes)
+                     : std::string("it does not fit even alone (smaller batch, dim or "
+                                   "prompt_length)"));
+  }
+  return f;
+}
+
+int64_t planned_gpu_memory(const Grid& grid, std::string* source) {
+  if (grid.resources.gpu_memory_gib > 0) {
+    if (source) *source = "resources.gpu_memory_gib";
+    return static_cast<int64_t>(std::llround(grid.resources.gpu_memory_gib * static_cast<double>(int64_t{1} << 30)));
+  }
+  // The smallest visible GPU: any of them may get K cells.
+  int64_t least = 0;
+  int which = -1;
+  for (int g = 0; g < cuda_device_count(); ++g)
+    if (const int64_t m = cuda_device_memory_bytes(g); m > 0 && (least == 0 || m < least)) least = m, which = g;
+  if (source && which >= 0) *source = "GPU " + std::to_string(which) + " (" + cuda_device_name(which) + ")";
+  return least;
+}
+
+RankSetup setup_rank(const RunOptions& opt, int cells_per_gpu) {
   RankSetup r;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int ngpu = cuda_device_count();
@@ -31,16 +111,22 @@ RankSetup setup_rank(const RunOptions& opt) {
     }
     for (int g = 0; g < ngpu; ++g)
       r.gpus.push_back(g < static_cast<int>(visible.size()) ? visible[g] : std::to_string(g));
-    r.slots = ngpu;
+    r.cells_per_gpu = std::max(1, cells_per_gpu);
+    r.devices = ngpu;
+    r.slots = ngpu * r.cells_per_gpu;
+    r.device_of = slot_devices(ngpu, r.cells_per_gpu);
   } else {
     r.slots = opt.workers > 0 ? opt.workers : cores;
+    r.devices = r.slots;
+    r.device_of = slot_devices(r.slots, 1);
   }
   r.threads = opt.threads > 0 ? opt.threads : std::max(1, cores / r.slots);
   return r;
 }
 
 int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
-  int outstanding = 0;
+  // Slots offered to rank 0 (a request each) and not yet assigned.
+  std::vector<bool> offered(static_cast<size_t>(local.size()), false);
   bool stopping = false, shutdown = false, bye_sent = false;
   double next_beat = 0;
   for (;;) {
@@ -56,14 +142,16 @@ int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
     for (const AttemptResult& r : local.poll(now)) mpi_send(0, kTagResult, to_json(r));
     while (auto m = mpi_poll(0)) {
       if (m->tag == kTagAssign) {
-        --outstanding;
         Assignment a;
         a.index = m->payload.at("index").get<size_t>();
         a.id = m->payload.at("id").get<std::string>();
         a.attempt = m->payload.at("attempt").get<int>();
         a.timeout_s = m->payload.at("timeout_s").get<double>();
         a.slots = m->payload.value("slots", 1);
-        outstanding -= a.slots - 1;  // one request per free slot was sent
+        // The offered slots rank 0 chose for it (choose_slots over my offers).
+        const std::vector<int> taken = m->payload.at("on_slots").get<std::vector<int>>();
+        for (int j : taken)
+          if (j >= 0 && j < local.size()) offered[static_cast<size_t>(j)] = false;
         if (stopping) {
           AttemptResult r;
           r.index = a.index;
@@ -73,7 +161,7 @@ int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
           r.reason = "rank stopping";
           r.rank = rank;
           mpi_send(0, kTagResult, to_json(r));
-        } else if (auto fail = local.launch(a, now)) {
+        } else if (auto fail = local.launch(a, taken, now)) {
           mpi_send(0, kTagResult, to_json(*fail));
         }
       } else if (m->tag == kTagShutdown) {
@@ -84,12 +172,12 @@ int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
         }
       }
     }
-    if (!stopping) {
-      while (outstanding < local.free()) {
-        mpi_send(0, kTagRequest, json::object());
-        ++outstanding;
-      }
-    }
+    if (!stopping)
+      for (int j = 0; j < local.size(); ++j)
+        if (local.is_free(j) && !offered[static_cast<size_t>(j)]) {
+          mpi_send(0, kTagRequest, {{"slot", j}, {"device", local.device_of(j)}});
+          offered[static_cast<size_t>(j)] = true;
+        }
     if (stopping && !local.busy() && !bye_sent) {
       mpi_send(0, kTagBye, json::object());
       bye_sent = true;

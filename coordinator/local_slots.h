@@ -1,5 +1,6 @@
 // One rank's worker slots: children running `attnsweep train`, one attempt each, with
-// their timeouts, and how many slots a rank has (its device and threads).
+// their timeouts; how many slots a rank has (its device, cells per GPU and threads),
+// which device each slot runs on, and which free slots a cell takes.
 #pragma once
 
 #include <signal.h>
@@ -25,12 +26,62 @@
 
 namespace attnsweep {
 
+// ---- slot planning (pure: unit-tested without processes or MPI) ------------------------
+//
+// A rank's slots run on its devices: G visible GPUs with K cells per GPU make G x K
+// slots, slot j on GPU j % G (so the first G slots take one cell per GPU, the next G a
+// second, ...); CPU slots are each their own device. A cell of `devices: n` takes n free
+// slots on n distinct devices: two of its replicas never share one GPU. When no n free
+// slots on distinct devices exist (say the free slots are all on one GPU), the cell
+// waits, and the scheduler hands out cells that fit meanwhile.
+
+// The device of each slot: `devices` x `per_device` slots, slot j on device j % devices.
+std::vector<int> slot_devices(int devices, int per_device);
+
+// A free slot of a rank and the device it runs on.
+struct FreeSlot {
+  int slot = 0;
+  int device = 0;
+};
+
+// The distinct devices among `free`: the most devices a cell could take now (what the
+// scheduler's `free_slots` is, coordinator/scheduler.h).
+int distinct_devices(const std::vector<FreeSlot>& free);
+
+// The slots a cell of `need` devices takes from `free`: one slot on each of `need`
+// distinct devices, the devices with the most free slots (the least loaded) first, ties
+// to the lowest slot; on each device its lowest free slot. Empty when fewer than `need`
+// devices have a free slot: the cell waits.
+std::vector<int> choose_slots(const std::vector<FreeSlot>& free, int need);
+
+// Whether K cells of the grid fit in one GPU's memory: any K cells may share a GPU, so
+// the cell of the largest estimate (experiments/gpu_memory.h) times K must fit.
+struct GpuFit {
+  bool checked = false;  // false: no GPU memory known (or no cell uses a GPU): nothing checked
+  bool fits = true;
+  size_t cell = 0;           // the cell of the largest estimate
+  int64_t cell_bytes = 0;    // its estimate
+  int64_t memory_bytes = 0;  // one GPU's memory
+  int cells_per_gpu = 1;
+  std::string problem;  // when !fits: names the cell, its task and prompt length, the estimate, K, the memory
+};
+// memory_bytes <= 0: unknown (nothing is checked). `source` says where the memory came
+// from in the message ("resources.gpu_memory_gib", "GPU 0 (NVIDIA H200)").
+GpuFit check_gpu_fit(const Grid& grid, int cells_per_gpu, int64_t memory_bytes, const std::string& source);
+// The memory one GPU of the grid is planned with: resources.gpu_memory_gib when given,
+// else the first visible GPU's (0: none); *source says which.
+int64_t planned_gpu_memory(const Grid& grid, std::string* source);
+
 // The worker slots of one rank: children running `attnsweep train`.
 class LocalSlots {
  public:
-  LocalSlots(const RunDir& paths, int count, std::vector<std::string> gpus, std::string device, int threads, int rank)
+  // device_of[j]: the device of slot j (slot_devices); gpus[d]: device d's
+  // CUDA_VISIBLE_DEVICES value (empty on CPU slots).
+  LocalSlots(const RunDir& paths, std::vector<int> device_of, std::vector<std::string> gpus, std::string device,
+             int threads, int rank)
       : paths_(paths),
-        slots_(static_cast<size_t>(count)),
+        slots_(device_of.size()),
+        device_of_(std::move(device_of)),
         gpus_(std::move(gpus)),
         device_(std::move(device)),
         threads_(threads),
@@ -38,25 +89,39 @@ class LocalSlots {
         host_(hostname()),
         exe_(self_executable()),
         // More threads than cores in all: waiting threads sleep (worker/cpu_env.h).
-        cpu_env_(cpu_env_fixes(static_cast<int64_t>(count) * threads >
+        cpu_env_(cpu_env_fixes(static_cast<int64_t>(slots_.size()) * threads >
                                static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())))) {}
 
   int free() const {
     return static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.pid == 0; }));
   }
+  // The free slots and their devices, for choose_slots.
+  std::vector<FreeSlot> free_slots() const {
+    std::vector<FreeSlot> out;
+    for (size_t j = 0; j < slots_.size(); ++j)
+      if (slots_[j].pid == 0) out.push_back({static_cast<int>(j), device_of_[j]});
+    return out;
+  }
+  bool is_free(int j) const { return j >= 0 && j < size() && slots_[static_cast<size_t>(j)].pid == 0; }
+  int device_of(int j) const { return device_of_[static_cast<size_t>(j)]; }
   bool busy() const { return free() < static_cast<int>(slots_.size()); }
   int size() const { return static_cast<int>(slots_.size()); }
 
-  // Starts the attempt on a free slot; a failure to start is reported as a failed attempt.
-  std::optional<AttemptResult> launch(const Assignment& a, double now) {
-    // A cell of `devices: n` takes n slots of this rank: the first holds the child, the
-    // others are marked taken by it; its GPUs are those of all n slots.
-    std::vector<size_t> taken;
-    for (size_t j = 0; j < slots_.size() && static_cast<int>(taken.size()) < a.slots; ++j)
-      if (slots_[j].pid == 0) taken.push_back(j);
-    if (taken.empty() || static_cast<int>(taken.size()) < a.slots)
-      throw std::logic_error("launch without enough free slots");
-    const size_t k = taken[0];
+  // Starts the attempt on the free slots `taken` (choose_slots: one per device the cell
+  // trains on); a failure to start is reported as a failed attempt.
+  std::optional<AttemptResult> launch(const Assignment& a, const std::vector<int>& taken, double now) {
+    // A cell of `devices: n` takes n slots of this rank, on n distinct devices: the first
+    // holds the child, the others are marked taken by it; its GPUs are those of all n.
+    if (taken.empty() || static_cast<int>(taken.size()) != a.slots)
+      throw std::logic_error("launch: " + std::to_string(taken.size()) + " slots for a cell of " +
+                             std::to_string(a.slots));
+    for (size_t i = 0; i < taken.size(); ++i) {
+      if (!is_free(taken[i])) throw std::logic_error("launch on a slot that is not free");
+      for (size_t j = 0; j < i; ++j)
+        if (device_of(taken[j]) == device_of(taken[i]))
+          throw std::logic_error("launch of a multi-device cell on two slots of one device");
+    }
+    const size_t k = static_cast<size_t>(taken[0]);
     ChildSpec spec;
     spec.argv = {exe_,    "train",     paths_.cell_file(a.id),   "--out",        paths_.runs(a.id),      "--device",
                  device_, "--threads", std::to_string(threads_), "--checkpoint", paths_.checkpoint(a.id)};
@@ -65,7 +130,7 @@ class LocalSlots {
                 {"OPENBLAS_NUM_THREADS", std::to_string(threads_)}};
     if (!gpus_.empty()) {
       std::string visible;
-      for (size_t j : taken) visible += (visible.empty() ? "" : ",") + gpus_[j % gpus_.size()];
+      for (int j : taken) visible += (visible.empty() ? "" : ",") + gpus_[static_cast<size_t>(device_of(j))];
       spec.env.push_back({"CUDA_VISIBLE_DEVICES", visible});
     }
     // The start-up settings `train` would otherwise re-exec itself for (worker/cpu_env.h):
@@ -88,8 +153,8 @@ class LocalSlots {
     s.started = now;
     s.deadline = a.timeout_s > 0 ? now + a.timeout_s : std::numeric_limits<double>::infinity();
     for (size_t j = 1; j < taken.size(); ++j) {
-      slots_[taken[j]].pid = s.pid;
-      slots_[taken[j]].secondary = true;
+      slots_[static_cast<size_t>(taken[j])].pid = s.pid;
+      slots_[static_cast<size_t>(taken[j])].secondary = true;
     }
     return std::nullopt;
   }
@@ -187,7 +252,8 @@ class LocalSlots {
 
   const RunDir& paths_;
   std::vector<Slot> slots_;
-  std::vector<std::string> gpus_;
+  std::vector<int> device_of_;     // per slot
+  std::vector<std::string> gpus_;  // per device (cuda)
   std::string device_;
   int threads_;
   int rank_;
@@ -196,15 +262,19 @@ class LocalSlots {
   std::vector<std::pair<std::string, std::string>> cpu_env_;
 };
 
-// The rank's device and slots: one slot per visible GPU (cuda), else --workers or one
-// per core; threads = --threads or cores / slots.
+// The rank's device and slots: cells_per_gpu slots per visible GPU (cuda), else
+// --workers or one per core; threads = --threads or cores / slots.
 struct RankSetup {
   std::string device;  // cpu | cuda
   int slots = 1;
+  int devices = 1;        // distinct devices: GPUs (cuda) or slots (cpu)
+  int cells_per_gpu = 1;  // 1 on CPU slots
   int threads = 1;
-  std::vector<std::string> gpus;  // CUDA_VISIBLE_DEVICES value per slot (cuda)
+  std::vector<int> device_of;     // per slot (slot_devices)
+  std::vector<std::string> gpus;  // CUDA_VISIBLE_DEVICES value per GPU (cuda)
 };
-RankSetup setup_rank(const RunOptions& opt);
+// cells_per_gpu: K of GPU slots (the flag, else the grid's); ignored on CPU slots.
+RankSetup setup_rank(const RunOptions& opt, int cells_per_gpu = 1);
 
 // What ranks > 0 run: ask rank 0 for cells while a slot is free, run them, report each
 // result, stop when told. heartbeat_every_s > 0: there is no heartbeat thread (MPI

@@ -1,8 +1,9 @@
 // Every MPI message of the sweep, in one place. Payloads are JSON text: only control
 // messages and one-line summaries cross MPI; results travel as files.
 //
-//   worker -> 0   request   one slot of mine is free
-//   0 -> worker   assign    {index, id, attempt, timeout_s}
+//   worker -> 0   request   {slot, device}: this slot of mine (on that device) is free
+//   0 -> worker   assign    {index, id, attempt, timeout_s, slots, on_slots}: run it on
+//                           these offered slots (one per device it trains on, all distinct)
 //   worker -> 0   result    {index, id, attempt, outcome, reason, wall_s, rank, slot, host}
 //   0 -> worker   shutdown  stop: forward a stop to running children, report, say bye
 //   worker -> 0   bye       nothing of mine runs any more; I leave after shutdown

@@ -57,7 +57,7 @@ class Coordinator {
         timeout_s_(timeout_s),
         live_(world, rank_timeout_s, now_s()),
         hosts_(std::move(hosts)),
-        requests_(static_cast<size_t>(world), 0),
+        offers_(static_cast<size_t>(world)),
         shutdown_sent_(static_cast<size_t>(world), false),
         bye_(static_cast<size_t>(world), false),
         tty_(::isatty(2) != 0) {
@@ -166,25 +166,35 @@ class Coordinator {
         {{"event", "started"}, {"cell_id", a.id}, {"attempt", a.attempt}, {"rank", rank}, {"slots", a.slots}});
   }
 
+  // A cell fits a rank when that many of its free slots sit on distinct devices
+  // (distinct_devices); choose_slots picks them. Rank 0's slots are its own; another
+  // rank's are those it offered (a request per free slot) and rank 0 has not assigned.
   void assign(double now) {
     while (local_.free() > 0) {
-      const auto i = sched_.next(now, local_.free());
+      const std::vector<FreeSlot> free = local_.free_slots();
+      const auto i = sched_.next(now, distinct_devices(free));
       if (!i) break;
       const Assignment a = next_assignment(*i);
       started(a, 0);
-      if (auto fail = local_.launch(a, now)) handle(*fail, now);
+      if (auto fail = local_.launch(a, choose_slots(free, a.slots), now)) handle(*fail, now);
     }
     for (int r = 1; r < world_; ++r) {
-      while (requests_[r] > 0 && !shutdown_sent_[r] && !live_.lost(r)) {
-        const auto i = sched_.next(now, requests_[r]);
+      std::vector<FreeSlot>& offers = offers_[static_cast<size_t>(r)];
+      while (!offers.empty() && !shutdown_sent_[r] && !live_.lost(r)) {
+        const auto i = sched_.next(now, distinct_devices(offers));
         if (!i) break;
         const Assignment a = next_assignment(*i);
+        const std::vector<int> on = choose_slots(offers, a.slots);
+        std::erase_if(offers, [&](const FreeSlot& f) { return std::find(on.begin(), on.end(), f.slot) != on.end(); });
         started(a, r);
-        mpi_send(
-            r, kTagAssign,
-            {{"index", a.index}, {"id", a.id}, {"attempt", a.attempt}, {"timeout_s", a.timeout_s}, {"slots", a.slots}});
+        mpi_send(r, kTagAssign,
+                 {{"index", a.index},
+                  {"id", a.id},
+                  {"attempt", a.attempt},
+                  {"timeout_s", a.timeout_s},
+                  {"slots", a.slots},
+                  {"on_slots", on}});
         live_.assigned(r, a.index, a.attempt);
-        requests_[r] -= a.slots;
       }
     }
   }
@@ -196,7 +206,9 @@ class Coordinator {
       switch (m->tag) {
         case kTagHeartbeat: break;
         case kTagRequest:
-          if (!stopping && alive) ++requests_[m->source];
+          if (!stopping && alive)
+            offers_[static_cast<size_t>(m->source)].push_back(
+                {m->payload.at("slot").get<int>(), m->payload.at("device").get<int>()});
           break;
         case kTagResult: {
           const AttemptResult r = result_from_json(m->payload);
@@ -217,7 +229,7 @@ class Coordinator {
           if (!alive) break;
           live_.retire(m->source);
           bye_[m->source] = true;
-          requests_[m->source] = 0;
+          offers_[static_cast<size_t>(m->source)].clear();
           if (!shutdown_sent_[m->source]) {  // a rank that stopped on its own signal
             mpi_send(m->source, kTagShutdown, json::object());
             shutdown_sent_[m->source] = true;
@@ -263,7 +275,7 @@ class Coordinator {
                       {"cells", ids}});
     lost_ranks_.push_back(
         {{"rank", l.rank}, {"host", host}, {"silent_s", l.silent_s}, {"at", iso_utc_now()}, {"cells_reassigned", ids}});
-    requests_[static_cast<size_t>(l.rank)] = 0;
+    offers_[static_cast<size_t>(l.rank)].clear();
     // Should it wake (SIGCONT), it stops its children and waits in MPI_Finalize like the
     // others instead of running on: Open MPI 4.1's mpirun then ends the job cleanly on
     // rank 0's exit (with the lost rank still busy, it crashed with 139 in 1 of 6 runs).
@@ -374,7 +386,7 @@ class Coordinator {
   Liveness live_;
   std::vector<std::string> hosts_;  // per rank
   json lost_ranks_ = json::array();
-  std::vector<int> requests_;
+  std::vector<std::vector<FreeSlot>> offers_;  // per rank: its free slots not yet assigned
   std::vector<bool> shutdown_sent_, bye_;
   bool tty_;
   size_t resumed_ = 0, finished_now_ = 0;
@@ -433,23 +445,37 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   int setup_code = 0;
   std::vector<std::pair<size_t, CellStatus>> finished;
   std::string setup_error;
+  // K cells per GPU: the flag, else the grid's (CPU slots ignore it).
+  const int cells_per_gpu = opt.cells_per_gpu > 0 ? opt.cells_per_gpu : grid.resources.cells_per_gpu;
   RankSetup rs;
   try {
-    rs = setup_rank(opt);
+    rs = setup_rank(opt, cells_per_gpu);
   } catch (const std::exception& e) {
     setup_error = e.what();
     setup_code = 2;
   }
-  // A cell needing more devices than a rank has slots would wait for ever.
+  // A cell needing more devices than a rank has would wait for ever: its slots must sit
+  // on distinct devices (GPUs, or CPU slots).
   if (setup_code == 0)
     for (const Cell& c : grid.cells)
-      if (const int k = c.config.value("devices", 1); k > rs.slots) {
+      if (const int k = c.config.value("devices", 1); k > rs.devices) {
         setup_error = grid.file + ": cell " + c.id + " trains on devices = " + std::to_string(k) + ", more than the " +
-                      std::to_string(rs.slots) + " worker slot" + (rs.slots == 1 ? "" : "s") +
-                      " of a rank (--workers, or GPUs per node)";
+                      std::to_string(rs.devices) +
+                      (rs.device == "cuda"
+                           ? std::string(" GPU") + (rs.devices == 1 ? "" : "s") + " of a rank (GPUs per node)"
+                           : std::string(" worker slot") + (rs.devices == 1 ? "" : "s") + " of a rank (--workers)");
         setup_code = 2;
         break;
       }
+  // K cells that may share one GPU must fit in its memory (any K of them: the largest K times).
+  if (setup_code == 0 && rs.device == "cuda") {
+    std::string source;
+    const GpuFit fit = check_gpu_fit(grid, rs.cells_per_gpu, planned_gpu_memory(grid, &source), source);
+    if (!fit.fits) {
+      setup_error = fit.problem;
+      setup_code = 2;
+    }
+  }
   if (rank == 0 && setup_code == 0) {
     try {
       finished = prepare_dir(grid, opt, rd);
@@ -481,7 +507,7 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
     }
   }
 
-  LocalSlots local(rd, rs.slots, rs.gpus, rs.device, rs.threads, rank);
+  LocalSlots local(rd, rs.device_of, rs.gpus, rs.device, rs.threads, rank);
   if (rank != 0) {
     const double every = heartbeat_interval_s(rank_timeout_s);
     int code = 0;
@@ -497,10 +523,16 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
     return finish(code);
   }
 
+  if (cells_per_gpu > 1 && rs.device == "cpu")
+    std::fprintf(stderr, "attnsweep: %s %d is ignored: %s, and CPU slots run one cell each (--workers)\n",
+                 opt.cells_per_gpu > 0 ? "--cells-per-gpu" : "resources.cells_per_gpu", cells_per_gpu,
+                 opt.device == "cpu" ? "--device cpu" : "no GPU is visible");
+  const std::string per_gpu = rs.cells_per_gpu > 1 ? " (" + std::to_string(rs.cells_per_gpu) + " per GPU)" : "";
   std::fprintf(stderr,
-               "attnsweep: %s: %zu cells (%zu already done), %d rank%s, %d %s slot%s per rank, %d thread%s per cell\n",
+               "attnsweep: %s: %zu cells (%zu already done), %d rank%s, %d %s slot%s%s per rank, %d thread%s per "
+               "cell\n",
                grid.name.c_str(), grid.cells.size(), finished.size(), world, world == 1 ? "" : "s", rs.slots,
-               rs.device.c_str(), rs.slots == 1 ? "" : "s", rs.threads, rs.threads == 1 ? "" : "s");
+               rs.device.c_str(), rs.slots == 1 ? "" : "s", per_gpu.c_str(), rs.threads, rs.threads == 1 ? "" : "s");
   Coordinator coord(grid, opt, rd, world, local, retries, timeout_s, rank_timeout_s, hosts);
   for (const auto& [i, s] : finished) coord.mark_finished(i, s);
   const int code = coord.run();

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "experiments/gpu_memory.h"
 #include "experiments/registry.h"
 #include "experiments/result_schema.h"
 #include "experiments/rng.h"
@@ -303,6 +304,10 @@ const TaskDef& icl_regression_task() {
       return (steps * c.at("batch").get<double>() + evals * c.at("test_prompts").get<double>() * 2) * tokens *
                  per_token / 3e9 +
              0.2;
+    };
+    // L prompt tokens and the query, d + 1 wide (run_icl_regression's read-out).
+    d.model_shape = [](const json& c) {
+      return readout_shape(c.at("prompt_length").get<int64_t>() + 1, c.at("d").get<int64_t>() + 1);
     };
     d.outputs = {
         make_final_metric("limit_sq_error",

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/gpu_memory.h"
 #include "experiments/registry.h"
 #include "experiments/task.h"
 #include "experiments/training_keys.h"
@@ -172,6 +173,10 @@ const TaskDef& image_task() {
     d.target = TaskTarget::classes;
     d.keys = {boolean_key("cls", false, "classify from a learned CLS token instead of the mean over tokens")};
     d.cost_s = transformer_cost_s;
+    d.model_shape = [](const json& c) {
+      const int64_t n = c.at("prompt_length").get<int64_t>(), p = image_patch_size(n);
+      return transformer_shape(c, n, p * p, 10);
+    };
     d.run = run_image;
     return d;
   }();

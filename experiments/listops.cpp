@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "experiments/gpu_memory.h"
 #include "experiments/registry.h"
 #include "experiments/result_schema.h"
 #include "experiments/rng.h"
@@ -207,6 +208,9 @@ const TaskDef& listops_task() {
     };
     d.keys.push_back(std::move(min_length));
     d.cost_s = transformer_cost_s;
+    d.model_shape = [](const json& c) {
+      return transformer_shape(c, c.at("prompt_length").get<int64_t>(), 1, 10, kListOpsVocab, true);
+    };
     d.outputs = {make_final_metric("majority_accuracy", "largest share of one label in the test split (the baseline)"),
                  make_final_metric("test_mean_length", "mean length in tokens of the test split's sequences"),
                  make_dataset("/listops/test_class_counts", ResultType::int64, {"classes"},

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "experiments/gpu_memory.h"
 #include "experiments/registry.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
@@ -175,6 +176,7 @@ const TaskDef& pde_task() {
       return transformer_cost_s(c) + 0.015 * (c.at("n_train").get<double>() + c.at("n_test").get<double>()) *
                                          c.at("final_time").get<double>() * std::sqrt(0.1 / c.at("nu").get<double>());
     };
+    d.model_shape = [](const json& c) { return transformer_shape(c, c.at("prompt_length").get<int64_t>(), 3, 0); };
     d.outputs = {
         make_final_metric("heat_rel_l2", "mean relative L2 error of the heat equation's solution on the test split"),
         make_final_metric("solver_grid_max", "finest grid the reference Burgers solver needed over the samples")};

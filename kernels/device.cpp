@@ -55,6 +55,16 @@ std::string cuda_device_uuid(int dev) {
   return "";
 }
 
+int64_t cuda_device_memory_bytes(int dev) {
+#ifdef ATTNSWEEP_HAVE_CUDA
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, dev) == cudaSuccess) return static_cast<int64_t>(p.totalGlobalMem);
+  cudaGetLastError();
+#endif
+  (void)dev;
+  return 0;
+}
+
 int cuda_device_index(const std::string& device) {
   if (device == "cpu") return -1;
   if (device == "cuda") return 0;

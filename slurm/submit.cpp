@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
@@ -75,6 +76,10 @@ std::vector<std::string> validate(const SubmitOptions& o) {
     p.push_back("--partition: expected a partition name, got \"" + o.partition + "\"");
   if (!o.account.empty() && !valid_slurm_name(o.account))
     p.push_back("--account: expected an account name, got \"" + o.account + "\"");
+  if (o.cells_per_gpu > 0 && o.gpus_per_node == 0)
+    p.push_back(
+        "--cells-per-gpu: shares a GPU between cells, and --gpus-per-node 0 runs CPU slots (one cell each: "
+        "set their number with --cpus-per-node)");
   if (o.mpi != "pmix" && o.mpi != "pmi2" && o.mpi != "none" && o.mpi.rfind("pmix_", 0) != 0)
     p.push_back("--mpi: expected pmix, pmix_v<N>, pmi2 or none (see srun --mpi=list), got \"" + o.mpi + "\"");
   return p;
@@ -82,12 +87,16 @@ std::vector<std::string> validate(const SubmitOptions& o) {
 
 }  // namespace
 
-std::string render_sbatch(const SubmitOptions& o, const std::string& exe, const std::string& grid_name) {
+std::string render_sbatch(const SubmitOptions& o, const std::string& exe, const std::string& grid_name,
+                          int grid_cells_per_gpu) {
   std::string s = kSbatchTemplate;
   const std::string dir = fs::absolute(o.out_dir).lexically_normal().string();
   const int cpus = o.gpus_per_node > 0 ? o.cpus_per_gpu * o.gpus_per_node : (o.cpus_per_node > 0 ? o.cpus_per_node : 2);
   std::string run_args = o.gpus_per_node > 0 ? "--device cuda" : "--device cpu --workers " + std::to_string(cpus);
   if (o.retries >= 0) run_args += " --retries " + std::to_string(o.retries);
+  if (o.cells_per_gpu > 0) run_args += " --cells-per-gpu " + std::to_string(o.cells_per_gpu);
+  // What the job's run will use (CPU slots ignore the grid's): whether it starts MPS.
+  const int cells_per_gpu = o.gpus_per_node == 0 ? 1 : o.cells_per_gpu > 0 ? o.cells_per_gpu : grid_cells_per_gpu;
   if (o.timeout_s > 0) {
     char buf[64];
     std::snprintf(buf, sizeof buf, " --timeout-s %g", o.timeout_s);
@@ -113,6 +122,7 @@ std::string render_sbatch(const SubmitOptions& o, const std::string& exe, const 
   replace_all(s, "@EXE@", shell_quote(exe));
   replace_all(s, "@DIR@", shell_quote(dir));
   replace_all(s, "@RUN_ARGS@", run_args);
+  replace_all(s, "@CELLS_PER_GPU@", std::to_string(std::max(1, cells_per_gpu)));
   return s;
 }
 
@@ -171,7 +181,7 @@ int submit(const SubmitOptions& o) {
   }
   atomic_write_text(grid_copy, text);
   const std::string script = o.out_dir + "/job.sbatch";
-  atomic_write_text(script, render_sbatch(o, self_executable(), grid.name));
+  atomic_write_text(script, render_sbatch(o, self_executable(), grid.name, grid.resources.cells_per_gpu));
   fs::permissions(script, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
   if (o.dry_run) {
     std::printf("%s (%zu cells; not submitted: --dry-run)\n", script.c_str(), grid.cells.size());

@@ -19,13 +19,17 @@ struct SubmitOptions {
   std::string mpi = "pmix";
   int retries = -1;
   double timeout_s = -1;
+  int cells_per_gpu = 0;  // 0: the grid's resources.cells_per_gpu (passed on only when given)
   bool dry_run = false;
 };
 
 // Returns the exit code (0 submitted or written, 2 bad input, 1 sbatch failed).
 int submit(const SubmitOptions& opt);
 
-// The job script for these options (no side effects), with `exe` as the binary path.
-std::string render_sbatch(const SubmitOptions& opt, const std::string& exe, const std::string& grid_name);
+// The job script for these options (no side effects), with `exe` as the binary path;
+// grid_cells_per_gpu: the grid's resources.cells_per_gpu (whether the job starts CUDA
+// MPS: K > 1 on GPU nodes).
+std::string render_sbatch(const SubmitOptions& opt, const std::string& exe, const std::string& grid_name,
+                          int grid_cells_per_gpu = 1);
 
 }  // namespace attnsweep

@@ -1,0 +1,170 @@
+// The GPU memory estimate (experiments/gpu_memory.h): the CUDA model's buffers counted as
+// worker/model.cpp allocates them, member by member in the same order.
+#include "experiments/gpu_memory.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "experiments/registry.h"
+
+namespace attnsweep {
+
+namespace {
+
+constexpr int64_t kFloat = 4, kDouble = 8, kInt32 = 4;
+
+// Weights of the model (worker/model.cpp: the rows of the parameter table).
+int64_t parameter_count(const ModelShape& s) {
+  const int64_t C = s.dim, L = s.layers, T = s.seq(), F = s.mlp_ratio * s.dim;
+  if (s.head == ModelShape::Head::readout) return L * 3 * C * C;  // qkv_w only
+  const int64_t K = s.head == ModelShape::Head::token_regress ? 1 : s.classes;
+  const int64_t embed = s.vocab > 0 ? s.vocab * C : C * s.in_dim + C;  // wte, or patch_w + patch_b
+  const int64_t per_layer = 3 * C * C + C * C + F * C + C * F          // qkv_w, attproj_w, fc_w, fcproj_w
+                            + 2 * C + 3 * C + C + 2 * C + F + C;       // ln1, qkv_b, attproj_b, ln2, fc_b, fcproj_b
+  return embed + L * per_layer + K * C + K                             // head_w, head_b
+         + T * C + (s.cls ? C : 0)                                     // wpe, cls
+         + 2 * C;                                                      // lnf
+}
+
+// Floats of the activations and scratch at B rows (worker/model.cpp ensure_batch, with
+// every LayerBuffers flag on: the CUDA backend's layer_buffers), plus the norms.
+int64_t activation_bytes(const ModelShape& s, int64_t B) {
+  const int64_t C = s.dim, L = s.layers, T = s.seq(), N = s.tokens, H = s.heads, F = s.mlp_ratio * s.dim;
+  const int64_t BT = B * T, BTC = BT * C, LBTC = L * BTC, LBT = L * BT, BTF = BT * F;
+  const bool tf = s.head != ModelShape::Head::readout, classify = s.head == ModelShape::Head::classify;
+  const int64_t BK = s.head == ModelShape::Head::token_regress ? B * N : B * std::max<int64_t>(s.classes, 1);
+  int64_t acts = 3 * LBTC         // qkv
+                 + 4 * LBTC       // q, k, v, atty (split heads)
+                 + L * B * H * T  // lse
+                 + BK;            // logits
+  int64_t scratch = 3 * BTC       // dqkv
+                    + 4 * BTC     // dq, dk, dv, datty
+                    + BK;         // dlogits
+  if (tf) {
+    acts += B * N * C + BTC                 // emb, encoded
+            + LBTC + 2 * LBT                // ln1, its mean and rstd
+            + LBTC + LBTC                   // atty_un, res1
+            + LBTC + 2 * LBT                // ln2, its mean and rstd
+            + 2 * L * BTF                   // fch, fch_gelu
+            + LBTC                          // res2
+            + BTC + 2 * BT                  // lnf, its mean and rstd
+            + (classify ? B * C + BK : 0);  // pooled, probs
+    scratch += 2 * BTC                      // dres, dln
+               + 2 * BTF                    // dbig, dbig2
+               + (classify ? B * C : 0)     // dpooled
+               + B * N * C;                 // demb
+  }
+  return (acts + scratch) * kFloat + 2 * L * B * H * kDouble;  // norms_: attn_fro, jac_fro per layer
+}
+
+// The batch on the device (CudaBackend::input): x or the token ids, the targets, the mask.
+int64_t input_bytes(const ModelShape& s, int64_t B) {
+  const int64_t N = s.tokens;
+  int64_t b = s.vocab > 0 ? B * N * kInt32 : B * N * s.in_dim * kFloat;
+  if (s.head == ModelShape::Head::classify)
+    b += B * kInt32;
+  else
+    b += B * (s.head == ModelShape::Head::token_regress ? N : 1) * kFloat;
+  if (s.padded) b += B * s.seq() * kFloat;
+  return b;
+}
+
+// Largest scratch request on the backend's workspace (kernels/cuda: the attention
+// forward and backward, the column sums of the bias and LayerNorm gradients, the loss
+// and global-norm reductions), grown to 1.25x it (AttentionCudaWorkspace::reserve).
+int64_t workspace_bytes(const ModelShape& s, int64_t B) {
+  const bool readout = s.head == ModelShape::Head::readout;
+  const int64_t H = readout ? 1 : s.heads, hd = s.dim / std::max<int64_t>(H, 1);
+  const int64_t Nq = readout ? 1 : s.seq(), Nk = readout ? s.tokens - 1 : s.seq();
+  const int64_t BH = B * H;
+  int64_t need = 0;
+  const bool fused = hd == 16 || hd == 32 || hd == 64 || hd == 128;  // attention_cuda_fused_supported
+  if (fused) {
+    need = std::max(need, 2 * BH * Nq * kDouble + B * Nk * kInt32);  // forward: row norms, key prefix
+    need = std::max(need, BH * Nq * kFloat + B * Nk * kInt32);       // backward: D_i, key prefix
+  } else {
+    // The materialising path: the score matrix (forward), scores and dP (backward).
+    need = std::max(need, BH * Nq * Nk * kFloat + 2 * BH * Nq * kDouble + B * Nk * kInt32);
+    need = std::max(need, 2 * BH * Nq * Nk * kFloat + B * Nk * kInt32);
+  }
+  if (!readout) {
+    // launch_colsum (kernels/cuda/ops.cu): partials of NOUT x chunks x OC doubles, at most
+    // 256 chunks of >= 64 rows and 2^22 doubles.
+    const int64_t C = s.dim, T = s.seq(), F = s.mlp_ratio * s.dim;
+    const int64_t K = s.head == ModelShape::Head::token_regress ? 1 : s.classes;
+    const int64_t head_rows = s.head == ModelShape::Head::token_regress ? B * s.tokens : B;
+    auto colsum = [](int64_t rows, int64_t oc, int64_t nout) {
+      if (rows <= 0 || oc <= 0) return int64_t{0};
+      const int64_t max_chunks = std::clamp<int64_t>((int64_t{1} << 22) / (oc * nout), 1, 256);
+      int64_t chunks = std::min<int64_t>((rows + 63) / 64, max_chunks);
+      const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+      chunks = (rows + chunk_rows - 1) / chunk_rows;
+      return nout * chunks * oc * kDouble;
+    };
+    for (int64_t b : {colsum(B * T, 3 * C, 1), colsum(B * T, C, 1), colsum(B * T, F, 1), colsum(B * T, C, 2),
+                      colsum(B * s.tokens, C, 1), colsum(head_rows, K, 1)})
+      need = std::max(need, b);
+  }
+  need = std::max(need, B * (kDouble + kInt32) + 64);  // softmax cross-entropy per row
+  need = std::max(need, 1024 * kDouble + 64);          // sum of squares (global norm, MSE)
+  return need + need / 4;
+}
+
+}  // namespace
+
+ModelShape transformer_shape(const json& cfg, int64_t tokens, int64_t in_dim, int64_t classes, int64_t vocab,
+                             bool padded) {
+  ModelShape s;
+  s.head = classes > 0 ? ModelShape::Head::classify : ModelShape::Head::token_regress;
+  s.tokens = tokens;
+  s.in_dim = in_dim;
+  s.vocab = vocab;
+  s.classes = classes;
+  s.cls = cfg.value("cls", false);
+  s.padded = padded;
+  s.dim = cfg.at("dim").get<int64_t>();
+  s.layers = cfg.at("layers").get<int64_t>();
+  s.heads = cfg.at("heads").get<int64_t>();
+  s.mlp_ratio = cfg.at("mlp_ratio").get<int64_t>();
+  return s;
+}
+
+ModelShape readout_shape(int64_t tokens, int64_t width) {
+  ModelShape s;
+  s.head = ModelShape::Head::readout;
+  s.tokens = tokens;
+  s.in_dim = width;
+  s.dim = width;
+  s.layers = 1;
+  s.heads = 1;
+  return s;
+}
+
+GpuMemory model_gpu_memory(const ModelShape& shape, int64_t batch, bool adamw) {
+  GpuMemory m;
+  const int64_t p = parameter_count(shape);
+  m.context = kCudaContextBytes;
+  m.parameters = p * kFloat;
+  m.gradients = p * kFloat;
+  m.optimizer = adamw ? 2 * p * kFloat : 0;
+  m.activations = activation_bytes(shape, batch);
+  m.inputs = input_bytes(shape, batch);
+  m.workspace = workspace_bytes(shape, batch);
+  return m;
+}
+
+GpuMemory estimate_gpu_memory(const json& cfg) {
+  const TaskDef* t = task_of(cfg);
+  if (t == nullptr || t->model_shape == nullptr) return {};
+  return model_gpu_memory(t->model_shape(cfg), cfg.at("batch").get<int64_t>(),
+                          cfg.at("optimizer").get<std::string>() == "adamw");
+}
+
+std::string format_gib(int64_t bytes) {
+  const double gib = static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, gib < 1 ? "%.2f GiB" : "%.1f GiB", gib);
+  return buf;
+}
+
+}  // namespace attnsweep
