@@ -110,6 +110,23 @@ int64_t workspace_bytes(const ModelShape& s, int64_t B) {
   return need + need / 4;
 }
 
+// Precision bf16 (kernels/cuda/ops.cu, worker/backend_cuda.cpp): the workspace keeps a
+// bfloat16 copy of each of a matmul's two inputs (each slot grown to the largest: at most
+// max(rows, weight rows) x the widest side), and the backend keeps eight bfloat16 copies
+// of the attention's operands where the fused kernels take the head width (Q, K, V, O, dO
+// and dQ, dK, dV of self-attention: B H T hd each), grown to 1.25x.
+int64_t bf16_copy_bytes(const ModelShape& s, int64_t B) {
+  constexpr int64_t kBf16 = 2;
+  const bool readout = s.head == ModelShape::Head::readout;
+  const int64_t C = s.dim, T = readout ? s.tokens : s.seq(), F = readout ? 3 * C : s.mlp_ratio * s.dim;
+  const int64_t widest = std::max({3 * C, F, C, s.in_dim, s.classes});
+  const int64_t rows = B * T;
+  int64_t b = 2 * std::max(rows, widest) * widest * kBf16;
+  const int64_t H = readout ? 1 : s.heads, hd = s.dim / std::max<int64_t>(H, 1);
+  if (!readout && (hd == 16 || hd == 32 || hd == 64 || hd == 128)) b += 8 * (B * H * T * hd * kBf16) * 5 / 4;
+  return b;
+}
+
 }  // namespace
 
 ModelShape transformer_shape(const json& cfg, int64_t tokens, int64_t in_dim, int64_t classes, int64_t vocab,
@@ -140,7 +157,7 @@ ModelShape readout_shape(int64_t tokens, int64_t width) {
   return s;
 }
 
-GpuMemory model_gpu_memory(const ModelShape& shape, int64_t batch, bool adamw) {
+GpuMemory model_gpu_memory(const ModelShape& shape, int64_t batch, bool adamw, bool bf16) {
   GpuMemory m;
   const int64_t p = parameter_count(shape);
   m.context = kCudaContextBytes;
@@ -150,14 +167,16 @@ GpuMemory model_gpu_memory(const ModelShape& shape, int64_t batch, bool adamw) {
   m.activations = activation_bytes(shape, batch);
   m.inputs = input_bytes(shape, batch);
   m.workspace = workspace_bytes(shape, batch);
+  m.bf16_copies = bf16 ? bf16_copy_bytes(shape, batch) : 0;
   return m;
 }
 
 GpuMemory estimate_gpu_memory(const json& cfg) {
   const TaskDef* t = task_of(cfg);
   if (t == nullptr || t->model_shape == nullptr) return {};
+  // precision is absent at its default (fp32): experiments/training_keys.cpp.
   return model_gpu_memory(t->model_shape(cfg), cfg.at("batch").get<int64_t>(),
-                          cfg.at("optimizer").get<std::string>() == "adamw");
+                          cfg.at("optimizer").get<std::string>() == "adamw", cfg.value("precision", "fp32") == "bf16");
 }
 
 std::string format_gib(int64_t bytes) {

@@ -55,15 +55,19 @@ struct GpuMemory {
   int64_t activations = 0;  // saved forward tensors, backward scratch and the norms, for `batch` rows
   int64_t inputs = 0;       // the batch's inputs, targets and key mask on the device
   int64_t workspace = 0;    // attention and reduction scratch (grown to 1.25x the largest request)
-  int64_t total() const { return context + parameters + gradients + optimizer + activations + inputs + workspace; }
+  int64_t bf16_copies = 0;  // precision bf16: the bfloat16 copies of the matmul and attention inputs
+  int64_t total() const {
+    return context + parameters + gradients + optimizer + activations + inputs + workspace + bf16_copies;
+  }
 };
 
 // The allowance for one process's CUDA context and cuBLAS handle: an assumption (typical
 // of CUDA 12 on Hopper), not measured by this project.
 constexpr int64_t kCudaContextBytes = int64_t{512} << 20;
 
-// The model's memory at `batch` rows; adamw: with AdamW's state (else SGD).
-GpuMemory model_gpu_memory(const ModelShape& shape, int64_t batch, bool adamw);
+// The model's memory at `batch` rows; adamw: with AdamW's state (else SGD); bf16: with
+// the `precision` bf16 copies (worker/backend_cuda.h).
+GpuMemory model_gpu_memory(const ModelShape& shape, int64_t batch, bool adamw, bool bf16 = false);
 
 // One cell's memory on each GPU it trains on, from its effective config; all zero when
 // its task trains nothing on a GPU (norm_probe, synthetic).

@@ -112,6 +112,14 @@ TEST(GpuMemory, HandCountOfOneSmallImageCell) {
   EXPECT_EQ(m.workspace, 16640 + 16640 / 4);
   EXPECT_EQ(m.context, kCudaContextBytes);
   EXPECT_EQ(m.total(), kCudaContextBytes + 4936 + 4936 + 9872 + 70496 + 12560 + 20800);
+  // bf16: the matmuls' two bfloat16 input copies, each up to max(B T 64, 49) x the widest
+  // side (in_dim 49): 2 * 64 * 49 * 2 bytes; head width 4 takes float32 attention: no
+  // attention copies. fp32 has none.
+  EXPECT_EQ(m.bf16_copies, 0);
+  json bf16 = cfg;
+  bf16["precision"] = "bf16";
+  EXPECT_EQ(estimate_gpu_memory(bf16).bf16_copies, 2 * 64 * 49 * 2);
+  EXPECT_EQ(estimate_gpu_memory(bf16).total(), m.total() + 2 * 64 * 49 * 2);
   // SGD keeps no optimizer state.
   json sgd = cfg;
   sgd["optimizer"] = "sgd";
