@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -182,6 +183,7 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
 template <class Backend>
 bool BasicTrainer<Backend>::graphed_step(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
                                          int64_t t, StepResult& r) {
+#ifdef ATTNSWEEP_HAVE_CUDA  // CudaStepScalars and adamw_bias_corrections (kernels/ops_cuda.h)
   if constexpr (requires { Backend::kStepGraphs; }) {
     ModelType& m = model();
     Backend& be = m.backend();
@@ -231,10 +233,10 @@ bool BasicTrainer<Backend>::graphed_step(const float* x, const int32_t* y_class,
     r.finite = std::isfinite(r.fwd.loss) && std::isfinite(r.grad_norm);
     ++graphed_steps_;
     return true;
-  } else {
-    (void)x, (void)y_class, (void)y_value, (void)B, (void)t, (void)r;
-    return false;
   }
+#endif
+  (void)x, (void)y_class, (void)y_value, (void)B, (void)t, (void)r;
+  return false;
 }
 
 template <class Backend>
@@ -392,13 +394,30 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
     sampler.indices(cursor, B, b.idx.data());
     data.fill(0, b.idx.data(), B, b.x.data(), b.y_class.data(), b.y_value.data());
   };
+  constexpr bool host_ahead = requires {
+    TrainerT::ModelType::BackendType::kPrefetchBatches;
+  };
   std::optional<BatchPrefetcher> ahead;
-  if constexpr (requires { TrainerT::ModelType::BackendType::kPrefetchBatches; }) ahead.emplace(make_batch, line);
+  if constexpr (host_ahead) ahead.emplace(make_batch, line);
+  // The task's own metrics of an evaluation (TrainingData::measure, e.g. paper B's float64
+  // limit error): where the host would otherwise wait on the device (CUDA), computed on a
+  // host thread from a host copy of the parameters while training goes on, and added to
+  // the trajectory, in order, before the next evaluation, a checkpoint or the end.
+  std::future<std::vector<double>> measuring;
   Trajectory& tj = st.traj;
   TaskOutput out;
   const float nanf = std::numeric_limits<float>::quiet_NaN();
 
   double last_rel_l2 = std::nan("");
+  auto add_measured = [&](const std::vector<double>& v) {
+    if (v.size() != data.eval_metrics.size())
+      throw std::runtime_error("task measured " + std::to_string(v.size()) + " metrics, declared " +
+                               std::to_string(data.eval_metrics.size()));
+    tj.eval_task.insert(tj.eval_task.end(), v.begin(), v.end());
+  };
+  auto finish_measure = [&] {
+    if (measuring.valid()) add_measured(measuring.get());
+  };
   auto record_eval = [&](int64_t step) {
     if (ahead) ahead->wait();  // the data source, one caller at a time
     const EvalResult e = evaluate(tr.model(), data, tc, x, yc, yv);
@@ -408,12 +427,15 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
     tj.eval_accuracy.push_back(static_cast<float>(e.accuracy));
     if (data.measure) {
       // The task reads host parameters: a device trainer's are copied back first.
-      const std::vector<float> host = tr.params_host();
-      const std::vector<double> v = data.measure(weights_of(tr.model().tensors(), host.data()));
-      if (v.size() != data.eval_metrics.size())
-        throw std::runtime_error("task measured " + std::to_string(v.size()) + " metrics, declared " +
-                                 std::to_string(data.eval_metrics.size()));
-      tj.eval_task.insert(tj.eval_task.end(), v.begin(), v.end());
+      std::vector<float> host = tr.params_host();
+      if constexpr (host_ahead) {
+        finish_measure();
+        measuring = std::async(std::launch::async, [&data, tensors = tr.model().tensors(), host = std::move(host)] {
+          return data.measure(weights_of(tensors, host.data()));
+        });
+      } else {
+        add_measured(data.measure(weights_of(tr.model().tensors(), host.data())));
+      }
     }
   };
 
@@ -423,8 +445,10 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
     // Step boundary: everything up to t is in `st` and the model.
     const bool stop = ctx.stop_requested();
     if (!ctx.checkpoint_path.empty() &&
-        (stop || (tc.checkpoint_every > 0 && t % tc.checkpoint_every == 0 && t != resumed_at)))
+        (stop || (tc.checkpoint_every > 0 && t % tc.checkpoint_every == 0 && t != resumed_at))) {
+      finish_measure();  // the trajectory in the checkpoint is complete up to t
       save_checkpoint(ctx.checkpoint_path, config_text, tc, tr, st);
+    }
     if (stop) {
       out.status = CellStatus::interrupted;
       return out;
@@ -459,6 +483,9 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
 
   if (out.status == CellStatus::complete) {
     if (tj.eval_step.empty() || tj.eval_step.back() != tc.steps) record_eval(tc.steps);
+  }
+  finish_measure();
+  if (out.status == CellStatus::complete) {
     out.final_metrics["test_loss"] = tj.eval_loss.back();
     if (classify)
       out.final_metrics["test_accuracy"] = tj.eval_accuracy.back();
