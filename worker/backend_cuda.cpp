@@ -37,6 +37,15 @@ class DeviceScope {
   int saved_ = -1;
 };
 
+// Element counts of attention's Q, K, V and O.
+struct OperandSizes {
+  int64_t q, k, v, o;
+};
+OperandSizes operand_sizes(const AttentionShape& s) {
+  const int64_t BH = s.B * s.H;
+  return {BH * s.Nq * s.d, BH * s.Nk * s.d, BH * s.Nk * s.dv, BH * s.Nq * s.dv};
+}
+
 }  // namespace
 
 // ---- device memory ------------------------------------------------------------------
@@ -202,6 +211,12 @@ void* CudaBackend::scratch(int i, size_t bytes) {
     ++epoch_;
   }
   return d.get();
+}
+
+void* CudaBackend::bf16_slot(int i, const float* src, int64_t n) {
+  void* dst = scratch(i, static_cast<size_t>(n) * 2);  // 2 bytes a bfloat16
+  if (src != nullptr) f32_to_bf16_cuda(dst, src, n, stream_);
+  return dst;
 }
 
 // ---- kernel timing ------------------------------------------------------------------------
@@ -375,18 +390,11 @@ void CudaBackend::attention_forward(const AttentionSpec& spec, const AttentionSh
     attention_forward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, lse, attn_fro, jac_fro, ws_, stream_);
     return;
   }
-  const int64_t BH = shape.B * shape.H, nq = BH * shape.Nq * shape.d, nk = BH * shape.Nk * shape.d,
-                nv = BH * shape.Nk * shape.dv, no = BH * shape.Nq * shape.dv;
-  constexpr size_t h = 2;  // bytes of a bfloat16
-  void* qb = scratch(0, h * nq);
-  void* kb = scratch(1, h * nk);
-  void* vb = scratch(2, h * nv);
-  void* ob = scratch(3, h * no);
-  f32_to_bf16_cuda(qb, q, nq, stream_);
-  f32_to_bf16_cuda(kb, k, nk, stream_);
-  f32_to_bf16_cuda(vb, v, nv, stream_);
-  attention_forward_cuda(spec, shape, CudaDType::bf16, qb, kb, vb, key_mask, ob, lse, attn_fro, jac_fro, ws_, stream_);
-  bf16_to_f32_cuda(o, ob, no, stream_);
+  const OperandSizes n = operand_sizes(shape);
+  void* ob = bf16_slot(3, nullptr, n.o);
+  attention_forward_cuda(spec, shape, CudaDType::bf16, bf16_slot(0, q, n.q), bf16_slot(1, k, n.k), bf16_slot(2, v, n.v),
+                         key_mask, ob, lse, attn_fro, jac_fro, ws_, stream_);
+  bf16_to_f32_cuda(o, ob, n.o, stream_);
 }
 
 void CudaBackend::attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q,
@@ -398,28 +406,17 @@ void CudaBackend::attention_backward(const AttentionSpec& spec, const AttentionS
     attention_backward_cuda(spec, shape, CudaDType::f32, q, k, v, key_mask, o, dout, lse, dq, dk, dv, ws_, stream_);
     return;
   }
-  const int64_t BH = shape.B * shape.H, nq = BH * shape.Nq * shape.d, nk = BH * shape.Nk * shape.d,
-                nv = BH * shape.Nk * shape.dv, no = BH * shape.Nq * shape.dv;
-  constexpr size_t h = 2;
-  void* qb = scratch(0, h * nq);
-  void* kb = scratch(1, h * nk);
-  void* vb = scratch(2, h * nv);
-  void* ob = scratch(3, h * no);
-  void* dob = scratch(4, h * no);
-  void* dqb = scratch(5, h * nq);
-  void* dkb = scratch(6, h * nk);
-  void* dvb = scratch(7, h * nv);
+  const OperandSizes n = operand_sizes(shape);
+  void* dqb = bf16_slot(5, nullptr, n.q);
+  void* dkb = bf16_slot(6, nullptr, n.k);
+  void* dvb = bf16_slot(7, nullptr, n.v);
   // o came from a bf16 O (attention_forward), so its copy is that O exactly.
-  f32_to_bf16_cuda(qb, q, nq, stream_);
-  f32_to_bf16_cuda(kb, k, nk, stream_);
-  f32_to_bf16_cuda(vb, v, nv, stream_);
-  f32_to_bf16_cuda(ob, o, no, stream_);
-  f32_to_bf16_cuda(dob, dout, no, stream_);
-  attention_backward_cuda(spec, shape, CudaDType::bf16, qb, kb, vb, key_mask, ob, dob, lse, dqb, dkb, dvb, ws_,
-                          stream_);
-  bf16_to_f32_cuda(dq, dqb, nq, stream_);
-  bf16_to_f32_cuda(dk, dkb, nk, stream_);
-  bf16_to_f32_cuda(dv, dvb, nv, stream_);
+  attention_backward_cuda(spec, shape, CudaDType::bf16, bf16_slot(0, q, n.q), bf16_slot(1, k, n.k),
+                          bf16_slot(2, v, n.v), key_mask, bf16_slot(3, o, n.o), bf16_slot(4, dout, n.o), lse, dqb, dkb,
+                          dvb, ws_, stream_);
+  bf16_to_f32_cuda(dq, dqb, n.q, stream_);
+  bf16_to_f32_cuda(dk, dkb, n.k, stream_);
+  bf16_to_f32_cuda(dv, dvb, n.v, stream_);
 }
 
 void CudaBackend::norms_of_real_queries(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,

@@ -267,6 +267,8 @@ class CudaBackend {
   // Device scratch of at least `bytes` in slot i (grown, kept): the bf16 copies of the
   // attention's operands and the gathered query rows.
   void* scratch(int i, size_t bytes);
+  // Slot i as n bfloat16s, holding src rounded to bfloat16 (queued) unless src is null.
+  void* bf16_slot(int i, const float* src, int64_t n);
 
   // Records the event pair of one op when timing (time_kernels).
   class OpTimer {
