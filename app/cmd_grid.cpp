@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/cli.h"
+#include "coordinator/fusion.h"
 #include "coordinator/grid.h"
 #include "coordinator/local_slots.h"
 #include "experiments/gpu_memory.h"
@@ -20,8 +21,11 @@ namespace attnsweep::cli {
 int cmd_plan(int argc, char** argv) {
   po::options_description desc("options");
   std::string grid_path;
-  int cells_per_gpu = 0;
+  int cells_per_gpu = 0, fuse = 0;
   desc.add_options()("help,h", "this help")("json", "print the cells as one JSON array")(
+      "fuse", po::value(&fuse),
+      "group alike cells by up to K as run --fuse K would on CPU slots (default: the grid's resources.fuse, else the "
+      "task's)")(
       "cells-per-gpu", po::value(&cells_per_gpu),
       "check this many cells per GPU against its memory (default: the grid's resources.cells_per_gpu, else 1)")(
       "grid", po::value(&grid_path)->required(), "the grid file");
@@ -29,7 +33,8 @@ int cmd_plan(int argc, char** argv) {
   pos.add("grid", 1);
   po::variables_map vm;
   if (!parse("plan", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep plan GRID.json [--json] [--cells-per-gpu K]", desc)) return kExitOk;
+  if (help(vm, "attnsweep plan GRID.json [--json] [--cells-per-gpu K] [--fuse K]", desc)) return kExitOk;
+  if (vm.count("fuse") && !in_range("plan", "--fuse", fuse, 1, kMaxFuse)) return kExitUsage;
   if (vm.count("cells-per-gpu") && !in_range("plan", "--cells-per-gpu", cells_per_gpu, 1, kMaxCellsPerGpu))
     return kExitUsage;
   const std::optional<Grid> loaded = load_or_report([&] { return load_grid(grid_path); });
@@ -44,20 +49,35 @@ int cmd_plan(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", fit.problem.c_str());
     return kExitUsage;
   }
+  // The groups of cells trained as one (coordinator/fusion.h) if every cell were pending:
+  // a run forms them as slots free up, of the same kind.
+  const int fk = fuse_size(grid, fuse);
+  const FusionPlan fusion = plan_fusion(grid);
+  const std::vector<std::vector<size_t>> groups = static_groups(fusion, fk);
+  std::vector<size_t> group_of(grid.cells.size());
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i : groups[g]) group_of[i] = g;
   if (vm.count("json")) {
     json cells = json::array();
-    for (const Cell& c : grid.cells)
+    for (size_t i = 0; i < grid.cells.size(); ++i) {
+      const Cell& c = grid.cells[i];
       cells.push_back({{"id", c.id},
                        {"config", c.config},
                        {"est_cost_s", c.est_cost_s},
-                       {"est_gpu_memory_bytes", estimate_gpu_memory(c.config).total()}});
+                       {"est_gpu_memory_bytes", estimate_gpu_memory(c.config).total()},
+                       {"group", group_of[i]},
+                       {"group_size", groups[group_of[i]].size()},
+                       {"fusion_key", fusion.key[i].empty() ? json() : json(fusion.key[i])}});
+    }
     std::cout << json({{"name", grid.name}, {"grid_hash", grid.hash}, {"cells", cells}}).dump(2) << "\n";
     return kExitOk;
   }
   double total_cost = 0;
-  for (const Cell& c : grid.cells) {
+  for (size_t i = 0; i < grid.cells.size(); ++i) {
+    const Cell& c = grid.cells[i];
     std::string line = c.id;
     for (const auto& [k, v] : c.config.items()) line += " " + k + "=" + format_value(v);
+    if (groups[group_of[i]].size() > 1) line += " group=" + std::to_string(group_of[i]);
     std::cout << line << "\n";
     total_cost += c.est_cost_s;
   }
@@ -68,8 +88,12 @@ int cmd_plan(int argc, char** argv) {
   else if (fit.cell_bytes > 0)
     gpu = "; GPU memory not checked: no GPU visible and no resources.gpu_memory_gib (largest cell " +
           format_gib(fit.cell_bytes) + ")";
-  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds%s)\n", grid.cells.size(), grid.name.c_str(),
-              total_cost, gpu.c_str());
+  const std::string fused = groups.size() < grid.cells.size() ? "; on CPU slots " + std::to_string(groups.size()) +
+                                                                    " processes, alike cells trained as one by up to " +
+                                                                    std::to_string(fk) + " (--fuse)"
+                                                              : "";
+  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds%s%s)\n", grid.cells.size(), grid.name.c_str(),
+              total_cost, fused.c_str(), gpu.c_str());
   return kExitOk;
 }
 

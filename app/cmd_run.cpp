@@ -39,6 +39,10 @@ int cmd_run(int argc, char** argv) {
       "cells-per-gpu", po::value(&opt.cells_per_gpu),
       "cells (child processes) sharing each GPU: GPUs x K slots per rank (default: the grid's "
       "resources.cells_per_gpu, else 1; 1..64; not with --device cpu)")(
+      "fuse", po::value(&opt.fuse),
+      "cells trained as one: up to K alike cells of a task that fuses share one child process on a CPU slot, "
+      "with the same results as alone (default: the grid's resources.fuse, else the task's: icl_regression 16; "
+      "1..64; 1: one cell a process)")(
       "rank-timeout-s", po::value(&opt.rank_timeout_s),
       "under mpirun/srun: a rank silent this long (no heartbeat) is lost, its cells go to other ranks and the run "
       "exits 75 at the end (default: the grid's resources.rank_timeout_s, else 180; at least 1)")(
@@ -61,6 +65,7 @@ int cmd_run(int argc, char** argv) {
   if (vm.count("workers") && !in_range("run", "--workers", opt.workers, 1, kMaxSlotsOrThreads)) return kExitUsage;
   if (vm.count("threads") && !in_range("run", "--threads", opt.threads, 1, kMaxSlotsOrThreads)) return kExitUsage;
   if (vm.count("retries") && !in_range("run", "--retries", opt.retries, 0, kMaxRetries)) return kExitUsage;
+  if (vm.count("fuse") && !in_range("run", "--fuse", opt.fuse, 1, kMaxFuse)) return kExitUsage;
   if (vm.count("cells-per-gpu")) {
     if (!in_range("run", "--cells-per-gpu", opt.cells_per_gpu, 1, kMaxCellsPerGpu)) return kExitUsage;
     if (opt.device == "cpu") {
@@ -156,20 +161,24 @@ int cmd_train(int argc, char** argv) {
       // exec failed (no /proc): carry on with the slower defaults
     }
   }
-  std::string cell_path, out;
+  std::vector<std::string> cell_paths, outs, checkpoints;
   RunCellOptions opt;
   po::options_description desc("options");
-  desc.add_options()("help,h", "this help")("cell", po::value(&cell_path)->required(), "the cell file")(
-      "out", po::value(&out)->required(), "result file to write (atomically)")(
+  desc.add_options()("help,h", "this help")("cell", po::value(&cell_paths)->required(),
+                                            "the cell file; several: cells of one group, trained as one")(
+      "out", po::value(&outs)->required()->multitoken(), "result file to write (atomically), one per cell")(
       "device", po::value(&opt.device)->default_value("cpu"),
       "cpu | cuda | cuda:N (the first of the cell's `devices` GPUs)")(
       "threads", po::value(&opt.threads)->default_value(1), "threads")(
-      "checkpoint", po::value(&opt.checkpoint), "checkpoint file: resumed from when valid, written on SIGTERM/SIGUSR1");
+      "checkpoint", po::value(&checkpoints)->multitoken(),
+      "checkpoint file, one per cell: resumed from when valid, written on SIGTERM/SIGUSR1");
   po::positional_options_description pos;
-  pos.add("cell", 1);
+  pos.add("cell", -1);
   po::variables_map vm;
   if (!parse("train", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep train CELL.json --out FILE.h5 [--device cpu|cuda[:N]] [--threads T] [--checkpoint PATH]",
+  if (help(vm,
+           "attnsweep train CELL.json [CELL.json ...] --out FILE.h5 [FILE.h5 ...] [--device cpu|cuda[:N]] "
+           "[--threads T] [--checkpoint PATH [PATH ...]]",
            desc))
     return kExitOk;
   try {
@@ -179,23 +188,40 @@ int cmd_train(int argc, char** argv) {
     return kExitUsage;
   }
   if (!in_range("train", "--threads", opt.threads, 1, kMaxSlotsOrThreads)) return kExitUsage;
-  for (const auto& [option, file] : {std::pair{"--out", out}, std::pair{"--checkpoint", opt.checkpoint}}) {
-    if (file.empty()) continue;
-    if (const std::string why = file_problem(file); !why.empty()) {
-      std::fprintf(stderr, "attnsweep train: %s %s: %s\n", option, file.c_str(), why.c_str());
-      return kExitUsage;
-    }
+  const size_t K = cell_paths.size();
+  if (outs.size() != K || (!checkpoints.empty() && checkpoints.size() != K)) {
+    std::fprintf(stderr,
+                 "attnsweep train: %zu cell file%s, %zu --out and %zu --checkpoint: expected one --out per cell and "
+                 "one --checkpoint per cell or none\n",
+                 K, K == 1 ? "" : "s", outs.size(), checkpoints.size());
+    return kExitUsage;
   }
-  const std::optional<json> loaded = load_or_report([&] { return load_cell_config(cell_path); });
-  if (!loaded) return kExitUsage;
-  const json& config = *loaded;
+  if (checkpoints.empty()) checkpoints.assign(K, "");
+  for (size_t i = 0; i < K; ++i)
+    for (const auto& [option, file] : {std::pair{"--out", outs[i]}, std::pair{"--checkpoint", checkpoints[i]}}) {
+      if (file.empty()) continue;
+      if (const std::string why = file_problem(file); !why.empty()) {
+        std::fprintf(stderr, "attnsweep train: %s %s: %s\n", option, file.c_str(), why.c_str());
+        return kExitUsage;
+      }
+    }
+  std::vector<json> configs;
+  for (const std::string& path : cell_paths) {
+    const std::optional<json> loaded = load_or_report([&] { return load_cell_config(path); });
+    if (!loaded) return kExitUsage;
+    configs.push_back(*loaded);
+  }
   if (const char* a = std::getenv("ATTNSWEEP_ATTEMPT")) opt.attempt = std::max(1, std::atoi(a));
   struct sigaction sa {};
   sa.sa_handler = on_train_signal;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
   opt.stop = &g_train_stop;
-  return train_cell_to_file(cell_id(config), config, out, opt);
+  if (K == 1) {
+    opt.checkpoint = checkpoints[0];
+    return train_cell_to_file(cell_id(configs[0]), configs[0], outs[0], opt);
+  }
+  return train_group_to_files(configs, outs, checkpoints, opt);
 }
 
 int cmd_status(int argc, char** argv) {

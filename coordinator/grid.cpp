@@ -229,6 +229,7 @@ Resources read_resources(const ordered_json& obj, Problems& problems) {
     if (key == "rank_timeout_s") r.rank_timeout_s = v.get<double>();
     if (key == "cells_per_gpu") r.cells_per_gpu = v.get<int>();
     if (key == "gpu_memory_gib") r.gpu_memory_gib = v.get<double>();
+    if (key == "fuse") r.fuse = v.get<int>();
   }
   return r;
 }
@@ -452,7 +453,7 @@ InputError::InputError(std::vector<std::string> p) : std::runtime_error(join_lin
 
 const std::vector<ParamSpec>& resource_specs() {
   static const std::vector<ParamSpec> specs = [] {
-    std::vector<ParamSpec> v(6);
+    std::vector<ParamSpec> v(7);
     v[0].name = "gpus_per_cell", v[0].type = ParamType::integer, v[0].min = 1, v[0].max = 1024;
     v[1].name = "timeout_s", v[1].type = ParamType::number, v[1].min = 0;
     v[2].name = "retries", v[2].type = ParamType::integer, v[2].min = 0, v[2].max = 100;
@@ -466,6 +467,12 @@ const std::vector<ParamSpec>& resource_specs() {
     v[5].description =
         "memory of one GPU in GiB that cells_per_gpu cells must fit in (plan and run refuse a cells_per_gpu that "
         "cannot); 0: the visible GPU's, and plan does not check without one";
+    v[6].name = "fuse", v[6].type = ParamType::integer, v[6].min = 1, v[6].max = kMaxFuse;
+    v[6].description =
+        "cells trained as one: up to this many alike cells of a task that fuses (icl_regression: cells that differ "
+        "only in init_seed, init_std, seed, activation, degree, scale, lr) share one child process on a CPU slot, "
+        "and those of one data seed share every batch; results are those of each cell alone. 1: one cell a "
+        "process. Default: the task's (icl_regression 16); run --fuse overrides it";
     return v;
   }();
   return specs;

@@ -24,6 +24,9 @@ struct InputError : std::runtime_error {
 // Cells sharing one GPU (resources.cells_per_gpu, run --cells-per-gpu): 1..64.
 constexpr int kMaxCellsPerGpu = 64;
 
+// Cells trained as one in a child process (resources.fuse, run --fuse): 1..64.
+constexpr int kMaxFuse = 64;
+
 struct Resources {
   int gpus_per_cell = 1;
   double timeout_s = 0;       // 0: no timeout
@@ -31,6 +34,7 @@ struct Resources {
   double rank_timeout_s = 0;  // 0: not given (the CLI's, else 180 s): a rank silent this long is lost
   int cells_per_gpu = 1;      // K cells (child processes) share each GPU; ignored on CPU slots
   double gpu_memory_gib = 0;  // memory of one GPU that K cells must fit in (0: the visible GPU's)
+  int fuse = 0;               // cells per group (coordinator/fusion.h); 0: not given (the task's default)
 };
 
 struct Cell {
@@ -71,7 +75,7 @@ std::string sha256_hex(const std::string& data);
 json grid_json_schema();
 
 // The grid-level keys of `resources` (gpus_per_cell, timeout_s, retries, rank_timeout_s,
-// cells_per_gpu, gpu_memory_gib), validated with the cell keys' machinery (experiments/params.h).
+// cells_per_gpu, gpu_memory_gib, fuse), validated with the cell keys' machinery (experiments/params.h).
 const std::vector<ParamSpec>& resource_specs();
 
 }  // namespace attnsweep

@@ -142,27 +142,24 @@ int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
     for (const AttemptResult& r : local.poll(now)) mpi_send(0, kTagResult, to_json(r));
     while (auto m = mpi_poll(0)) {
       if (m->tag == kTagAssign) {
-        Assignment a;
-        a.index = m->payload.at("index").get<size_t>();
-        a.id = m->payload.at("id").get<std::string>();
-        a.attempt = m->payload.at("attempt").get<int>();
-        a.timeout_s = m->payload.at("timeout_s").get<double>();
-        a.slots = m->payload.value("slots", 1);
+        const Assignment a = assignment_from_json(m->payload);
         // The offered slots rank 0 chose for it (choose_slots over my offers).
         const std::vector<int> taken = m->payload.at("on_slots").get<std::vector<int>>();
         for (int j : taken)
           if (j >= 0 && j < local.size()) offered[static_cast<size_t>(j)] = false;
         if (stopping) {
-          AttemptResult r;
-          r.index = a.index;
-          r.id = a.id;
-          r.attempt = a.attempt;
-          r.outcome = CellStatus::interrupted;
-          r.reason = "rank stopping";
-          r.rank = rank;
-          mpi_send(0, kTagResult, to_json(r));
-        } else if (auto fail = local.launch(a, taken, now)) {
-          mpi_send(0, kTagResult, to_json(*fail));
+          for (const CellAttempt& c : a.cells()) {
+            AttemptResult r;
+            r.index = c.index;
+            r.id = c.id;
+            r.attempt = c.attempt;
+            r.outcome = CellStatus::interrupted;
+            r.reason = "rank stopping";
+            r.rank = rank;
+            mpi_send(0, kTagResult, to_json(r));
+          }
+        } else {
+          for (const AttemptResult& fail : local.launch(a, taken, now)) mpi_send(0, kTagResult, to_json(fail));
         }
       } else if (m->tag == kTagShutdown) {
         shutdown = true;

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <thread>
 
@@ -72,6 +74,12 @@ GpuFit check_gpu_fit(const Grid& grid, int cells_per_gpu, int64_t memory_bytes, 
 // else the first visible GPU's (0: none); *source says which.
 int64_t planned_gpu_memory(const Grid& grid, std::string* source);
 
+// Appends one line to a cell's log (the header of an attempt run by another cell's child).
+inline void append_log_line(const std::string& path, const std::string& line) {
+  std::ofstream f(path, std::ios::app);
+  f << line << "\n";
+}
+
 // The worker slots of one rank: children running `attnsweep train`.
 class LocalSlots {
  public:
@@ -108,8 +116,9 @@ class LocalSlots {
   int size() const { return static_cast<int>(slots_.size()); }
 
   // Starts the attempt on the free slots `taken` (choose_slots: one per device the cell
-  // trains on); a failure to start is reported as a failed attempt.
-  std::optional<AttemptResult> launch(const Assignment& a, const std::vector<int>& taken, double now) {
+  // trains on); a failure to start is reported as a failed attempt of each of its cells
+  // (empty: started). A group (a.also) is one child that trains all its cells.
+  std::vector<AttemptResult> launch(const Assignment& a, const std::vector<int>& taken, double now) {
     // A cell of `devices: n` takes n slots of this rank, on n distinct devices: the first
     // holds the child, the others are marked taken by it; its GPUs are those of all n.
     if (taken.empty() || static_cast<int>(taken.size()) != a.slots)
@@ -122,9 +131,17 @@ class LocalSlots {
           throw std::logic_error("launch of a multi-device cell on two slots of one device");
     }
     const size_t k = static_cast<size_t>(taken[0]);
+    const std::vector<CellAttempt> cells = a.cells();
     ChildSpec spec;
-    spec.argv = {exe_,    "train",     paths_.cell_file(a.id),   "--out",        paths_.runs(a.id),      "--device",
-                 device_, "--threads", std::to_string(threads_), "--checkpoint", paths_.checkpoint(a.id)};
+    spec.argv = {exe_, "train"};
+    for (const CellAttempt& c : cells) spec.argv.push_back(paths_.cell_file(c.id));
+    spec.argv.push_back("--out");
+    for (const CellAttempt& c : cells) spec.argv.push_back(paths_.runs(c.id));
+    spec.argv.push_back("--checkpoint");
+    for (const CellAttempt& c : cells) spec.argv.push_back(paths_.checkpoint(c.id));
+    for (const std::string& arg :
+         {std::string("--device"), device_, std::string("--threads"), std::to_string(threads_)})
+      spec.argv.push_back(arg);
     spec.env = {{"ATTNSWEEP_ATTEMPT", std::to_string(a.attempt)},
                 {"OMP_NUM_THREADS", std::to_string(threads_)},
                 {"OPENBLAS_NUM_THREADS", std::to_string(threads_)}};
@@ -138,25 +155,40 @@ class LocalSlots {
     for (const auto& kv : cpu_env_) spec.env.push_back(kv);
     spec.env.push_back({"ATTNSWEEP_CPU_ENV_SET", "1"});
     spec.log_path = paths_.log(a.id);
-    spec.log_header = "=== attnsweep: cell " + a.id + " attempt " + std::to_string(a.attempt) + " on " + host_ +
-                      " rank " + std::to_string(rank_) + " slot " + std::to_string(k) + " at " + iso_utc_now() + " ===";
+    const std::string where = " on " + host_ + " rank " + std::to_string(rank_) + " slot " + std::to_string(k) +
+                              " at " + iso_utc_now() + " ===";
+    spec.log_header = "=== attnsweep: cell " + a.id + " attempt " + std::to_string(a.attempt) +
+                      (a.also.empty() ? "" : " with " + std::to_string(a.also.size()) + " more cells of its group") +
+                      where;
+    // The other cells' logs say where their attempt's output went: one child, one log.
+    for (const CellAttempt& c : a.also)
+      append_log_line(paths_.log(c.id), "=== attnsweep: cell " + c.id + " attempt " + std::to_string(c.attempt) +
+                                            " trained in the group of cell " + a.id +
+                                            " (its output: " + paths_.log(a.id) + ")" + where);
     Slot& s = slots_[k];
     try {
       s.pid = spawn_child(spec);
     } catch (const std::exception& e) {
       s = Slot{};
-      AttemptResult r = base_result(a, static_cast<int>(k));
-      r.reason = std::string("could not start: ") + e.what();
-      return r;
+      std::vector<AttemptResult> out;
+      for (const CellAttempt& c : cells) {
+        AttemptResult r = base_result(c, static_cast<int>(k));
+        r.reason = std::string("could not start: ") + e.what();
+        out.push_back(r);
+      }
+      return out;
     }
     s.a = a;
     s.started = now;
-    s.deadline = a.timeout_s > 0 ? now + a.timeout_s : std::numeric_limits<double>::infinity();
+    s.launched = std::filesystem::file_time_type::clock::now();
+    // The timeout is each cell's: a group trains its cells together, in up to that many times as long.
+    const double limit = a.timeout_s * static_cast<double>(cells.size());
+    s.deadline = a.timeout_s > 0 ? now + limit : std::numeric_limits<double>::infinity();
     for (size_t j = 1; j < taken.size(); ++j) {
       slots_[static_cast<size_t>(taken[j])].pid = s.pid;
       slots_[static_cast<size_t>(taken[j])].secondary = true;
     }
-    return std::nullopt;
+    return {};
   }
 
   // Reaps finished children and enforces timeouts.
@@ -166,7 +198,8 @@ class LocalSlots {
       const ChildExit e = reap_child();
       if (e.pid == 0) break;
       for (size_t k = 0; k < slots_.size(); ++k)
-        if (slots_[k].pid == e.pid && !slots_[k].secondary) out.push_back(finish(k, e, now));
+        if (slots_[k].pid == e.pid && !slots_[k].secondary)
+          for (const CellAttempt& c : slots_[k].a.cells()) out.push_back(finish(k, c, e, now));
       for (Slot& sl : slots_)
         if (sl.pid == e.pid) sl = Slot{};
     }
@@ -205,38 +238,48 @@ class LocalSlots {
     pid_t pid = 0;
     Assignment a;
     double started = 0, deadline = 0, kill_at = 0;
+    std::filesystem::file_time_type launched;  // a result file older than this is not this attempt's
     bool timed_out = false, stopped = false;
     bool secondary = false;  // taken by the child of another slot (a multi-device cell)
   };
 
-  AttemptResult base_result(const Assignment& a, int slot) const {
+  AttemptResult base_result(const CellAttempt& c, int slot) const {
     AttemptResult r;
-    r.index = a.index;
-    r.id = a.id;
-    r.attempt = a.attempt;
+    r.index = c.index;
+    r.id = c.id;
+    r.attempt = c.attempt;
     r.rank = rank_;
     r.slot = slot;
     r.host = host_;
     return r;
   }
 
-  AttemptResult finish(size_t k, const ChildExit& e, double now) const {
+  // How cell c's attempt in slot k's child ended. A group's child writes each cell's
+  // result as it finishes: a cell whose result this attempt wrote is done, whatever
+  // became of the others.
+  AttemptResult finish(size_t k, const CellAttempt& c, const ChildExit& e, double now) const {
     const Slot& s = slots_[k];
-    AttemptResult r = base_result(s.a, static_cast<int>(k));
+    AttemptResult r = base_result(c, static_cast<int>(k));
     r.wall_s = now - s.started;
-    if (s.timed_out) {
-      r.outcome = CellStatus::failed;
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "timed out after %.1f s", s.a.timeout_s);
-      r.reason = buf;
-    } else if (e.exited && e.code == 0) {
+    const std::string result = paths_.runs(c.id);
+    std::error_code ec;
+    const bool written = !s.a.also.empty() && !(e.exited && e.code == 0) && std::filesystem::exists(result, ec) &&
+                         std::filesystem::last_write_time(result, ec) >= s.launched &&
+                         cell_file_valid(result, c.id, nullptr);
+    if (written || (!s.timed_out && e.exited && e.code == 0)) {
       try {
-        const CellSummary sum = read_cell_summary(paths_.runs(s.a.id));
+        const CellSummary sum = read_cell_summary(result);
         r.outcome = sum.status == CellStatus::diverged ? CellStatus::diverged : CellStatus::complete;
       } catch (const std::exception& ex) {
         r.outcome = CellStatus::failed;
         r.reason = std::string("exit code 0 but no valid result: ") + ex.what();
       }
+    } else if (s.timed_out) {
+      r.outcome = CellStatus::failed;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "timed out after %.1f s",
+                    s.a.timeout_s * static_cast<double>(1 + s.a.also.size()));
+      r.reason = buf;
     } else if (e.exited && e.code == 75) {
       r.outcome = CellStatus::interrupted;
       r.reason = "interrupted by a signal";
@@ -246,7 +289,7 @@ class LocalSlots {
     }
     // A child killed while writing leaves its temporary result behind: nobody else writes it.
     if (r.outcome != CellStatus::complete && r.outcome != CellStatus::diverged)
-      remove_stale_temporaries(paths_.dir() + "/runs", s.a.id + ".h5.tmp.");
+      remove_stale_temporaries(paths_.dir() + "/runs", c.id + ".h5.tmp.");
     return r;
   }
 

@@ -26,6 +26,25 @@ std::optional<Message> mpi_poll(int source) {
   return m;
 }
 
+json to_json(const Assignment& a, const std::vector<int>& on_slots) {
+  json also = json::array();
+  for (const CellAttempt& c : a.also) also.push_back({{"index", c.index}, {"id", c.id}, {"attempt", c.attempt}});
+  return {{"index", a.index}, {"id", a.id},           {"attempt", a.attempt}, {"timeout_s", a.timeout_s},
+          {"slots", a.slots}, {"on_slots", on_slots}, {"also", also}};
+}
+
+Assignment assignment_from_json(const json& j) {
+  Assignment a;
+  a.index = j.at("index").get<size_t>();
+  a.id = j.at("id").get<std::string>();
+  a.attempt = j.at("attempt").get<int>();
+  a.timeout_s = j.at("timeout_s").get<double>();
+  a.slots = j.value("slots", 1);
+  for (const json& c : j.value("also", json::array()))
+    a.also.push_back({c.at("index").get<size_t>(), c.at("id").get<std::string>(), c.at("attempt").get<int>()});
+  return a;
+}
+
 json to_json(const AttemptResult& r) {
   return {{"index", r.index},     {"id", r.id},
           {"attempt", r.attempt}, {"outcome", std::string(to_string(r.outcome))},

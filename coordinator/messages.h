@@ -2,8 +2,10 @@
 // messages and one-line summaries cross MPI; results travel as files.
 //
 //   worker -> 0   request   {slot, device}: this slot of mine (on that device) is free
-//   0 -> worker   assign    {index, id, attempt, timeout_s, slots, on_slots}: run it on
-//                           these offered slots (one per device it trains on, all distinct)
+//   0 -> worker   assign    {index, id, attempt, timeout_s, slots, on_slots, also}: run it on
+//                           these offered slots (one per device it trains on, all distinct),
+//                           with the cells of `also` ([{index, id, attempt}]) in the same child
+//                           (a group, trained as one; a result comes back for each)
 //   worker -> 0   result    {index, id, attempt, outcome, reason, wall_s, rank, slot, host}
 //   0 -> worker   shutdown  stop: forward a stop to running children, report, say bye
 //   worker -> 0   bye       nothing of mine runs any more; I leave after shutdown
@@ -15,6 +17,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "experiments/cell_status.h"
 
@@ -52,14 +55,33 @@ struct Message {
 // The next message from `source` (MPI_ANY_SOURCE for any) if one has arrived, without waiting.
 std::optional<Message> mpi_poll(int source);
 
-// assign's payload: an attempt of a cell.
+// One attempt of one cell.
+struct CellAttempt {
+  size_t index = 0;
+  std::string id;
+  int attempt = 1;
+};
+
+// assign's payload: an attempt of a cell, and of the other cells of its group if any
+// (experiments/registry.h TaskFusion: one child process trains them as one).
 struct Assignment {
   size_t index = 0;
   std::string id;
   int attempt = 1;
-  double timeout_s = 0;
-  int slots = 1;  // devices the cell trains on, data-parallel (its `devices` key)
+  double timeout_s = 0;  // per cell: a group's child may run timeout_s times its cells
+  int slots = 1;         // devices the cell trains on, data-parallel (its `devices` key)
+  std::vector<CellAttempt> also;
+  // Every cell of the attempt, the lead first.
+  std::vector<CellAttempt> cells() const {
+    std::vector<CellAttempt> c{{index, id, attempt}};
+    c.insert(c.end(), also.begin(), also.end());
+    return c;
+  }
 };
+
+// on_slots: the slots rank 0 chose for it among the rank's offers.
+nlohmann::json to_json(const Assignment& a, const std::vector<int>& on_slots);
+Assignment assignment_from_json(const nlohmann::json& j);
 
 // result's payload: how an attempt ended.
 struct AttemptResult {

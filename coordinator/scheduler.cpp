@@ -43,6 +43,13 @@ std::optional<size_t> Scheduler::next(double now, int free_slots) {
   return std::nullopt;
 }
 
+bool Scheduler::claim(size_t i, double now) {
+  if (!claimable(i, now)) return false;
+  set_state(i, CellStatus::running);
+  ++cells_[i].attempts;
+  return true;
+}
+
 Decision Scheduler::on_result(size_t i, CellStatus o, double now, const std::string& reason) {
   Entry& e = cells_[i];
   Decision d;

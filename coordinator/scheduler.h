@@ -36,6 +36,14 @@ class Scheduler {
   // Longest estimated cost first among pending cells whose back-off has passed and
   // that fit in `free_slots` slots of one rank.
   std::optional<size_t> next(double now, int free_slots = 1 << 30);
+  // Cell i, if it is pending, its back-off has passed and it takes one slot: marked
+  // running as next() would (a companion of a group, coordinator/fusion.h).
+  bool claim(size_t i, double now);
+  // Whether claim(i, now) would take it.
+  bool claimable(size_t i, double now) const {
+    const Entry& e = cells_[i];
+    return e.state == CellStatus::pending && e.not_before <= now && e.slots == 1;
+  }
   int slots(size_t i) const { return cells_[i].slots; }
   Decision on_result(size_t i, CellStatus o, double now, const std::string& reason = "");
 

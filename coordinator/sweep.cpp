@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "coordinator/fusion.h"
 #include "coordinator/heartbeat.h"
 #include "coordinator/liveness.h"
 #include "coordinator/local_slots.h"
@@ -47,9 +48,11 @@ namespace {
 class Coordinator {
  public:
   Coordinator(const Grid& grid, const RunOptions& opt, RunDir& rd, int world, LocalSlots& local, int retries,
-              double timeout_s, double rank_timeout_s, std::vector<std::string> hosts)
+              double timeout_s, double rank_timeout_s, std::vector<std::string> hosts, int fuse)
       : grid_(grid),
         opt_(opt),
+        fusion_(plan_fusion(grid)),
+        fuse_(fuse),
         rd_(rd),
         world_(world),
         local_(local),
@@ -151,19 +154,37 @@ class Coordinator {
     return c;
   }
 
-  Assignment next_assignment(size_t i) const {
+  // The attempt of cell i (the scheduler's pick, now running) and, with fusion, of up to
+  // fuse - 1 alike cells that may run now (coordinator/fusion.h), claimed here. A group is
+  // no bigger than the alike cells still pending over the rank's slots, so that they
+  // spread over the slots rather than queue behind one child.
+  Assignment next_assignment(size_t i, double now) {
     Assignment a;
     a.index = i;
     a.id = grid_.cells[i].id;
     a.attempt = sched_.attempts(i);
     a.timeout_s = timeout_s_;
     a.slots = sched_.slots(i);
+    if (fuse_ <= 1 || a.slots != 1) return a;
+    std::vector<size_t> candidates;
+    for (size_t j : fusion_.alike(i))
+      if (j != i && sched_.claimable(j, now)) candidates.push_back(j);
+    const size_t slots = static_cast<size_t>(std::max(1, local_.size()));
+    const int k = std::min<int>(fuse_, static_cast<int>((candidates.size() + 1 + slots - 1) / slots));
+    for (size_t j : pick_companions(fusion_, i, candidates, k))
+      if (sched_.claim(j, now)) a.also.push_back({j, grid_.cells[j].id, sched_.attempts(j)});
     return a;
   }
 
   void started(const Assignment& a, int rank) {
-    rd_.append_event(
-        {{"event", "started"}, {"cell_id", a.id}, {"attempt", a.attempt}, {"rank", rank}, {"slots", a.slots}});
+    json group = json::array();
+    if (!a.also.empty())
+      for (const CellAttempt& c : a.cells()) group.push_back(c.id);
+    for (const CellAttempt& c : a.cells()) {
+      json e = {{"event", "started"}, {"cell_id", c.id}, {"attempt", c.attempt}, {"rank", rank}, {"slots", a.slots}};
+      if (!a.also.empty()) e["group"] = group;  // the cells one child trains as one, the lead first
+      rd_.append_event(e);
+    }
   }
 
   // A cell fits a rank when that many of its free slots sit on distinct devices
@@ -174,27 +195,21 @@ class Coordinator {
       const std::vector<FreeSlot> free = local_.free_slots();
       const auto i = sched_.next(now, distinct_devices(free));
       if (!i) break;
-      const Assignment a = next_assignment(*i);
+      const Assignment a = next_assignment(*i, now);
       started(a, 0);
-      if (auto fail = local_.launch(a, choose_slots(free, a.slots), now)) handle(*fail, now);
+      for (const AttemptResult& fail : local_.launch(a, choose_slots(free, a.slots), now)) handle(fail, now);
     }
     for (int r = 1; r < world_; ++r) {
       std::vector<FreeSlot>& offers = offers_[static_cast<size_t>(r)];
       while (!offers.empty() && !shutdown_sent_[r] && !live_.lost(r)) {
         const auto i = sched_.next(now, distinct_devices(offers));
         if (!i) break;
-        const Assignment a = next_assignment(*i);
+        const Assignment a = next_assignment(*i, now);
         const std::vector<int> on = choose_slots(offers, a.slots);
         std::erase_if(offers, [&](const FreeSlot& f) { return std::find(on.begin(), on.end(), f.slot) != on.end(); });
         started(a, r);
-        mpi_send(r, kTagAssign,
-                 {{"index", a.index},
-                  {"id", a.id},
-                  {"attempt", a.attempt},
-                  {"timeout_s", a.timeout_s},
-                  {"slots", a.slots},
-                  {"on_slots", on}});
-        live_.assigned(r, a.index, a.attempt);
+        mpi_send(r, kTagAssign, to_json(a, on));
+        for (const CellAttempt& c : a.cells()) live_.assigned(r, c.index, c.attempt);
       }
     }
   }
@@ -378,6 +393,8 @@ class Coordinator {
 
   const Grid& grid_;
   const RunOptions& opt_;
+  FusionPlan fusion_;
+  int fuse_;  // cells per group at most (1: none)
   RunDir& rd_;
   int world_;
   LocalSlots& local_;
@@ -533,7 +550,12 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
                "cell\n",
                grid.name.c_str(), grid.cells.size(), finished.size(), world, world == 1 ? "" : "s", rs.slots,
                rs.device.c_str(), rs.slots == 1 ? "" : "s", per_gpu.c_str(), rs.threads, rs.threads == 1 ? "" : "s");
-  Coordinator coord(grid, opt, rd, world, local, retries, timeout_s, rank_timeout_s, hosts);
+  // Cells trained as one: on CPU slots (a group's child trains on the CPU).
+  const int fuse = rs.device == "cpu" ? fuse_size(grid, opt.fuse) : 1;
+  if (opt.fuse > 1 && rs.device != "cpu")
+    std::fprintf(stderr, "attnsweep: --fuse %d is ignored: groups of cells train on CPU slots only for now\n",
+                 opt.fuse);
+  Coordinator coord(grid, opt, rd, world, local, retries, timeout_s, rank_timeout_s, hosts, fuse);
   for (const auto& [i, s] : finished) coord.mark_finished(i, s);
   const int code = coord.run();
   if (mpi && coord.lost_a_rank()) {

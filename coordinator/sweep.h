@@ -17,6 +17,7 @@ struct RunOptions {
   double timeout_s = -1;       // -1: the grid's resources.timeout_s, else none
   double rank_timeout_s = -1;  // -1: the grid's resources.rank_timeout_s, else 180 s (liveness.h)
   int cells_per_gpu = 0;       // cells per GPU (0: the grid's resources.cells_per_gpu, else 1); not on CPU slots
+  int fuse = 0;                // cells per group (coordinator/fusion.h; 0: the grid's resources.fuse, else the task's)
   bool resume = true;
   bool force = false;            // resume although the grid changed
   double backoff_s = 2.0;        // first retry delay, doubling

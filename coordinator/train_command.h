@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "worker/run_cell.h"
 
@@ -14,5 +15,12 @@ namespace attnsweep {
 // 1 failure (message on stderr).
 int train_cell_to_file(const std::string& cell_id, const json& config, const std::string& out_path,
                        const RunCellOptions& opt);
+
+// One cell of a group in this process (worker/cell_group.h): cell i of configs, its result
+// to out_paths[i] and its checkpoint at checkpoints[i] ("" none), each on a thread of its
+// own that ends as train_cell_to_file does. Returns 0 when every cell wrote its result, 75
+// when a signal interrupted any (and none failed), else 1.
+int train_group_to_files(const std::vector<json>& configs, const std::vector<std::string>& out_paths,
+                         const std::vector<std::string>& checkpoints, const RunCellOptions& opt);
 
 }  // namespace attnsweep

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "experiments/gpu_memory.h"
+#include "experiments/normals.h"
 #include "experiments/registry.h"
 #include "experiments/result_schema.h"
 #include "experiments/rng.h"
@@ -46,6 +47,7 @@ IclSetup make_icl_setup(int64_t d, int64_t prompt_length, double rho, double noi
         s.chol[static_cast<size_t>(i * d + j)] = acc / s.chol[static_cast<size_t>(j * d + j)];
       }
     }
+  s.chol_f.assign(s.chol.begin(), s.chol.end());
   return s;
 }
 
@@ -54,30 +56,73 @@ IclSetup icl_setup_of(const json& c) {
                         c.at("noise_var").get<double>(), c.at("seed").get<uint64_t>());
 }
 
+uint64_t icl_prompt_key(const IclSetup& s, int split) {
+  return seed_of({s.seed, 0x1C1ull, static_cast<uint64_t>(split)});
+}
+
+namespace {
+
+// x = chol g row by row over the T tokens (row k of g and x: coordinate k of every token),
+// then y = w^T x + noise_sd eps: element-wise over tokens, each sum in a fixed order and
+// without FMA (the file is compiled with -ffp-contract=off; "avx2" implies no FMA), so the
+// vector and scalar clones give the same bits.
+#if defined(__clang__)
+#define ICL_CLONES
+#else
+#define ICL_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+ICL_CLONES void prompt_rows(const float* chol, const float* w, float noise_sd, const float* g, const float* eps,
+                            int64_t d, int64_t T, float* x, float* y) {
+  for (int64_t t = 0; t < T; ++t) y[t] = 0.0f;
+  for (int64_t k = 0; k < d; ++k) {
+    float* xk = x + k * T;
+    const float c0 = chol[k * d];
+    for (int64_t t = 0; t < T; ++t) xk[t] = c0 * g[t];
+    for (int64_t i = 1; i <= k; ++i) {
+      const float ci = chol[k * d + i];
+      const float* gi = g + i * T;
+      for (int64_t t = 0; t < T; ++t) xk[t] += ci * gi[t];
+    }
+    const float wk = w[k];
+    for (int64_t t = 0; t < T; ++t) y[t] += wk * xk[t];
+  }
+  for (int64_t t = 0; t < T; ++t) y[t] += noise_sd * eps[t];
+}
+
+}  // namespace
+
+void icl_prompt_tokens(const IclSetup& s, int split, int64_t index, float* tokens, float* target, float* w,
+                       std::vector<float>& scratch) {
+  const int64_t d = s.d, C = d + 1, L = s.prompt_length, T = L + 1;
+  // The draws of one prompt, in stream order: w (d), then d rows of T (the x draws of
+  // every token, coordinate by coordinate), then T noise draws.
+  const int64_t draws = d + d * T + T;
+  scratch.resize(static_cast<size_t>(draws + d * T + T));
+  float* z = scratch.data();
+  philox_normals(icl_prompt_key(s, split), static_cast<uint64_t>(index), z, draws);
+  float* x = z + draws;  // [d, T]
+  float* y = x + d * T;  // [T]
+  const float w_sd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  float wv[64];
+  for (int64_t k = 0; k < d; ++k) wv[k] = w_sd * z[k];
+  prompt_rows(s.chol_f.data(), wv, static_cast<float>(std::sqrt(s.noise_var)), z + d, z + d + d * T, d, T, x, y);
+  for (int64_t t = 0; t < T; ++t) {
+    float* tok = tokens + t * C;
+    for (int64_t k = 0; k < d; ++k) tok[k] = x[k * T + t];
+    tok[d] = t < L ? y[t] : 0.0f;  // the query's y coordinate stays 0
+  }
+  *target = y[L];
+  if (w) std::copy(wv, wv + d, w);
+}
+
 void icl_prompt(const IclSetup& s, int split, int64_t index, IclPrompt& out) {
   const int64_t d = s.d, C = d + 1, L = s.prompt_length;
-  Rng rng(seed_of({s.seed, 0x1C1ull, static_cast<uint64_t>(split), static_cast<uint64_t>(index)}));
-  out.w.resize(static_cast<size_t>(d));
-  out.tokens.assign(static_cast<size_t>((L + 1) * C), 0.0);
-  const double w_sd = 1.0 / std::sqrt(static_cast<double>(d)), noise_sd = std::sqrt(s.noise_var);
-  for (double& wi : out.w) wi = w_sd * rng.normal();
-  std::vector<double> g(static_cast<size_t>(d));
-  for (int64_t t = 0; t <= L; ++t) {  // t == L: the query
-    for (double& gi : g) gi = rng.normal();
-    double* tok = out.tokens.data() + t * C;
-    double y = 0;
-    for (int64_t i = 0; i < d; ++i) {
-      double xi = 0;
-      for (int64_t k = 0; k <= i; ++k) xi += s.chol[static_cast<size_t>(i * d + k)] * g[static_cast<size_t>(k)];
-      tok[i] = xi;
-      y += out.w[static_cast<size_t>(i)] * xi;
-    }
-    y += noise_sd * rng.normal();
-    if (t < L)
-      tok[d] = y;
-    else
-      out.target = y;  // the query's y coordinate stays 0
-  }
+  std::vector<float> tokens(static_cast<size_t>((L + 1) * C)), w(static_cast<size_t>(d)), scratch;
+  float target = 0;
+  icl_prompt_tokens(s, split, index, tokens.data(), &target, w.data(), scratch);
+  out.w.assign(w.begin(), w.end());
+  out.tokens.assign(tokens.begin(), tokens.end());
+  out.target = target;
 }
 
 std::vector<double> icl_token_covariance(const IclSetup& s, const double* w) {
@@ -251,14 +296,10 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
   data.fill = [setup, C, L](int split, const int64_t* idx, int64_t count, float* x, int32_t*, float* y_value) {
 #pragma omp parallel if (count * (L + 1) > 16384)
     {
-      IclPrompt pr;
+      std::vector<float> scratch;
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < count; ++i) {
-        icl_prompt(*setup, split, idx[i], pr);
-        float* dst = x + i * (L + 1) * C;
-        for (int64_t j = 0; j < (L + 1) * C; ++j) dst[j] = static_cast<float>(pr.tokens[static_cast<size_t>(j)]);
-        y_value[i] = static_cast<float>(pr.target);
-      }
+      for (int64_t i = 0; i < count; ++i)
+        icl_prompt_tokens(*setup, split, idx[i], x + i * (L + 1) * C, y_value + i, nullptr, scratch);
     }
   };
   if (icl_limit_defined(act)) {
@@ -291,7 +332,12 @@ const TaskDef& icl_regression_task() {
               number_key("noise_var", 0.0, 1e6, 0.1, "variance of the noise eps in y = w^T x + eps"),
               integer_key("train_prompts", 1, 16777216, 1048576,
                           "training prompts (each drawn afresh from its index; an epoch is a permutation of them)"),
-              integer_key("test_prompts", 1, 1048576, 1024, "fixed test prompts (test MSE and limit_sq_error)")};
+              integer_key("test_prompts", 1, 1048576, 1024, "fixed test prompts (test MSE and limit_sq_error)"),
+              // In every cell's config, so a cell of another generator has another id: a
+              // resumed run never takes a result drawn from other prompts for its own.
+              string_key("prompts", {"philox"}, "philox",
+                         "the prompt generator: philox = Philox4x32-10 normals in float32 (since attnsweep 0.2; "
+                         "0.1 drew float64 splitmix64 Box-Muller prompts, whose cells had other ids)")};
     // Per token: the read-out's 3C x C products forward and backward, the attention and
     // the prompt's draws, at the ~3 GFLOP/s these small products and draws sustain
     // (measured: 0.26 us per token and step at d = 5, L = 40, batch 128); each
@@ -319,6 +365,13 @@ const TaskDef& icl_regression_task() {
                      "query against its large-prompt limit for the prompt's Gaussian token law (Lemma 2.1)",
                      true, known_limit)};
     d.run = run_icl_regression;
+    // A group is cells of one prompt length and data law that differ in their weights,
+    // activation and step size; cells of one data seed share every batch. 16 (the
+    // initialisations x activations of one L and seed in the paired grid): the prompts are
+    // made once for 16 cells, and a group of L = 1000 still checkpoints in well under a second.
+    d.fusion.may_differ = {"init_seed", "init_std", "seed", "activation", "degree", "scale", "lr"};
+    d.fusion.data = {"seed"};
+    d.fusion.default_size = 16;
     return d;
   }();
   return t;

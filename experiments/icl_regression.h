@@ -30,6 +30,7 @@ struct IclSetup {
   uint64_t seed = 0;          // data seed: prompts are a function of (seed, split, index)
   std::vector<double> sigma;  // Sigma, d x d row-major
   std::vector<double> chol;   // its lower Cholesky factor
+  std::vector<float> chol_f;  // the same in float32: what the prompts are drawn with
 };
 
 // Sigma and its Cholesky factor for (d, rho); throws when Sigma is not positive definite.
@@ -37,12 +38,23 @@ IclSetup make_icl_setup(int64_t d, int64_t prompt_length, double rho, double noi
 // From a cell config (keys d, prompt_length, rho, noise_var, seed).
 IclSetup icl_setup_of(const json& config);
 
+// Prompts are float32 and a pure function of (seed, split, index), the same bits on every
+// machine, compiler path and thread count: the normals of prompt `index` are Philox4x32-10
+// stream `index` under the key icl_prompt_key(seed, split) (experiments/normals.h); then
+// x = chol g and y = w^T x + sqrt(noise_var) eps in float32, without FMA.
+uint64_t icl_prompt_key(const IclSetup& s, int split);
+// Prompt `index` of split 0 (train) or 1 (test) as the model reads it: tokens [L + 1, d + 1]
+// ((x_i, y_i) for i < L, then the query (x, 0)), *target = the query's y, and w [d] (may be
+// null). scratch: reused between calls.
+void icl_prompt_tokens(const IclSetup& s, int split, int64_t index, float* tokens, float* target, float* w,
+                       std::vector<float>& scratch);
+
 struct IclPrompt {
   std::vector<double> w;       // [d]
   std::vector<double> tokens;  // [L + 1, d + 1]: (x_i, y_i) for i < L, then the query (x, 0)
   double target = 0;           // y of the query: w^T x + eps
 };
-// Prompt `index` of split 0 (train) or 1 (test): the same numbers on every machine.
+// The same prompt in float64 (every value the float32 one): for the float64 metrics.
 void icl_prompt(const IclSetup& s, int split, int64_t index, IclPrompt& out);
 
 // Gamma_w, the (d+1) x (d+1) covariance of a token (x, w^T x + eps) given w, row-major.

@@ -15,6 +15,9 @@
 #include "experiments/task.h"
 #include "kernels/activation.h"
 
+extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int);
+
 namespace attnsweep {
 
 namespace {
@@ -33,44 +36,62 @@ TaskOutput run_norm_probe(const json& config, const TaskContext& ctx) {
   const uint64_t seed = config.at("seed").get<uint64_t>();
   const PhiParams phi = resolve_phi(activation_spec_of(config), n);
 
-  std::vector<float> x(n * dim), wq(dim * hd), wk(dim * hd), q(n * hd), k(n * hd);
-  const int64_t block = std::min<int64_t>(n, 256);  // score rows held at once
-  std::vector<float> s(block * n);
   std::vector<double> attn(samples), jac(samples);
   const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(hd));
-
-  for (int64_t t = 0; t < samples; ++t) {
-    if (ctx.stop_requested()) {
-      TaskOutput out;
-      out.status = CellStatus::interrupted;
-      return out;
-    }
-    // The draws depend on (seed, N, D, d, sample), not on the activation: every
-    // activation of a seed sees the same scores, so comparisons are paired.
-    Rng rng(seed_of({seed, static_cast<uint64_t>(n), static_cast<uint64_t>(dim), static_cast<uint64_t>(hd),
-                     static_cast<uint64_t>(t)}));
-    fill_normal(rng, x, 1.0);
-    fill_normal(rng, wq, 1.0 / std::sqrt(static_cast<double>(dim)));
-    fill_normal(rng, wk, 1.0 / std::sqrt(static_cast<double>(dim)));
-    // q = X W_Q, k = X W_K   (N x D) (D x d)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, dim, 1.0f, x.data(), dim, wq.data(), hd, 0.0f,
-                q.data(), hd);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, dim, 1.0f, x.data(), dim, wk.data(), hd, 0.0f,
-                k.data(), hd);
-    double attn_sq = 0, jac_sq = 0;
-    for (int64_t r0 = 0; r0 < n; r0 += block) {
-      const int64_t rows = std::min(block, n - r0);
-      // S[r0:r0+rows, :] = q_blk k^T / sqrt(d)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, hd, inv_sqrt_d, q.data() + r0 * hd, hd, k.data(),
-                  hd, 0.0f, s.data(), n);
-      for (int64_t r = 0; r < rows; ++r) {
-        const RowNormSq rn = row_norms(phi, s.data() + r * n, n);
-        attn_sq += rn.attn;
-        jac_sq += rn.jac;
+  // The samples in parallel, each on one thread with single-threaded OpenBLAS: a multi-
+  // threaded sgemm sums in an order that depends on its thread count (seen on AVX2), and a
+  // cell's numbers must not.
+  const int saved_blas = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  bool stopped = false;
+#pragma omp parallel
+  {
+    std::vector<float> x(n * dim), wq(dim * hd), wk(dim * hd), q(n * hd), k(n * hd);
+    const int64_t block = std::min<int64_t>(n, 256);  // score rows held at once
+    std::vector<float> s(block * n);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < samples; ++t) {
+      if (ctx.stop_requested()) {
+#pragma omp atomic write
+        stopped = true;
       }
+      bool skip;
+#pragma omp atomic read
+      skip = stopped;
+      if (skip) continue;
+      // The draws depend on (seed, N, D, d, sample), not on the activation: every
+      // activation of a seed sees the same scores, so comparisons are paired.
+      Rng rng(seed_of({seed, static_cast<uint64_t>(n), static_cast<uint64_t>(dim), static_cast<uint64_t>(hd),
+                       static_cast<uint64_t>(t)}));
+      fill_normal(rng, x, 1.0);
+      fill_normal(rng, wq, 1.0 / std::sqrt(static_cast<double>(dim)));
+      fill_normal(rng, wk, 1.0 / std::sqrt(static_cast<double>(dim)));
+      // q = X W_Q, k = X W_K   (N x D) (D x d)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, dim, 1.0f, x.data(), dim, wq.data(), hd, 0.0f,
+                  q.data(), hd);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, dim, 1.0f, x.data(), dim, wk.data(), hd, 0.0f,
+                  k.data(), hd);
+      double attn_sq = 0, jac_sq = 0;
+      for (int64_t r0 = 0; r0 < n; r0 += block) {
+        const int64_t rows = std::min(block, n - r0);
+        // S[r0:r0+rows, :] = q_blk k^T / sqrt(d)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, hd, inv_sqrt_d, q.data() + r0 * hd, hd, k.data(),
+                    hd, 0.0f, s.data(), n);
+        for (int64_t r = 0; r < rows; ++r) {
+          const RowNormSq rn = row_norms(phi, s.data() + r * n, n);
+          attn_sq += rn.attn;
+          jac_sq += rn.jac;
+        }
+      }
+      attn[t] = std::sqrt(attn_sq);
+      jac[t] = std::sqrt(jac_sq);
     }
-    attn[t] = std::sqrt(attn_sq);
-    jac[t] = std::sqrt(jac_sq);
+  }
+  openblas_set_num_threads(saved_blas);
+  if (stopped) {
+    TaskOutput out;
+    out.status = CellStatus::interrupted;
+    return out;
   }
 
   TaskOutput out;

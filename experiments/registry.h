@@ -35,6 +35,19 @@ enum class TaskModel {
 // What the trained model predicts, for the trainer's final metrics (test_accuracy, ...).
 enum class TaskTarget { none, classes, value, per_token };
 
+// Cells trained as one (a group: one child process trains them in lockstep,
+// worker/cell_group.h): which cells of a task may share a group, and which share batches.
+struct TaskFusion {
+  // Keys whose values may differ among the cells of a group: cells that agree on every
+  // other key of their effective config may be grouped. Empty: the task's cells never are.
+  std::vector<std::string> may_differ;
+  // Those of them the training data depends on: cells of a group that agree on these
+  // draw the very same batches, made once a step.
+  std::vector<std::string> data;
+  // Cells per group when neither `run --fuse` nor the grid's resources.fuse says.
+  int default_size = 1;
+};
+
 struct TaskDef {
   std::string name;
   std::string description;
@@ -62,6 +75,7 @@ struct TaskDef {
   // and the task are filled in by the result schema.
   std::vector<ResultField> outputs;
   TaskOutput (*run)(const json& effective_config, const TaskContext& ctx) = nullptr;
+  TaskFusion fusion;  // default: none
 
   bool trains() const { return model != TaskModel::none; }
 };

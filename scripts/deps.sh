@@ -10,6 +10,7 @@ PKGS=(cmake ninja-build g++ pkg-config
       dataset-fashion-mnist slurmctld slurmd slurm-client munge
       clang-14 libclang-rt-14-dev libomp-14-dev  # tests/fuzz (libFuzzer, clang's OpenMP)
       clang-format-14  # scripts/format.sh --check
+      librandom123-dev  # tests/unit/test_normals.cpp: Random123's Philox, the reference of experiments/philox.h
       python3-venv)  # tests/sass: the cuobjdump wheel's venv
 missing=()
 for p in "${PKGS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done

@@ -23,7 +23,7 @@
 //   (CPU: the packed path on small heads), and the per-layer hooks layer_forward_fused /
 //   layer_backward_fused (CPU: the whole layer per block of samples; a device: never).
 //   layer_buffers says which per-layer buffers those paths use, so the model allocates
-//   only those.
+//   only those; readout_fused (CPU: the read-out head in its own algebra; a device: never).
 // - kPadding: whether a key mask (padding) is supported.
 // - Collective: the gradient all-reduce of data-parallel replicas, and
 //   kEveryReplicaUpdates: whether every replica applies the update itself (CUDA, after an
@@ -44,6 +44,7 @@
 #include "kernels/model_ops.h"
 #include "kernels/ops.h"
 #include "kernels/precision.h"
+#include "kernels/readout.h"
 
 namespace attnsweep {
 
@@ -86,7 +87,7 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
                                 int64_t n, float s, bool flag, std::vector<float>& host, const AttentionSpec& spec,
                                 const AttentionShape& shape, const LayerForwardArgs& lfa, const LayerBackwardArgs& lba,
                                 const HeadBuffers& hb, const std::vector<B*>& replicas, typename B::Collective& coll,
-                                const std::vector<float*>& grads) {
+                                const std::vector<float*>& grads, const ReadoutShape& rs, ReadoutCell& rc) {
   // buffers and device
   { B::kEveryReplicaUpdates } -> std::convertible_to<bool>;
   { B::kPadding } -> std::convertible_to<bool>;
@@ -144,6 +145,7 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   { be.layer_forward_fused(spec, shape, n, cf, lfa) } -> std::same_as<bool>;
   { be.layer_backward_fused(spec, shape, n, cf, lba) } -> std::same_as<bool>;
   { be.layer_buffers(spec, shape, n, flag) } -> std::same_as<LayerBuffers>;
+  { be.readout_fused(rs, cf, cf, rc, flag, flag) } -> std::same_as<bool>;
   // replicas
   B::for_each_replica(n, [](int64_t) {});
   {typename B::Collective(replicas)};
@@ -276,6 +278,16 @@ class CpuBackend {
                            const LayerForwardArgs& a);
   bool layer_backward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
                             const LayerBackwardArgs& a);
+  // The read-out head's forward (and, train, backward) in its own algebra
+  // (kernels/readout.h; x [B, N, C], y [B]) instead of the op sequence of worker/model.cpp's
+  // forward_readout / backward_readout, unless switched off (readout_algebra_cpu_enabled):
+  // returns whether it ran.
+  bool readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train,
+                     bool norms) {
+    if (!readout_algebra_cpu_enabled()) return false;
+    (train ? readout_train_cpu : readout_forward_cpu)(shape, x, y, std::span<ReadoutCell>(&cell, 1), norms);
+    return true;
+  }
   // The buffers the three CPU paths use: the fused layer none of them; the packed
   // attention no split heads and no dgelu; the split-heads fallback no dgelu.
   static LayerBuffers layer_buffers(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, bool masked);

@@ -234,6 +234,8 @@ class CudaBackend {
                             const LayerBackwardArgs&) {
     return false;
   }
+  // The read-out head runs its op sequence on CUDA.
+  bool readout_fused(const ReadoutShape&, const float*, const float*, ReadoutCell&, bool, bool) { return false; }
   // The unfused sequence uses every buffer.
   static LayerBuffers layer_buffers(const AttentionSpec&, const AttentionShape&, int64_t, bool) { return {}; }
 

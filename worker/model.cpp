@@ -244,6 +244,25 @@ void BasicModel<Backend>::ensure_batch(int64_t B) {
 template <ModelBackend Backend>
 ForwardStats BasicModel<Backend>::forward(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
                                           bool collect_norms) {
+  stage_inputs(x, y_class, y_value, B);
+  return cfg_.head == Head::readout ? forward_readout(collect_norms) : forward_classify(collect_norms);
+}
+
+template <ModelBackend Backend>
+ForwardStats BasicModel<Backend>::forward_backward(const float* x, const int32_t* y_class, const float* y_value,
+                                                   int64_t B, bool collect_norms) {
+  if (cfg_.head == Head::readout) {
+    stage_inputs(x, y_class, y_value, B);
+    ForwardStats st;
+    if (readout_fused(true, collect_norms, st)) return st;
+  }
+  ForwardStats st = forward(x, y_class, y_value, B, collect_norms);
+  backward();
+  return st;
+}
+
+template <ModelBackend Backend>
+void BasicModel<Backend>::stage_inputs(const float* x, const int32_t* y_class, const float* y_value, int64_t B) {
   be_.bind();
   ensure_batch(B);
   B_ = B;
@@ -267,7 +286,6 @@ ForwardStats BasicModel<Backend>::forward(const float* x, const int32_t* y_class
   }
   y_class_ = classify ? be_.input(kInputYClass, y_class, B) : nullptr;
   y_value_ = classify ? nullptr : be_.input(kInputYValue, y_value, B * cfg_.targets_per_sample());
-  return cfg_.head == Head::readout ? forward_readout(collect_norms) : forward_classify(collect_norms);
 }
 
 template <ModelBackend Backend>
@@ -498,9 +516,47 @@ void BasicModel<Backend>::backward_classify() {
 }
 
 template <ModelBackend Backend>
+ReadoutCell BasicModel<Backend>::readout_cell(bool train) {
+  ReadoutCell cell;
+  cell.qkv_w = p_.qkv_w;
+  cell.act = cfg_.act;
+  cell.pred = a_.logits;
+  cell.grad = train ? g_.qkv_w : nullptr;
+  cell.attn_fro = norms_.data();
+  cell.jac_fro = norms_.data() + B_ * cfg_.heads;
+  return cell;
+}
+
+template <ModelBackend Backend>
+ReadoutCell BasicModel<Backend>::readout_begin(const float* x, const float* y_value, int64_t B, bool train) {
+  if (cfg_.head != Head::readout) throw std::logic_error("readout_begin: not a read-out model");
+  stage_inputs(x, nullptr, y_value, B);
+  if (train) be_.zero(grads(), num_params());
+  return readout_cell(train);
+}
+
+template <ModelBackend Backend>
+ForwardStats BasicModel<Backend>::readout_end(const ReadoutCell& cell, bool collect_norms) {
+  ForwardStats st;
+  st.loss = cell.loss;
+  if (collect_norms) norm_means(st, be_.to_host(norms_.data(), 2 * B_ * cfg_.heads), 1, B_, cfg_.heads);
+  return st;
+}
+
+template <ModelBackend Backend>
+bool BasicModel<Backend>::readout_fused(bool train, bool collect_norms, ForwardStats& st) {
+  ReadoutCell cell = readout_cell(train);
+  if (!be_.readout_fused(ReadoutShape{B_, cfg_.tokens, cfg_.dim, cfg_.heads}, x_, y_value_, cell, train, collect_norms))
+    return false;
+  st = readout_end(cell, collect_norms);
+  return true;
+}
+
+template <ModelBackend Backend>
 ForwardStats BasicModel<Backend>::forward_readout(bool collect_norms) {
   const int64_t B = B_, C = cfg_.dim, N = cfg_.tokens, H = cfg_.heads, hd = cfg_.head_dim(), Lp = N - 1;
   ForwardStats st;
+  if (readout_fused(false, collect_norms, st)) return st;
   // qkv of every token (the query's K, V and the prompt's Q are not used: cheap here).
   be_.matmul_forward(a_.qkv, x_, p_.qkv_w, nullptr, B * N, C, 3 * C);
   be_.readout_split(a_.q, a_.k, a_.v, a_.qkv, B, N, H, hd);
@@ -520,6 +576,8 @@ ForwardStats BasicModel<Backend>::forward_readout(bool collect_norms) {
 template <ModelBackend Backend>
 void BasicModel<Backend>::backward_readout() {
   const int64_t B = B_, C = cfg_.dim, N = cfg_.tokens, H = cfg_.heads, hd = cfg_.head_dim(), Lp = N - 1;
+  ForwardStats unused;  // the forward again, with the backward in the same pass
+  if (readout_fused(true, false, unused)) return;
   be_.zero(s_.dlogits, B);
   be_.mse_backward(s_.dlogits, a_.logits, y_value_, 1.0f, B);
   be_.zero(s_.datty, B * H * hd);

@@ -154,6 +154,17 @@ class BasicModel {
   ForwardStats forward(const float* x, const int32_t* y_class, const float* y_value, int64_t B, bool collect_norms);
   // Gradients of the mean loss of the last forward: zeroes grads() and fills it.
   void backward();
+  // forward then backward (the trainer's step): the same values; the CPU's read-out runs
+  // both in one pass over each prompt (kernels/readout.h).
+  ForwardStats forward_backward(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
+                                bool collect_norms);
+  // The read-out head's share of a call of kernels/readout.h over several cells at once
+  // (worker/cell_group.h; CPU): readout_begin stages the batch (x [B, N, C] and y_value [B],
+  // host memory that must outlive the call), zeroes the gradients when train, and gives
+  // this model's cell (its weights, prediction, gradient and norm buffers); after the call,
+  // readout_end gives the step's ForwardStats. The same values as forward_backward.
+  ReadoutCell readout_begin(const float* x, const float* y_value, int64_t B, bool train);
+  ForwardStats readout_end(const ReadoutCell& cell, bool collect_norms);
   // What the last forward predicted (on the backend's device): classify logits
   // [B, classes], readout [B], token_regress [B, N].
   const float* predictions() const { return a_.logits; }
@@ -168,6 +179,12 @@ class BasicModel {
   using Array = typename Backend::template Array<T>;
 
   void ensure_batch(int64_t B);
+  // The batch's inputs onto the backend's device (x_, ids_, mask_, y_class_, y_value_).
+  void stage_inputs(const float* x, const int32_t* y_class, const float* y_value, int64_t B);
+  // The read-out through the backend's own algebra (kernels/readout.h) where it has one:
+  // pred, loss, norms (collect_norms) and, train, the gradients. False: run the op sequence.
+  bool readout_fused(bool train, bool collect_norms, ForwardStats& st);
+  ReadoutCell readout_cell(bool train);  // this model's buffers as a cell of kernels/readout.h
   ForwardStats forward_classify(bool collect_norms);
   ForwardStats forward_readout(bool collect_norms);
   void backward_classify();

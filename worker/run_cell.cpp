@@ -39,7 +39,7 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
   ctx.attempt = opt.attempt;
   ctx.stop = opt.stop;
   ctx.checkpoint_path = opt.checkpoint;
-  ctx.train = train_cell;
+  ctx.train = opt.train ? opt.train : train_cell;
 
   CellResult& res = *result;
   res = CellResult{};

@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <functional>
 #include <string>
 
+#include "experiments/task.h"
 #include "worker/cell_result.h"
 
 namespace attnsweep {
@@ -22,6 +24,9 @@ struct RunCellOptions {
   // when valid, written on a stop and every checkpoint_every steps, removed once the
   // result file is written. "" = no checkpoints.
   std::string checkpoint;
+  // The task's ctx.train: empty for train_cell (worker/trainer.h); a group's member trains
+  // through its CellGroup (worker/cell_group.h).
+  std::function<TaskOutput(const json& config, const TaskContext& ctx, const TrainingData& data)> train;
 };
 
 // Runs the cell. Returns 0 with *result filled (complete or diverged), 75 when

@@ -12,9 +12,9 @@
 #include "experiments/result_schema.h"
 #include "experiments/rng.h"
 #include "kernels/device.h"
+#include "worker/cell_loop.h"
 #include "worker/checkpoint.h"
 #include "worker/cuda_trainer.h"
-#include "worker/prefetch.h"
 
 extern "C" int openblas_get_num_threads(void);
 extern "C" void openblas_set_num_threads(int);
@@ -132,8 +132,7 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
   ModelType& m0 = model();
   const int64_t k = devices();
   if (k == 1) {
-    r.fwd = m0.forward(x, y_class, y_value, B, collect_norms);
-    m0.backward();
+    r.fwd = m0.forward_backward(x, y_class, y_value, B, collect_norms);
   } else {
     if (B % k != 0)
       throw std::runtime_error("batch " + std::to_string(B) + " is not divisible by devices " + std::to_string(k));
@@ -144,9 +143,8 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
       ModelType& m = replica(rr);
       const int64_t first = rr * Bs;
       f[static_cast<size_t>(rr)] =
-          m.forward(x + first * row, y_class ? y_class + first : nullptr,
-                    y_value ? y_value + first * mc_.targets_per_sample() : nullptr, Bs, collect_norms);
-      m.backward();
+          m.forward_backward(x + first * row, y_class ? y_class + first : nullptr,
+                             y_value ? y_value + first * mc_.targets_per_sample() : nullptr, Bs, collect_norms);
     });
     double loss = 0;
     for (int64_t rr = 0; rr < k; ++rr) {
@@ -168,16 +166,22 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
     for (int64_t rr = 0; rr < k; ++rr) grads.push_back(replica(rr).grads());
     collective_->allreduce_mean(grads, m0.num_params());
   }
+  apply_gradients(r, t);
+  return r;
+}
+
+template <class Backend>
+void BasicTrainer<Backend>::apply_gradients(StepResult& r, int64_t t) {
+  ModelType& m0 = model();
   m0.backend().bind();
   r.grad_norm = m0.backend().global_norm(m0.grads(), m0.num_params());
   r.lr = lr_at(tc_, t);
   r.finite = std::isfinite(r.fwd.loss) && std::isfinite(r.grad_norm);
-  if (!r.finite) return r;
+  if (!r.finite) return;
   const double coef = tc_.clip > 0 ? tc_.clip / (r.grad_norm + 1e-6) : 1.0;
   const float lr = static_cast<float>(r.lr);
   for (int64_t u = 0; u < static_cast<int64_t>(opt_.size()); ++u) update(u, coef, lr, t);
   if (!Backend::kEveryReplicaUpdates) broadcast_params();
-  return r;
 }
 
 template <class Backend>
@@ -269,262 +273,20 @@ template class BasicTrainer<CpuBackend>;
 template class BasicTrainer<CudaBackend>;
 #endif
 
-// ---- data and evaluation -----------------------------------------------------------
-
-namespace {
-
-// Batch t holds samples t*B .. t*B + B - 1 of an endless stream of epochs; each epoch is
-// a permutation drawn from (seed, epoch) alone, so any step's batch can be rebuilt.
-class Sampler {
- public:
-  Sampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {}
-  void indices(int64_t first_sample, int64_t count, int64_t* out) {
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t g = first_sample + j, epoch = g / n_;
-      if (epoch != epoch_) shuffle(epoch);
-      out[j] = perm_[static_cast<size_t>(g % n_)];
-    }
-  }
-
- private:
-  void shuffle(int64_t epoch) {
-    perm_.resize(static_cast<size_t>(n_));
-    for (int64_t i = 0; i < n_; ++i) perm_[static_cast<size_t>(i)] = i;
-    Rng rng(seed_of({seed_, 0xDA7Aull, static_cast<uint64_t>(epoch)}));
-    for (int64_t i = n_ - 1; i > 0; --i) {  // Fisher-Yates
-      const int64_t j = static_cast<int64_t>(rng.uniform() * static_cast<double>(i + 1));
-      std::swap(perm_[static_cast<size_t>(i)], perm_[static_cast<size_t>(std::min(j, i))]);
-    }
-    epoch_ = epoch;
-  }
-  int64_t n_;
-  uint64_t seed_;
-  int64_t epoch_ = -1;
-  std::vector<int64_t> perm_;
-};
-
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-  double rel_l2 = 0;  // token_regress: mean over samples of ||pred - y|| / ||y||
-};
-
-// Sum over the B samples of ||pred_b - y_b|| / ||y_b|| (rows of `per` values), float64.
-double sum_rel_l2(const float* pred, const float* y, int64_t B, int64_t per) {
-  double s = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    double num = 0, den = 0;
-    for (int64_t j = b * per; j < (b + 1) * per; ++j) {
-      const double d = static_cast<double>(pred[j]) - y[j];
-      num += d * d;
-      den += static_cast<double>(y[j]) * y[j];
-    }
-    s += std::sqrt(num / den);
-  }
-  return s;
-}
-
-// Mean loss and accuracy (token_regress: and relative L2) over the test split (or its
-// first eval_batches batches).
-template <class ModelT>
-EvalResult evaluate(ModelT& model, const TrainingData& data, const TrainConfig& tc, std::vector<float>& x,
-                    std::vector<int32_t>& yc, std::vector<float>& yv) {
-  int64_t n = data.n_test;
-  if (tc.eval_batches > 0) n = std::min(n, tc.eval_batches * tc.batch);
-  double loss = 0, rel_l2 = 0;
-  int64_t correct = 0;
-  const int64_t per = model.config().targets_per_sample();
-  const bool per_token = model.config().head == Head::token_regress;
-  std::vector<float> pred;  // a device model's predictions on the host
-  std::vector<int64_t> idx(static_cast<size_t>(tc.batch));
-  for (int64_t s = 0; s < n; s += tc.batch) {
-    const int64_t B = std::min(tc.batch, n - s);
-    for (int64_t j = 0; j < B; ++j) idx[static_cast<size_t>(j)] = s + j;
-    data.fill(1, idx.data(), B, x.data(), yc.data(), yv.data());
-    const ForwardStats st = model.forward(x.data(), yc.data(), yv.data(), B, false);
-    loss += st.loss * static_cast<double>(B);
-    correct += st.correct;
-    if (per_token) rel_l2 += sum_rel_l2(model.host_predictions(pred), yv.data(), B, per);
-  }
-  EvalResult r;
-  r.loss = n > 0 ? loss / static_cast<double>(n) : std::nan("");
-  r.accuracy = data.classes > 0 && n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : std::nan("");
-  r.rel_l2 = per_token && n > 0 ? rel_l2 / static_cast<double>(n) : std::nan("");
-  return r;
-}
-
-}  // namespace
-
 // ---- the training loop -------------------------------------------------------------
 
 namespace {
 
-// The training loop of train_cell on a built trainer of any backend.
+// The training loop of train_cell on a built trainer of any backend: one CellLoop.
 template <class TrainerT>
 TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc, const json& config,
                       const TaskContext& ctx, const TrainingData& data) {
-  const std::string config_text = config.dump();
-  const int64_t L = mc.layers, H = mc.heads, B = tc.batch;
-  const bool classify = data.classes > 0;
-
-  TrainState st;
-  if (!ctx.checkpoint_path.empty()) {
-    std::string why;
-    if (load_checkpoint(ctx.checkpoint_path, config_text, tr, st, &why)) {
-      std::fprintf(stderr, "attnsweep train: resuming from %s at step %lld\n", ctx.checkpoint_path.c_str(),
-                   static_cast<long long>(st.step));
-    } else if (why != "absent") {
-      std::fprintf(stderr, "attnsweep train: ignoring checkpoint %s (%s); starting from step 0\n",
-                   ctx.checkpoint_path.c_str(), why.c_str());
-    }
+  CellLoop<TrainerT> loop(tr, tc, mc, config, ctx, data);
+  while (loop.next()) {
+    const HostBatch& b = loop.take_batch(nullptr);
+    loop.after_step(tr.step(b.x.data(), b.y_class.data(), b.y_value.data(), tc.batch, loop.step(), loop.logging()));
   }
-
-  std::vector<float> x(static_cast<size_t>(B * data.tokens * data.in_dim));
-  std::vector<int32_t> yc(static_cast<size_t>(B));
-  std::vector<float> yv(static_cast<size_t>(B * mc.targets_per_sample()));
-  Sampler sampler(data.n_train, tc.seed);
-  // The training batch at a sampler cursor; made one step ahead on a host thread where
-  // the backend's step leaves the host waiting (CUDA), in line otherwise (the CPU's step
-  // uses every core).
-  HostBatch line;
-  line.x.resize(x.size());
-  line.y_class.resize(yc.size());
-  line.y_value.resize(yv.size());
-  line.idx.resize(static_cast<size_t>(B));
-  auto make_batch = [&](int64_t cursor, HostBatch& b) {
-    sampler.indices(cursor, B, b.idx.data());
-    data.fill(0, b.idx.data(), B, b.x.data(), b.y_class.data(), b.y_value.data());
-  };
-  constexpr bool host_ahead = requires {
-    TrainerT::ModelType::BackendType::kPrefetchBatches;
-  };
-  std::optional<BatchPrefetcher> ahead;
-  if constexpr (host_ahead) ahead.emplace(make_batch, line);
-  // The task's own metrics of an evaluation (TrainingData::measure, e.g. paper B's float64
-  // limit error): where the host would otherwise wait on the device (CUDA), computed on a
-  // host thread from a host copy of the parameters while training goes on, and added to
-  // the trajectory, in order, before the next evaluation, a checkpoint or the end.
-  std::future<std::vector<double>> measuring;
-  Trajectory& tj = st.traj;
-  TaskOutput out;
-  const float nanf = std::numeric_limits<float>::quiet_NaN();
-
-  double last_rel_l2 = std::nan("");
-  auto add_measured = [&](const std::vector<double>& v) {
-    if (v.size() != data.eval_metrics.size())
-      throw std::runtime_error("task measured " + std::to_string(v.size()) + " metrics, declared " +
-                               std::to_string(data.eval_metrics.size()));
-    tj.eval_task.insert(tj.eval_task.end(), v.begin(), v.end());
-  };
-  auto finish_measure = [&] {
-    if (measuring.valid()) add_measured(measuring.get());
-  };
-  auto record_eval = [&](int64_t step) {
-    if (ahead) ahead->wait();  // the data source, one caller at a time
-    const EvalResult e = evaluate(tr.model(), data, tc, x, yc, yv);
-    last_rel_l2 = e.rel_l2;
-    tj.eval_step.push_back(step);
-    tj.eval_loss.push_back(static_cast<float>(e.loss));
-    tj.eval_accuracy.push_back(static_cast<float>(e.accuracy));
-    if (data.measure) {
-      // The task reads host parameters: a device trainer's are copied back first.
-      std::vector<float> host = tr.params_host();
-      if constexpr (host_ahead) {
-        finish_measure();
-        measuring = std::async(std::launch::async, [&data, tensors = tr.model().tensors(), host = std::move(host)] {
-          return data.measure(weights_of(tensors, host.data()));
-        });
-      } else {
-        add_measured(data.measure(weights_of(tr.model().tensors(), host.data())));
-      }
-    }
-  };
-
-  const int64_t resumed_at = st.step;
-  for (; st.step < tc.steps; ++st.step) {
-    const int64_t t = st.step;
-    // Step boundary: everything up to t is in `st` and the model.
-    const bool stop = ctx.stop_requested();
-    if (!ctx.checkpoint_path.empty() &&
-        (stop || (tc.checkpoint_every > 0 && t % tc.checkpoint_every == 0 && t != resumed_at))) {
-      finish_measure();  // the trajectory in the checkpoint is complete up to t
-      save_checkpoint(ctx.checkpoint_path, config_text, tc, tr, st);
-    }
-    if (stop) {
-      out.status = CellStatus::interrupted;
-      return out;
-    }
-    HostBatch* batch = &line;
-    if (ahead)
-      batch = &ahead->take(st.samples_seen, st.samples_seen + B);
-    else
-      make_batch(st.samples_seen, line);
-    st.samples_seen += B;
-    const bool log = t % tc.log_every == 0 || t == tc.steps - 1;
-    const TrainStepResult r = tr.step(batch->x.data(), batch->y_class.data(), batch->y_value.data(), B, t, log);
-    if (log || !r.finite) {
-      tj.step.push_back(t);
-      tj.loss.push_back(static_cast<float>(r.fwd.loss));
-      tj.accuracy.push_back(classify ? static_cast<float>(static_cast<double>(r.fwd.correct) / static_cast<double>(B))
-                                     : nanf);
-      tj.lr.push_back(static_cast<float>(r.lr));
-      tj.grad_norm.push_back(static_cast<float>(r.grad_norm));
-      for (int64_t i = 0; i < L * H; ++i) {
-        tj.attn_fro.push_back(log ? static_cast<float>(r.fwd.attn_fro[static_cast<size_t>(i)]) : nanf);
-        tj.jac_fro.push_back(log ? static_cast<float>(r.fwd.jac_fro[static_cast<size_t>(i)]) : nanf);
-      }
-    }
-    if (!r.finite) {
-      out.status = CellStatus::diverged;
-      out.diverged_at_step = t;
-      break;
-    }
-    if (tc.eval_every > 0 && (t + 1) % tc.eval_every == 0) record_eval(t + 1);
-  }
-
-  if (out.status == CellStatus::complete) {
-    if (tj.eval_step.empty() || tj.eval_step.back() != tc.steps) record_eval(tc.steps);
-  }
-  finish_measure();
-  if (out.status == CellStatus::complete) {
-    out.final_metrics["test_loss"] = tj.eval_loss.back();
-    if (classify)
-      out.final_metrics["test_accuracy"] = tj.eval_accuracy.back();
-    else
-      out.final_metrics["test_mse"] = tj.eval_loss.back();
-    if (mc.head == Head::token_regress) out.final_metrics["test_rel_l2"] = last_rel_l2;
-  } else {
-    // The parameters are those before the non-finite step; the cell's verdict is the
-    // divergence, not a test score of weights it never finished training.
-    out.final_metrics["test_loss"] = std::nan("");
-    if (classify) out.final_metrics["test_accuracy"] = std::nan("");
-    if (mc.head == Head::token_regress) out.final_metrics["test_rel_l2"] = std::nan("");
-  }
-  // The task's own metrics: the last evaluation's values (NaN when the cell diverged).
-  const size_t M = data.measure ? data.eval_metrics.size() : 0;
-  for (size_t j = 0; j < M; ++j)
-    out.final_metrics[data.eval_metrics[j].name] =
-        out.status == CellStatus::complete ? tj.eval_task[tj.eval_task.size() - M + j] : std::nan("");
-  out.final_metrics["train_loss"] = tj.loss.empty() ? std::nan("") : tj.loss.back();
-
-  const uint64_t T = tj.step.size(), E = tj.eval_step.size();
-  const uint64_t uL = static_cast<uint64_t>(L), uH = static_cast<uint64_t>(H);
-  // Paths, types and descriptions: the result schema (experiments/result_schema.cpp).
-  out.series.push_back(result_series("/train/step", {T}, tj.step));
-  out.series.push_back(result_series("/train/loss", {T}, tj.loss));
-  out.series.push_back(result_series("/train/accuracy", {T}, tj.accuracy));
-  out.series.push_back(result_series("/train/lr", {T}, tj.lr));
-  out.series.push_back(result_series("/train/grad_norm", {T}, tj.grad_norm));
-  out.series.push_back(result_series("/norms/attn_fro", {T, uL, uH}, tj.attn_fro));
-  out.series.push_back(result_series("/norms/jac_fro", {T, uL, uH}, tj.jac_fro));
-  out.series.push_back(result_series("/eval/step", {E}, tj.eval_step));
-  out.series.push_back(result_series("/eval/loss", {E}, tj.eval_loss));
-  out.series.push_back(result_series("/eval/accuracy", {E}, tj.eval_accuracy));
-  for (size_t j = 0; j < M; ++j) {
-    std::vector<double> col(static_cast<size_t>(E));
-    for (size_t e = 0; e < E; ++e) col[e] = tj.eval_task[e * M + j];
-    out.series.push_back({data.eval_metrics[j].path, {E}, std::move(col), data.eval_metrics[j].description});
-  }
-  return out;
+  return loop.finish();
 }
 
 }  // namespace

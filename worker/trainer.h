@@ -85,6 +85,10 @@ class BasicTrainer {
   // clip, update. fwd holds the global-batch loss and correct count.
   StepResult step(const float* x, const int32_t* y_class, const float* y_value, int64_t B, int64_t t,
                   bool collect_norms);
+  // The rest of step t once every replica's gradients are in place and r.fwd is filled
+  // (what step runs after the backward; a group of cells computes its gradients together,
+  // worker/cell_group.h): global norm, clip, update; r.grad_norm, r.lr and r.finite.
+  void apply_gradients(StepResult& r, int64_t t);
 
   // Host copies of the state every replica shares, for checkpoints: parameters and the
   // optimizer state (AdamW m, v; SGD keeps none: empty), and loading them into every replica.

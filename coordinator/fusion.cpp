@@ -1,0 +1,98 @@
+#include "coordinator/fusion.h"
+
+#include <algorithm>
+#include <map>
+
+#include "experiments/registry.h"
+
+namespace attnsweep {
+
+namespace {
+constexpr size_t kNone = static_cast<size_t>(-1);
+
+json without(const json& config, const std::vector<std::string>& keys) {
+  json c = config;
+  for (const std::string& k : keys) c.erase(k);
+  return c;
+}
+}  // namespace
+
+std::string fusion_key(const json& config) {
+  const TaskDef* task = task_of(config);
+  if (!task || task->fusion.may_differ.empty()) return "";
+  return sha256_hex(canonical_json(without(config, task->fusion.may_differ))).substr(0, 16);
+}
+
+std::string fusion_data_key(const json& config) {
+  const TaskDef* task = task_of(config);
+  json d = json::object();
+  if (task)
+    for (const std::string& k : task->fusion.data) d[k] = config.value(k, json());
+  return canonical_json(d);
+}
+
+int fuse_size(const Grid& grid, int flag) {
+  if (flag > 0) return flag;
+  if (grid.resources.fuse > 0) return grid.resources.fuse;
+  int k = 1;
+  for (const TaskDef* t : task_registry())
+    for (const Cell& c : grid.cells)
+      if (c.config.value("task", std::string()) == t->name) {
+        k = std::max(k, t->fusion.default_size);
+        break;
+      }
+  return k;
+}
+
+FusionPlan plan_fusion(const Grid& grid) {
+  FusionPlan p;
+  std::map<std::string, size_t> rows;
+  for (size_t i = 0; i < grid.cells.size(); ++i) {
+    const json& c = grid.cells[i].config;
+    p.key.push_back(fusion_key(c));
+    p.data_key.push_back(fusion_data_key(c));
+    if (p.key.back().empty()) {
+      p.key_index_.push_back(kNone);
+      continue;
+    }
+    auto [it, fresh] = rows.emplace(p.key.back(), p.members_.size());
+    if (fresh) p.members_.emplace_back();
+    p.members_[it->second].push_back(i);
+    p.key_index_.push_back(it->second);
+  }
+  p.groups_of_key = p.members_.size();
+  return p;
+}
+
+std::vector<size_t> FusionPlan::alike(size_t i) const {
+  return key_index_[i] == kNone ? std::vector<size_t>{} : members_[key_index_[i]];
+}
+
+std::vector<size_t> pick_companions(const FusionPlan& plan, size_t lead, const std::vector<size_t>& candidates, int k) {
+  std::vector<size_t> out;
+  for (const bool same_data : {true, false})
+    for (size_t c : candidates) {
+      if (static_cast<int>(out.size()) >= k - 1) return out;
+      if (c != lead && (plan.data_key[c] == plan.data_key[lead]) == same_data) out.push_back(c);
+    }
+  return out;
+}
+
+std::vector<std::vector<size_t>> static_groups(const FusionPlan& plan, int k) {
+  std::vector<std::vector<size_t>> groups;
+  std::vector<bool> placed(plan.key.size(), false);
+  for (size_t i = 0; i < plan.key.size(); ++i) {
+    if (placed[i]) continue;
+    std::vector<size_t> candidates;
+    for (size_t j : plan.alike(i))
+      if (!placed[j] && j != i) candidates.push_back(j);
+    std::vector<size_t> g{i};
+    if (k > 1)
+      for (size_t j : pick_companions(plan, i, candidates, k)) g.push_back(j);
+    for (size_t j : g) placed[j] = true;
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+}  // namespace attnsweep

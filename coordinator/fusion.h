@@ -1,0 +1,53 @@
+// Which cells of a grid may be trained as one (a group: one child process, worker/
+// cell_group.h), and how a group is picked when a slot frees up. Pure: unit-tested alone.
+//
+// Cells are alike when their task fuses (experiments/registry.h TaskFusion) and their
+// effective configs agree on every key but the task's may_differ: they then have one
+// fusion key. The scheduler still hands out cells (coordinator/scheduler.h): when it picks
+// one, the coordinator adds up to K - 1 pending, ready cells of the same key, those that
+// draw the same data (the task's fusion.data keys) first, then in grid order.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "coordinator/grid.h"
+
+namespace attnsweep {
+
+// The fusion key of a cell's effective config: "" when its task does not fuse.
+std::string fusion_key(const json& config);
+// Cells with equal fusion keys and equal data keys share every batch in a group.
+std::string fusion_data_key(const json& config);
+
+// K, the most cells of a group: `flag` (run --fuse, 0: not given), else the grid's
+// resources.fuse, else the largest default of its tasks' (1 when none fuses).
+int fuse_size(const Grid& grid, int flag);
+
+// The fusion plan of a grid: each cell's key and data key, and the cells of each key.
+struct FusionPlan {
+  std::vector<std::string> key, data_key;  // per cell
+  // The cells alike to cell i (its key's cells, in grid order, i among them); empty when
+  // its key is "".
+  std::vector<size_t> alike(size_t i) const;
+  size_t groups_of_key = 0;  // distinct non-empty keys
+
+ private:
+  friend FusionPlan plan_fusion(const Grid& grid);
+  std::vector<std::vector<size_t>> members_;  // per distinct key
+  std::vector<size_t> key_index_;             // per cell: its key's members_ row, or npos
+};
+FusionPlan plan_fusion(const Grid& grid);
+
+// The companions of `lead` for a group of at most k cells: from `candidates` (cells alike
+// to lead that may run now, lead not among them), those with lead's data key first, each
+// part in the order given; at most k - 1.
+std::vector<size_t> pick_companions(const FusionPlan& plan, size_t lead, const std::vector<size_t>& candidates, int k);
+
+// The groups `plan` would form if every cell were pending and nothing else ran: the cells
+// of each key in grid order, cut into groups of at most k with each data key's cells
+// together (plan's listing; the order of a run differs, the kind of group not).
+std::vector<std::vector<size_t>> static_groups(const FusionPlan& plan, int k);
+
+}  // namespace attnsweep

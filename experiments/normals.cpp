@@ -1,0 +1,278 @@
+#include "experiments/normals.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <stdexcept>
+
+#include "experiments/philox.h"
+
+// The same bits on every path and machine: the math below uses only +, -, *, / and sqrt,
+// each rounded once (IEEE round to nearest), and bit operations, in the same order on
+// both paths. What could break that is the compiler fusing a * b + c into one FMA, which
+// rounds once instead of twice: GCC does so by default in GNU mode (-std=gnu++20, as the
+// project builds) wherever FMA exists (-march=native, or another architecture's baseline).
+// Hence fp-contract=off for every function below. The AVX2 path targets "avx2" without
+// "fma" for the same reason, and fast-math or x87 excess precision would break it too.
+#pragma GCC optimize("fp-contract=off")
+#ifdef __FAST_MATH__
+#error "experiments/normals.cpp must not be compiled with -ffast-math: its results must not depend on the compiler"
+#endif
+static_assert(__FLT_EVAL_METHOD__ == 0, "float arithmetic must round to float after every operation");
+// Speed only (instruction order, not results): a block of normals is a chain of ~130
+// cycles (10 Philox rounds, then ln, sqrt) over ~450 instructions, longer than the CPU's
+// out-of-order window sees, so normals_chunk hands over several independent groups at
+// once, and GCC's scheduler before register allocation (off by default on x86) interleaves
+// them: 1.3x on the AVX2 path and 1.5x on SSE2 here.
+#pragma GCC optimize("schedule-insns", "sched-pressure")
+
+// Vector parameters go by reference, see philox.h. And every function that takes or returns
+// a vector is always_inline, none from the library (std::bit_cast: reinterpret_cast, which
+// GCC defines between vectors of one size): an out-of-line one compiled without AVX, called
+// from the AVX2 path, would pass 32-byte vectors by another convention (a crash at -O0).
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace attnsweep {
+namespace {
+
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef float f32x8 __attribute__((vector_size(32)));
+
+// One path's vector types: W Philox counters (blocks) per vector.
+template <class U_, class I_, class F_>
+struct Lanes {
+  using U = U_;
+  using I = I_;
+  using F = F_;
+  static constexpr int kW = sizeof(U) / sizeof(uint32_t);
+};
+using Sse2 = Lanes<u32x4, i32x4, f32x4>;
+using Avx2 = Lanes<u32x8, i32x8, f32x8>;
+
+// Correctly rounded square roots (the builtin for the reason given in philox.h).
+[[gnu::always_inline]] inline f32x4 vsqrt(const f32x4& x) {
+  return _mm_sqrt_ps(x);
+}
+#if !defined(__clang__)
+[[gnu::always_inline]] inline f32x8 vsqrt(const f32x8& x) {
+  return __builtin_ia32_sqrtps256(x);
+}
+#endif
+
+// c[0] + c[1] x + ... + c[N-1] x^(N-1). Horner's scheme, the more accurate where the first
+// terms dominate, but a dependency chain of 2 N operations:
+template <class F, size_t N>
+[[gnu::always_inline]] inline F horner(const std::array<float, N>& c, const F& x) {
+  F p = F{} + c[N - 1];
+  for (size_t i = N - 1; i-- > 0;) p = p * x + c[i];
+  return p;
+}
+// and Estrin's: neighbours paired with x, the pairs with x^2, and so on, a chain of
+// 2 log2 N (see the scheduling note above), for the long polynomial of ln.
+template <class F, size_t N>
+[[gnu::always_inline]] inline F estrin(const std::array<float, N>& c, const F& x) {
+  std::array<F, N> t;
+  for (size_t i = 0; i < N; ++i) t[i] = F{} + c[i];
+  F power = x;
+  for (size_t m = N; m > 1; m = (m + 1) / 2) {
+    for (size_t i = 0; i < m / 2; ++i) t[i] = t[2 * i] + power * t[2 * i + 1];
+    if (m % 2 == 1) t[m / 2] = t[m - 1];
+    power = power * power;
+  }
+  return t[0];
+}
+
+// Polynomials fitted for least maximum relative error (Lawson's algorithm in float64),
+// then rounded to float; the errors of the float32 evaluation, over every input the
+// generator can produce, are measured in tests/unit/test_normals.cpp.
+// ln(1 + f) = f - f^2/2 + f^3 P(f) on [sqrt(1/2) - 1, sqrt(2) - 1].
+constexpr std::array<float, 9> kLogP = {0.333333135f,  -0.250000089f, 0.200021192f,  -0.166679963f, 0.142195523f,
+                                        -0.124055885f, 0.11888162f,   -0.116756521f, 0.0674664155f};
+// sin(2 pi t) = t S(t^2) and cos(2 pi t) = 1 + t^2 C(t^2) on [-1/8, 1/8].
+constexpr std::array<float, 4> kSinS = {6.28318548f, -41.3416634f, 81.5923538f, -75.3935852f};
+constexpr std::array<float, 4> kCosC = {-19.7392082f, 64.9393234f, -85.4432373f, 59.2292442f};
+// ln 2 = kLn2Hi + kLn2Lo, kLn2Hi with 9 significant bits so that k kLn2Hi is exact for the
+// exponents k here (|k| <= 24): Cephes' split.
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+
+// ln x for x in [2^-24, 1]: x = 2^k (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)), so that
+// ln(1 + f) needs no cancellation, then ln x = k ln 2 + ln(1 + f).
+template <class L>
+[[gnu::always_inline]] inline typename L::F log_unit(const typename L::F& x) {
+  using U = typename L::U;
+  using F = typename L::F;
+  // Adding 1 - sqrt(1/2) to the bit pattern makes the exponent field step at sqrt(1/2)
+  // instead of at 1; the mantissa plus sqrt(1/2) is then 1 + f.
+  constexpr uint32_t kOne = 0x3f800000u, kSqrtHalf = 0x3f3504f3u;
+  const U bits = reinterpret_cast<U>(x) + (kOne - kSqrtHalf);
+  const F k = __builtin_convertvector(reinterpret_cast<typename L::I>(bits >> 23) - 127, F);
+  const F f = reinterpret_cast<F>((bits & 0x007fffffu) + kSqrtHalf) - 1.0f;  // exact (Sterbenz)
+  const F z = f * f;
+  F y = f * z * estrin(kLogP, f);
+  y = y + k * kLn2Lo;
+  y = y - 0.5f * z;
+  return (f + y) + k * kLn2Hi;
+}
+
+// sin and cos of 2 pi k 2^-24 for integers k in [0, 2^24). The quadrant q = round(4 k 2^-24)
+// and the rest t = k 2^-24 - q / 4 in [-1/8, 1/8] come from integer arithmetic, exactly,
+// so no multiple of pi is ever rounded; then q quarter turns: sin and cos swap for odd q,
+// and change sign by their sign bits.
+template <class L>
+[[gnu::always_inline]] inline void sincos_2pi(const typename L::U& k, typename L::F& sin_out, typename L::F& cos_out) {
+  using U = typename L::U;
+  using F = typename L::F;
+  const U q = (k + (1u << 21)) >> 22;
+  const F t = __builtin_convertvector(reinterpret_cast<typename L::I>(k - (q << 22)), F) * 0x1p-24f;
+  const F z = t * t;
+  const U s = reinterpret_cast<U>(t * horner(kSinS, z)), c = reinterpret_cast<U>(1.0f + z * horner(kCosC, z));
+  const U odd = -(q & 1u);  // all ones for odd q
+  sin_out = reinterpret_cast<F>(((s & ~odd) | (c & odd)) ^ ((q & 2u) << 30));
+  cos_out = reinterpret_cast<F>(((c & ~odd) | (s & odd)) ^ (((q + 1u) & 2u) << 30));
+}
+
+// Box-Muller's uniforms come from the top 24 bits of a Philox word: u1 = (top24 + 1) 2^-24
+// in (0, 1], never 0 (exact in float), and u2 = top24 2^-24 in [0, 1), used as the integer.
+template <class U>
+[[gnu::always_inline]] inline U top24(const U& w) {
+  return w >> 8;
+}
+template <class L>
+[[gnu::always_inline]] inline typename L::F unit_open_below(const typename L::U& w) {
+  return __builtin_convertvector(reinterpret_cast<typename L::I>(top24(w) + 1u), typename L::F) * 0x1p-24f;
+}
+
+// Output order out[4 b + j] from vectors holding j = 0..3 (r0 cos, r0 sin, r1 cos, r1 sin)
+// of W blocks: a 4 x 4 transpose in each 128-bit half (two rounds of unpacks).
+[[gnu::always_inline]] inline void store_blocks(const std::array<f32x4, 4>& v, float* out) {
+  const f32x4 p0 = __builtin_shufflevector(v[0], v[1], 0, 4, 1, 5),
+              p1 = __builtin_shufflevector(v[0], v[1], 2, 6, 3, 7);
+  const f32x4 q0 = __builtin_shufflevector(v[2], v[3], 0, 4, 1, 5),
+              q1 = __builtin_shufflevector(v[2], v[3], 2, 6, 3, 7);
+  const std::array<f32x4, 4> o = {
+      __builtin_shufflevector(p0, q0, 0, 1, 4, 5), __builtin_shufflevector(p0, q0, 2, 3, 6, 7),
+      __builtin_shufflevector(p1, q1, 0, 1, 4, 5), __builtin_shufflevector(p1, q1, 2, 3, 6, 7)};
+  std::memcpy(out, o.data(), sizeof o);
+}
+[[gnu::always_inline]] inline void store_blocks(const std::array<f32x8, 4>& v, float* out) {
+  const f32x8 p0 = __builtin_shufflevector(v[0], v[1], 0, 8, 1, 9, 4, 12, 5, 13);
+  const f32x8 p1 = __builtin_shufflevector(v[0], v[1], 2, 10, 3, 11, 6, 14, 7, 15);
+  const f32x8 q0 = __builtin_shufflevector(v[2], v[3], 0, 8, 1, 9, 4, 12, 5, 13);
+  const f32x8 q1 = __builtin_shufflevector(v[2], v[3], 2, 10, 3, 11, 6, 14, 7, 15);
+  const std::array<f32x8, 4> o = {__builtin_shufflevector(p0, q0, 0, 1, 8, 9, 4, 5, 12, 13),
+                                  __builtin_shufflevector(p0, q0, 2, 3, 10, 11, 6, 7, 14, 15),
+                                  __builtin_shufflevector(p1, q1, 0, 1, 8, 9, 4, 5, 12, 13),
+                                  __builtin_shufflevector(p1, q1, 2, 3, 10, 11, 6, 7, 14, 15)};
+  std::memcpy(out, o.data(), sizeof o);
+}
+
+// The 4 W normals of W blocks from their Philox words into out: Box-Muller on the pairs
+// (w0, w1) and (w2, w3).
+template <class L>
+[[gnu::always_inline]] inline void box_muller(const std::array<typename L::U, 4>& w, float* out) {
+  using F = typename L::F;
+  std::array<F, 4> v;
+  for (int pair = 0; pair < 2; ++pair) {
+    const F r = vsqrt(-2.0f * log_unit<L>(unit_open_below<L>(w[2 * pair])));
+    F s, c;
+    sincos_2pi<L>(top24(w[2 * pair + 1]), s, c);
+    v[2 * pair] = r * c;
+    v[2 * pair + 1] = r * s;
+  }
+  store_blocks(v, out);
+}
+
+// The normals of blocks b0 .. b0 + kGroups W - 1 (b0 a multiple of W) into out, all the
+// Philox first, then all the math (see the scheduling note above). Lane l of group g holds
+// block b0 + g W + (l mod 4) W/4 + l / 4, for W = 8 the blocks 0 2 4 6 | 1 3 5 7: so that
+// the transpose of store_blocks, which stays within 128-bit halves, leaves them in order.
+constexpr int kGroups = 4;
+template <class L>
+[[gnu::always_inline]] inline void normals_chunk(std::array<uint32_t, 2> key, uint64_t stream, uint64_t b0,
+                                                 float* out) {
+  using U = typename L::U;
+  U lane;
+  for (int l = 0; l < L::kW; ++l) lane[l] = static_cast<uint32_t>(l % 4 * (L::kW / 4) + l / 4);
+  std::array<std::array<U, 4>, kGroups> words;
+#pragma GCC unroll 4
+  for (int g = 0; g < kGroups; ++g) {
+    const uint64_t b = b0 + static_cast<uint64_t>(g * L::kW);  // its low word plus the lane does not carry
+    words[g] =
+        philox4x32_10(std::array<U, 4>{static_cast<uint32_t>(b) + lane, U{} + static_cast<uint32_t>(b >> 32),
+                                       U{} + static_cast<uint32_t>(stream), U{} + static_cast<uint32_t>(stream >> 32)},
+                      key);
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < kGroups; ++g) box_muller<L>(words[g], out + 4 * L::kW * g);
+}
+
+template <class L>
+[[gnu::always_inline]] inline void fill(uint64_t key, uint64_t stream, float* out, int64_t n) {
+  constexpr int64_t kChunk = 4 * L::kW * kGroups;  // outputs per chunk
+  const std::array<uint32_t, 2> k = {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)};
+  int64_t i = 0;
+  for (; i + kChunk <= n; i += kChunk) normals_chunk<L>(k, stream, static_cast<uint64_t>(i / 4), out + i);
+  if (i < n) {  // the tail: a whole chunk, of which the first n - i go out
+    float tail[kChunk];
+    normals_chunk<L>(k, stream, static_cast<uint64_t>(i / 4), tail);
+    std::memcpy(out + i, tail, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+
+void fill_sse2(uint64_t key, uint64_t stream, float* out, int64_t n) {
+  fill<Sse2>(key, stream, out, n);
+}
+#if defined(__clang__)
+// The AVX2 builtins are GCC's: under clang (the fuzz build) the SSE2 path, the same bits.
+constexpr bool kHaveAvx2Path = false;
+void fill_avx2(uint64_t key, uint64_t stream, float* out, int64_t n) {
+  fill<Sse2>(key, stream, out, n);
+}
+#else
+constexpr bool kHaveAvx2Path = true;
+__attribute__((target("avx2"))) void fill_avx2(uint64_t key, uint64_t stream, float* out, int64_t n) {
+  fill<Avx2>(key, stream, out, n);
+}
+#endif
+
+}  // namespace
+
+bool normals_path_supported(NormalsPath path) {
+  return path == NormalsPath::kSse2 || (kHaveAvx2Path && __builtin_cpu_supports("avx2"));
+}
+
+void philox_normals_path(NormalsPath path, uint64_t key, uint64_t stream, float* out, int64_t n) {
+  if (!normals_path_supported(path)) throw std::runtime_error("philox_normals: this CPU has no AVX2");
+  (path == NormalsPath::kAvx2 ? fill_avx2 : fill_sse2)(key, stream, out, n);
+}
+
+void philox_normals(uint64_t key, uint64_t stream, float* out, int64_t n) {
+  static const auto fill_best = normals_path_supported(NormalsPath::kAvx2) ? fill_avx2 : fill_sse2;
+  fill_best(key, stream, out, n);
+}
+
+void normals_log(const float* u, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; i += 4) {
+    const size_t bytes = static_cast<size_t>(std::min<int64_t>(4, n - i)) * sizeof(float);
+    f32x4 x = f32x4{} + 1.0f;
+    std::memcpy(&x, u + i, bytes);
+    const f32x4 y = log_unit<Sse2>(x);
+    std::memcpy(out + i, &y, bytes);
+  }
+}
+
+void normals_sincos_2pi(const uint32_t* k, float* sin_out, float* cos_out, int64_t n) {
+  for (int64_t i = 0; i < n; i += 4) {
+    const size_t bytes = static_cast<size_t>(std::min<int64_t>(4, n - i)) * sizeof(float);
+    u32x4 x{};
+    std::memcpy(&x, k + i, bytes);
+    f32x4 s, c;
+    sincos_2pi<Sse2>(x, s, c);
+    std::memcpy(sin_out + i, &s, bytes);
+    std::memcpy(cos_out + i, &c, bytes);
+  }
+}
+
+}  // namespace attnsweep

@@ -1,0 +1,311 @@
+// The read-out in its own algebra (kernels/readout.h): per block of prompts, each prompt
+// turned feature-major once (C rows of L keys, in L1), then every cell of the call runs its
+// forward (and backward) on it as a few passes over those rows.
+#include "kernels/readout.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/vec.h"
+
+namespace attnsweep {
+
+namespace {
+
+// ATTNSWEEP_CPU_READOUT_ALGEBRA=0 in the environment: the generic path from the start.
+bool algebra_default() {
+  const char* v = std::getenv("ATTNSWEEP_CPU_READOUT_ALGEBRA");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+std::atomic<bool> g_algebra{algebra_default()};
+
+// clang does not clone function templates (the fuzz build): the default path only.
+#if defined(__clang__)
+#define READOUT_CLONES
+#else
+#define READOUT_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
+// Prompts per block: the unit of the sums' order, a constant, so a cell's values depend on
+// neither the thread count nor the other cells of the call.
+constexpr int64_t kBlockPrompts = 4;
+// Key rows are padded to a multiple of this (zeros), so every row pass runs whole vectors.
+constexpr int64_t kPad = 16;
+
+struct FastExp {
+  float operator()(float x) const { return cpu::fast_expf(x); }
+};
+
+// fast_expf (kernels/cpu/vec.h: the same reduction, polynomial and clamping) on 8 lanes
+// in GCC's vector types, which GCC does not make of fast_expf's loop by itself here; AVX2
+// in the avx2 clone, two SSE halves in the default one.
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+// p[n] = exp(s[n] - mx) for n < P (a multiple of 8). No vector crosses a call (GCC's
+// -Wpsabi: the AVX and the default clone would pass them differently).
+[[gnu::always_inline]] inline void exp_rows(const float* s, float mx, float* p, int64_t P) {
+  const f32x8 lo = f32x8{} - 87.33f, hi = f32x8{} + 88.37f, shifter = f32x8{} + 12582912.0f;
+  for (int64_t n = 0; n < P; n += 8) {
+    f32x8 x;
+    std::memcpy(&x, s + n, sizeof x);
+    x -= mx;
+    const f32x8 xc = x < lo ? lo : (x > hi ? hi : x);
+    const f32x8 kf = (xc * 1.44269504088896341f + shifter) - shifter;
+    const f32x8 r = (xc - kf * 0.693145751953125f) - kf * 1.428606765330187045e-06f;
+    f32x8 q = f32x8{} + 1.0f / 720.0f;
+    q = q * r + 1.0f / 120.0f;
+    q = q * r + 1.0f / 24.0f;
+    q = q * r + 1.0f / 6.0f;
+    q = q * r + 0.5f;
+    q = q * r + 1.0f;
+    q = q * r + 1.0f;
+    const i32x8 bits = (__builtin_convertvector(kf, i32x8) + 127) << 23;
+    const f32x8 e = x < lo ? f32x8{} : q * reinterpret_cast<f32x8>(bits);
+    std::memcpy(p + n, &e, sizeof e);
+  }
+}
+
+// One prompt, feature-major: row j of xs holds coordinate j of the L keys, then zeros up
+// to P; z is the query.
+struct Prompt {
+  const float* xs;
+  const float* z;
+  int64_t L, P;
+};
+
+// Per-thread rows of one cell's pass over a prompt.
+struct Rows {
+  float *s, *p, *dp;
+};
+
+// What one cell's pass over one prompt adds to its block's sums.
+struct PromptSums {
+  double* grad;  // (3C, C) float64, added to (train only)
+  double loss = 0;
+};
+
+// out[n] = sum_j u[j] xs[j][n], n < P.
+inline void combine_rows(const float* xs, int64_t C, int64_t P, const float* u, float* out) {
+  const float u0 = u[0];
+#pragma omp simd
+  for (int64_t n = 0; n < P; ++n) out[n] = u0 * xs[n];
+  for (int64_t j = 1; j < C; ++j) {
+    const float uj = u[j];
+    const float* r = xs + j * P;
+#pragma omp simd
+    for (int64_t n = 0; n < P; ++n) out[n] += uj * r[n];
+  }
+}
+
+// out[j] = sum_n w[n] xs[j][n].
+inline void project_rows(const float* xs, int64_t C, int64_t P, const float* w, float* out) {
+  for (int64_t j = 0; j < C; ++j) {
+    const float* r = xs + j * P;
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t n = 0; n < P; ++n) acc += w[n] * r[n];
+    out[j] = acc;
+  }
+}
+
+// One cell, one prompt: pred, the loss term, the norms of every head (norms) and the
+// gradient terms (train). A template over the activation so that the row loops vectorise;
+// one clone per instruction set.
+template <Activation A, int32_t Deg>
+READOUT_CLONES void cell_prompt(const ReadoutShape& sh, const ReadoutCell& cell, const PhiParams& pp, const Prompt& pr,
+                                float y, bool train, bool norms, int64_t b, const Rows& rows, PromptSums& sums) {
+  const int64_t C = sh.C, H = sh.H, hd = C / H, L = pr.L, P = pr.P;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const float* W = cell.qkv_w;
+  float* s = rows.s;
+  float* p = rows.p;
+  float* dp = rows.dp;
+  constexpr int kMaxC = 65;  // d <= 64 (experiments/icl_regression.cpp)
+  float q[kMaxC], u[kMaxC], m[kMaxC], dm[kMaxC], du[kMaxC];
+  for (int64_t h = (norms ? 0 : H - 1); h < H; ++h) {
+    const bool last = h == H - 1;
+    const float* Qh = W + h * hd * C;
+    const float* Kh = W + (C + h * hd) * C;
+    for (int64_t i = 0; i < hd; ++i) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < C; ++j) acc += Qh[i * C + j] * pr.z[j];
+      q[i] = acc;
+    }
+    for (int64_t j = 0; j < C; ++j) u[j] = 0.0f;
+    for (int64_t i = 0; i < hd; ++i) {
+      const float qi = q[i] * scale;
+      for (int64_t j = 0; j < C; ++j) u[j] += Kh[i * C + j] * qi;
+    }
+    combine_rows(pr.xs, C, P, u, s);
+    RowNormSq nrm;
+    if constexpr (A == Activation::softmax) {
+      float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+      for (int64_t n = 0; n < L; ++n) mx = std::max(mx, s[n]);
+      exp_rows(s, mx, p, P);
+      for (int64_t n = L; n < P; ++n) p[n] = 0.0f;
+      // Z (and the norms' sums) in float64, in a loop of their own: it vectorises apart
+      // from the exp's float32 one.
+      double z = 0.0;
+#pragma omp simd reduction(+ : z)
+      for (int64_t n = 0; n < L; ++n) z += static_cast<double>(p[n]);
+      if (norms) {
+        double a2 = 0.0, a3 = 0.0;
+#pragma omp simd reduction(+ : a2, a3)
+        for (int64_t n = 0; n < L; ++n) {
+          const double e = p[n];
+          a2 += e * e;
+          a3 += e * e * e;
+        }
+        nrm = softmax_row_norms_from_sums(z, a2, a3);
+      }
+      const float inv = static_cast<float>(1.0 / z);
+#pragma omp simd
+      for (int64_t n = 0; n < L; ++n) p[n] *= inv;
+    } else {
+#pragma omp simd
+      for (int64_t n = 0; n < L; ++n) p[n] = phi_fixed<A, Deg>(pp, s[n], FastExp{});
+      if (norms) {
+        double sa = 0.0, sj = 0.0;
+#pragma omp simd reduction(+ : sa, sj)
+        for (int64_t n = 0; n < L; ++n) {
+          const double v = p[n], g = dphi_fixed<A, Deg>(pp, s[n], FastExp{});
+          sa += v * v;
+          sj += g * g;
+        }
+        nrm.attn = sa;
+        nrm.jac = sj;
+      }
+    }
+    for (int64_t n = L; n < P; ++n) p[n] = 0.0f;
+    if (norms) {
+      cell.attn_fro[b * H + h] = std::sqrt(nrm.attn);
+      cell.jac_fro[b * H + h] = std::sqrt(nrm.jac);
+    }
+    if (!last) continue;
+
+    // The prediction: V's row C - 1 (head H - 1's last coordinate) times m.
+    project_rows(pr.xs, C, P, p, m);
+    const float* v_last = W + (3 * C - 1) * C;
+    float pred = 0.0f;
+    for (int64_t j = 0; j < C; ++j) pred += v_last[j] * m[j];
+    if (cell.pred) cell.pred[b] = pred;
+    const double err = static_cast<double>(pred) - y;
+    sums.loss += err * err;
+    if (!train) continue;
+
+    // mse_backward's dpred (kernels/ops.h): 2 / B * (pred - y) in float32.
+    const float dpred = (2.0f / static_cast<float>(sh.B)) * (pred - y);
+    double* g = sums.grad;
+    for (int64_t j = 0; j < C; ++j) {
+      g[(3 * C - 1) * C + j] += static_cast<double>(dpred * m[j]);
+      dm[j] = dpred * v_last[j];
+    }
+    combine_rows(pr.xs, C, P, dm, dp);
+    if constexpr (A == Activation::softmax) {
+      float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+      for (int64_t n = 0; n < P; ++n) D += p[n] * dp[n];
+#pragma omp simd
+      for (int64_t n = 0; n < P; ++n) dp[n] = p[n] * (dp[n] - D);
+    } else {
+#pragma omp simd
+      for (int64_t n = 0; n < L; ++n) dp[n] *= dphi_fixed<A, Deg>(pp, s[n], FastExp{});
+      for (int64_t n = L; n < P; ++n) dp[n] = 0.0f;
+    }
+    project_rows(pr.xs, C, P, dp, du);
+    for (int64_t i = 0; i < hd; ++i) {
+      const float qi = q[i] * scale;
+      float dq = 0.0f;
+      for (int64_t j = 0; j < C; ++j) {
+        g[(C + h * hd + i) * C + j] += static_cast<double>(qi * du[j]);
+        dq += Kh[i * C + j] * du[j];
+      }
+      dq *= scale;
+      for (int64_t j = 0; j < C; ++j) g[(h * hd + i) * C + j] += static_cast<double>(dq * pr.z[j]);
+    }
+  }
+}
+
+void run(const ReadoutShape& sh, const float* x, const float* y, std::span<ReadoutCell> cells, bool norms, bool train) {
+  const int64_t B = sh.B, N = sh.N, C = sh.C, L = N - 1, P = (L + kPad - 1) / kPad * kPad;
+  const int64_t K = static_cast<int64_t>(cells.size()), G = 3 * C * C;
+  if (C < 1 || C > 65 || sh.H < 1 || C % sh.H != 0 || N < 2 || B < 0)
+    throw std::runtime_error("readout: shape B " + std::to_string(B) + " N " + std::to_string(N) + " C " +
+                             std::to_string(C) + " H " + std::to_string(sh.H) +
+                             " (expected N >= 2, 1 <= C <= 65, H dividing C)");
+  const int64_t nblk = (B + kBlockPrompts - 1) / kBlockPrompts;
+  // Per block and cell: the loss sum, then (train) the gradient, float64.
+  const int64_t stride = 1 + (train ? G : 0);
+  std::vector<double> part(static_cast<size_t>(nblk * K * stride), 0.0);
+  std::vector<PhiParams> pp(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) pp[static_cast<size_t>(k)] = resolve_phi(cells[static_cast<size_t>(k)].act, L);
+
+#pragma omp parallel for schedule(static) if (B * N * K > 4096)
+  for (int64_t blk = 0; blk < nblk; ++blk) {
+    thread_local AlignedScratch scratch;
+    float* buf = scratch.get(static_cast<size_t>((C + 3) * P));
+    const Rows rows{buf + C * P, buf + (C + 1) * P, buf + (C + 2) * P};
+    for (int64_t b = blk * kBlockPrompts; b < std::min(B, (blk + 1) * kBlockPrompts); ++b) {
+      const float* xb = x + b * N * C;
+      for (int64_t n = 0; n < L; ++n)
+        for (int64_t j = 0; j < C; ++j) buf[j * P + n] = xb[n * C + j];
+      for (int64_t j = 0; j < C; ++j)
+        for (int64_t n = L; n < P; ++n) buf[j * P + n] = 0.0f;
+      const Prompt pr{buf, xb + L * C, L, P};
+      for (int64_t k = 0; k < K; ++k) {
+        const ReadoutCell& cell = cells[static_cast<size_t>(k)];
+        double* mine = part.data() + (blk * K + k) * stride;
+        PromptSums sums{train ? mine + 1 : nullptr};
+        dispatch_activation(cell.act, [&](auto tag, auto deg) {
+          cell_prompt<decltype(tag)::value, decltype(deg)::value>(sh, cell, pp[static_cast<size_t>(k)], pr, y[b], train,
+                                                                  norms, b, rows, sums);
+        });
+        mine[0] += sums.loss;
+      }
+    }
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    ReadoutCell& cell = cells[static_cast<size_t>(k)];
+    double loss = 0.0;
+    std::vector<double> g(static_cast<size_t>(train ? G : 0), 0.0);
+    for (int64_t blk = 0; blk < nblk; ++blk) {
+      const double* mine = part.data() + (blk * K + k) * stride;
+      loss += mine[0];
+      for (int64_t i = 0; i < (train ? G : 0); ++i) g[static_cast<size_t>(i)] += mine[1 + i];
+    }
+    cell.loss = B > 0 ? loss / static_cast<double>(B) : 0.0;
+    if (train)
+      for (int64_t i = 0; i < G; ++i) cell.grad[i] = static_cast<float>(g[static_cast<size_t>(i)]);
+  }
+}
+
+}  // namespace
+
+void readout_forward_cpu(const ReadoutShape& shape, const float* x, const float* y, std::span<ReadoutCell> cells,
+                         bool norms) {
+  run(shape, x, y, cells, norms, false);
+}
+
+void readout_train_cpu(const ReadoutShape& shape, const float* x, const float* y, std::span<ReadoutCell> cells,
+                       bool norms) {
+  run(shape, x, y, cells, norms, true);
+}
+
+bool readout_algebra_cpu_enabled() {
+  return g_algebra.load();
+}
+
+void set_readout_algebra_cpu(bool on) {
+  g_algebra.store(on);
+}
+
+}  // namespace attnsweep

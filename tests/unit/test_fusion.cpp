@@ -1,0 +1,88 @@
+// coordinator/fusion.h: which cells are alike (one fusion key), which share data, and how
+// a group is picked; coordinator/scheduler.h claim.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "coordinator/fusion.h"
+#include "coordinator/grid.h"
+#include "coordinator/scheduler.h"
+
+namespace attnsweep {
+namespace {
+
+Grid paired_grid() {
+  return parse_grid(R"({"name": "g", "axes": {"task": ["icl_regression"], "activation": ["softmax", "poly"],
+    "prompt_length": [10, 40], "init_seed": [0, 1], "seed": [0, 1]}, "fixed": {"degree": 1, "scale": "inv_n"}})",
+                    "g.json");
+}
+
+TEST(Fusion, AlikeCellsDifferOnlyInTheTasksFusableKeys) {
+  const Grid g = paired_grid();
+  ASSERT_EQ(g.cells.size(), 16u);
+  const FusionPlan p = plan_fusion(g);
+  EXPECT_EQ(p.groups_of_key, 2u);  // one key per prompt length
+  for (size_t i = 0; i < g.cells.size(); ++i) {
+    ASSERT_FALSE(p.key[i].empty());
+    for (size_t j : p.alike(i)) EXPECT_EQ(g.cells[j].config["prompt_length"], g.cells[i].config["prompt_length"]);
+    EXPECT_EQ(p.alike(i).size(), 8u);
+    // same data key <=> same data seed
+    for (size_t j = 0; j < g.cells.size(); ++j)
+      EXPECT_EQ(p.data_key[i] == p.data_key[j], g.cells[i].config["seed"] == g.cells[j].config["seed"]);
+  }
+  // A task that does not fuse: no key.
+  const Grid probe = parse_grid(R"({"name": "p", "axes": {"task": ["norm_probe"], "prompt_length": [8, 16]}})", "p");
+  const FusionPlan q = plan_fusion(probe);
+  EXPECT_TRUE(q.key[0].empty());
+  EXPECT_TRUE(q.alike(0).empty());
+  EXPECT_EQ(fuse_size(probe, 0), 1);
+  EXPECT_EQ(fuse_size(g, 0), 16);  // icl_regression's default
+  EXPECT_EQ(fuse_size(g, 3), 3);   // the flag
+}
+
+TEST(Fusion, CompanionsOfTheSameDataFirstAtMostKMinusOne) {
+  const Grid g = paired_grid();
+  const FusionPlan p = plan_fusion(g);
+  const size_t lead = 0;
+  std::vector<size_t> cand;
+  for (size_t j : p.alike(lead))
+    if (j != lead) cand.push_back(j);
+  const std::vector<size_t> four = pick_companions(p, lead, cand, 4);
+  ASSERT_EQ(four.size(), 3u);
+  for (size_t j : four) EXPECT_EQ(p.data_key[j], p.data_key[lead]) << j;  // 3 of the same seed exist
+  const std::vector<size_t> all = pick_companions(p, lead, cand, 16);
+  EXPECT_EQ(all.size(), 7u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(p.data_key[all[k]], p.data_key[lead]);
+  for (size_t k = 3; k < 7; ++k) EXPECT_NE(p.data_key[all[k]], p.data_key[lead]);
+  EXPECT_TRUE(pick_companions(p, lead, cand, 1).empty());
+  // Static groups cover every cell once, one prompt length each.
+  std::set<size_t> seen;
+  for (const auto& grp : static_groups(p, 4)) {
+    EXPECT_LE(grp.size(), 4u);
+    for (size_t i : grp) {
+      EXPECT_TRUE(seen.insert(i).second);
+      EXPECT_EQ(p.key[i], p.key[grp[0]]);
+    }
+  }
+  EXPECT_EQ(seen.size(), g.cells.size());
+}
+
+TEST(Fusion, ClaimTakesAPendingReadyCellOnce) {
+  Scheduler s({1, 1, 1}, SchedulerConfig{}, {});
+  const auto first = s.next(0);
+  ASSERT_TRUE(first);
+  const size_t other = *first == 0 ? 1 : 0;
+  EXPECT_FALSE(s.claim(*first, 0)) << "running already";
+  EXPECT_TRUE(s.claim(other, 0));
+  EXPECT_EQ(s.attempts(other), 1);
+  EXPECT_EQ(s.state(other), CellStatus::running);
+  EXPECT_FALSE(s.claim(other, 0));
+  s.on_result(other, CellStatus::failed, 0, "x");  // backs off 2 s
+  EXPECT_FALSE(s.claim(other, 1.0));
+  EXPECT_TRUE(s.claim(other, 10.0));
+  EXPECT_EQ(s.attempts(other), 2);
+}
+
+}  // namespace
+}  // namespace attnsweep

@@ -1,0 +1,267 @@
+// kernels/readout.h: the read-out in its own algebra against the generic path it replaces
+// on the CPU (qkv of every token, then the attention kernels on the split heads), for every
+// activation of the registry, several heads and prompt lengths; then whole cells trained
+// through each path; then several cells in one call against each alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "experiments/icl_regression.h"
+#include "experiments/rng.h"
+#include "kernels/readout.h"
+#include "worker/model.h"
+#include "worker/trainer.h"
+
+namespace attnsweep {
+namespace {
+
+// Switches the read-out path for a scope (kernels/readout.h); the default comes back.
+class AlgebraGuard {
+ public:
+  explicit AlgebraGuard(bool on) : saved_(readout_algebra_cpu_enabled()) { set_readout_algebra_cpu(on); }
+  ~AlgebraGuard() { set_readout_algebra_cpu(saved_); }
+  AlgebraGuard(const AlgebraGuard&) = delete;
+  AlgebraGuard& operator=(const AlgebraGuard&) = delete;
+
+ private:
+  bool saved_;
+};
+
+// Every activation of the registry, with the degrees and scales the papers use.
+std::vector<ActivationSpec> specs() {
+  std::vector<ActivationSpec> out;
+  for (const ActivationInfo& a : kActivations) {
+    ActivationSpec s;
+    s.activation = a.id;
+    if (!a.takes_scale && !a.takes_degree) {
+      out.push_back(s);
+      continue;
+    }
+    for (ScaleKind sc : {ScaleKind::none, ScaleKind::inv_sqrt_n, ScaleKind::inv_n}) {
+      s.scale = a.takes_scale ? sc : ScaleKind::none;
+      for (int32_t p : a.takes_degree ? std::vector<int32_t>{1, 2, 3, 5} : std::vector<int32_t>{1}) {
+        s.degree = p;
+        out.push_back(s);
+      }
+      if (!a.takes_scale) break;
+    }
+  }
+  return out;
+}
+
+std::string describe(const ActivationSpec& s, int64_t H, int64_t L) {
+  return std::string(kActivations[static_cast<size_t>(s.activation)].name) + " p " + std::to_string(s.degree) +
+         " scale " + std::to_string(static_cast<int>(s.scale)) + " H " + std::to_string(H) + " L " + std::to_string(L);
+}
+
+ModelConfig readout_model(int64_t L, int64_t C, int64_t H, const ActivationSpec& act) {
+  ModelConfig mc;
+  mc.head = Head::readout;
+  mc.tokens = L + 1;
+  mc.in_dim = mc.dim = C;
+  mc.layers = 1;
+  mc.heads = H;
+  mc.classes = 0;
+  mc.act = act;
+  return mc;
+}
+
+struct Pass {
+  double loss = 0;
+  std::vector<float> pred, grads;
+  std::vector<double> attn, jac;
+};
+
+Pass run_model(const ModelConfig& mc, bool algebra, const std::vector<float>& x, const std::vector<float>& y, int64_t B,
+               uint64_t init_seed, double init_std) {
+  AlgebraGuard g(algebra);
+  Model m(mc);
+  m.init(init_seed, init_std);
+  Pass p;
+  const ForwardStats st = m.forward_backward(x.data(), nullptr, y.data(), B, true);
+  p.loss = st.loss;
+  p.attn = st.attn_fro;
+  p.jac = st.jac_fro;
+  p.pred.assign(m.predictions(), m.predictions() + B);
+  p.grads.resize(static_cast<size_t>(m.num_params()));
+  m.get_grads(p.grads.data());
+  return p;
+}
+
+// ||a - b|| / ||b|| (0 when both are 0).
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Float32 sums over a few hundred keys in two orders: 1e-5 relative is ~100 ulp, far
+// above the rounding of either path and far below any error in the algebra (a wrong
+// term changes the gradient by O(1) relative).
+constexpr double kTol = 1e-5;
+
+TEST(ReadoutAlgebra, MatchesTheGenericPathForEveryActivation) {
+  const int64_t C = 6, B = 9;  // B not a multiple of the kernel's block of prompts
+  int cases = 0;
+  for (const ActivationSpec& act : specs())
+    for (int64_t H : {1, 2, 3})
+      for (int64_t L : {1, 7, 40, 200}) {
+        const ModelConfig mc = readout_model(L, C, H, act);
+        std::vector<float> x(static_cast<size_t>(B * (L + 1) * C)), y(static_cast<size_t>(B));
+        Rng rng(seed_of({static_cast<uint64_t>(L), static_cast<uint64_t>(H), 11}));
+        for (float& v : x) v = static_cast<float>(rng.normal());
+        for (float& v : y) v = static_cast<float>(rng.normal());
+        const Pass want = run_model(mc, false, x, y, B, 3, 0.5);
+        const Pass got = run_model(mc, true, x, y, B, 3, 0.5);
+        const std::string what = describe(act, H, L);
+        EXPECT_NEAR(got.loss, want.loss, kTol * std::abs(want.loss)) << what;
+        EXPECT_LE(rel_l2(got.pred, want.pred), kTol) << what;
+        EXPECT_LE(rel_l2(got.grads, want.grads), kTol) << what;
+        double gnorm = 0;
+        for (float g : want.grads) gnorm += static_cast<double>(g) * g;
+        EXPECT_GT(gnorm, 0.0) << what << ": a gradient to compare";
+        ASSERT_EQ(got.attn.size(), static_cast<size_t>(H)) << what;
+        for (int64_t h = 0; h < H; ++h) {
+          EXPECT_NEAR(got.attn[static_cast<size_t>(h)], want.attn[static_cast<size_t>(h)],
+                      kTol * want.attn[static_cast<size_t>(h)])
+              << what << " head " << h;
+          EXPECT_NEAR(got.jac[static_cast<size_t>(h)], want.jac[static_cast<size_t>(h)],
+                      kTol * want.jac[static_cast<size_t>(h)] + 1e-12)
+              << what << " head " << h;
+        }
+        ++cases;
+      }
+  EXPECT_GT(cases, 100);
+}
+
+TEST(ReadoutAlgebra, ForwardAloneAndBackwardAfterForwardGiveTheSameAsOnePass) {
+  const int64_t C = 6, B = 5, L = 50;
+  ActivationSpec act;  // softmax
+  const ModelConfig mc = readout_model(L, C, 1, act);
+  std::vector<float> x(static_cast<size_t>(B * (L + 1) * C)), y(static_cast<size_t>(B));
+  Rng rng(seed_of({7}));
+  for (float& v : x) v = static_cast<float>(rng.normal());
+  for (float& v : y) v = static_cast<float>(rng.normal());
+  const Pass one = run_model(mc, true, x, y, B, 1, 0.3);
+  AlgebraGuard g(true);
+  Model m(mc);
+  m.init(1, 0.3);
+  const ForwardStats st = m.forward(x.data(), nullptr, y.data(), B, true);
+  m.backward();
+  std::vector<float> grads(static_cast<size_t>(m.num_params()));
+  m.get_grads(grads.data());
+  EXPECT_EQ(st.loss, one.loss);
+  EXPECT_EQ(st.attn_fro, one.attn);
+  EXPECT_EQ(grads, one.grads);
+}
+
+// The cell of the paired grid at a CI budget: d = 5, L = 24, SGD at lr 0.1, batch 16.
+json readout_cell(const std::string& activation) {
+  json c = {{"task", "icl_regression"},
+            {"activation", activation},
+            {"degree", 1},
+            {"scale", "inv_n"},
+            {"prompt_length", 24},
+            {"d", 5},
+            {"rho", 0.5},
+            {"noise_var", 0.1},
+            {"seed", 2},
+            {"init_seed", 1},
+            {"init_std", 0.0},
+            {"steps", 500},
+            {"batch", 16},
+            {"lr", 0.1},
+            {"optimizer", "sgd"},
+            {"lr_schedule", "constant"},
+            {"warmup_steps", 0},
+            {"clip", 0.0},
+            {"weight_decay", 0.0},
+            {"log_every", 50},
+            {"eval_every", 100},
+            {"eval_batches", 0},
+            {"checkpoint_every", 0},
+            {"train_prompts", 65536},
+            {"test_prompts", 128},
+            {"devices", 1}};
+  return c;
+}
+
+std::vector<float> series_f(const TaskOutput& o, const std::string& path) {
+  for (const auto& s : o.series)
+    if (s.path == path) return std::get<std::vector<float>>(s.data);
+  return {};
+}
+
+// 500 SGD steps: both paths see the same batches and start from the same weights; their
+// rounding differs (~1e-7 a step), which plain SGD on this smooth loss neither amplifies
+// nor lets drift far: the losses agree to 1e-4 relative at every logged step, the final
+// test MSE and limit error to 1e-4.
+TEST(ReadoutAlgebra, FiveHundredStepsTrackTheGenericPath) {
+  for (const std::string act : {"softmax", "poly"}) {
+    TaskContext ctx;
+    ctx.train = train_cell;
+    TaskOutput want, got;
+    {
+      AlgebraGuard g(false);
+      want = run_icl_regression(readout_cell(act), ctx);
+    }
+    {
+      AlgebraGuard g(true);
+      got = run_icl_regression(readout_cell(act), ctx);
+    }
+    ASSERT_EQ(got.status, CellStatus::complete);
+    const std::vector<float> lw = series_f(want, "/train/loss"), lg = series_f(got, "/train/loss");
+    ASSERT_EQ(lw.size(), lg.size());
+    ASSERT_GE(lw.size(), 10u);
+    for (size_t i = 0; i < lw.size(); ++i) EXPECT_NEAR(lg[i], lw[i], 1e-4 * std::abs(lw[i])) << act << " log " << i;
+    EXPECT_LT(lw.back(), lw.front()) << act << ": it learned";
+    for (const char* k : {"test_mse", "limit_sq_error"})
+      EXPECT_NEAR(got.final_metrics.at(k), want.final_metrics.at(k), 1e-4 * std::abs(want.final_metrics.at(k)))
+          << act << " " << k;
+  }
+}
+
+// Several cells in one call: each gets the bits it gets alone, whatever else is in the call.
+TEST(ReadoutAlgebra, CellsInOneCallGetWhatEachGetsAlone) {
+  const int64_t C = 6, B = 13, L = 64, H = 1;
+  const ReadoutShape sh{B, L + 1, C, H};
+  std::vector<float> x(static_cast<size_t>(B * (L + 1) * C)), y(static_cast<size_t>(B));
+  Rng rng(seed_of({5}));
+  for (float& v : x) v = static_cast<float>(rng.normal());
+  for (float& v : y) v = static_cast<float>(rng.normal());
+  const std::vector<ActivationSpec> acts = specs();
+  const size_t K = acts.size();
+  std::vector<std::vector<float>> w(K), grad(K), pred(K), grad1(K), pred1(K);
+  std::vector<std::vector<double>> nrm(K), nrm1(K);
+  std::vector<ReadoutCell> cells(K);
+  for (size_t k = 0; k < K; ++k) {
+    w[k].resize(static_cast<size_t>(3 * C * C));
+    for (float& v : w[k]) v = static_cast<float>(0.4 * rng.normal());
+    grad[k].resize(w[k].size());
+    grad1[k].resize(w[k].size());
+    pred[k].resize(static_cast<size_t>(B));
+    pred1[k].resize(static_cast<size_t>(B));
+    nrm[k].resize(static_cast<size_t>(2 * B * H));
+    nrm1[k].resize(static_cast<size_t>(2 * B * H));
+    cells[k] = ReadoutCell{w[k].data(), acts[k], pred[k].data(), grad[k].data(), nrm[k].data(), nrm[k].data() + B * H};
+  }
+  readout_train_cpu(sh, x.data(), y.data(), cells, true);
+  for (size_t k = 0; k < K; ++k) {
+    ReadoutCell alone{w[k].data(), acts[k], pred1[k].data(), grad1[k].data(), nrm1[k].data(), nrm1[k].data() + B * H};
+    readout_train_cpu(sh, x.data(), y.data(), std::span<ReadoutCell>(&alone, 1), true);
+    const std::string what = describe(acts[k], H, L);
+    EXPECT_EQ(alone.loss, cells[k].loss) << what;
+    EXPECT_EQ(grad1[k], grad[k]) << what;
+    EXPECT_EQ(pred1[k], pred[k]) << what;
+    EXPECT_EQ(nrm1[k], nrm[k]) << what;
+  }
+}
+
+}  // namespace
+}  // namespace attnsweep
