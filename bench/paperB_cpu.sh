@@ -2,7 +2,9 @@
 # Paper B's paired cells on this machine's CPUs, in one run: cells per hour of
 # paperB_icl_paired_cpu.json's cells (1500 SGD steps, batch 128, L = 10, 40, 160, 640,
 # softmax and linear) by a baseline binary (BASE: attnsweep built at b86830b, the last
-# commit before the read-out's own algebra and the Philox prompts) and by this build;
+# commit before the read-out's own algebra and the Philox prompts) and by this build, one
+# cell a process (--fuse 1) and in fused groups (the default), whose result files must be
+# identical;
 # then the prompt generator's normals per second against numpy and the memory bandwidth
 # (bench/normals).
 #
@@ -38,28 +40,38 @@ cells=$("$ours" plan "$tmp/grid.json" --json | /usr/bin/python3 -c 'import json,
 echo "# $cells cells of paperB_icl_paired_cpu ($ninit initialisations x $ndata data seeds), --workers $workers," \
      "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# Wall seconds of one `run` of the grid into a fresh directory.
+# Wall seconds of one `run` of the grid into a fresh directory (extra arguments: run's).
 wall_of() {
   local bin="$1" out="$2" t0 t1
+  shift 2
   t0=$(date +%s.%N)
-  "$bin" run "$tmp/grid.json" --out "$out" --workers "$workers" >"$out.log" 2>&1 ||
+  "$bin" run "$tmp/grid.json" --out "$out" --workers "$workers" "$@" >"$out.log" 2>&1 ||
     { echo "paperB_cpu.sh: $bin run failed (log $out.log)" >&2; tail -5 "$out.log" >&2; exit 1; }
   t1=$(date +%s.%N)
   echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}'
 }
 per_hour() { echo "$1 $2" | awk '{printf "%.0f", $1 / $2 * 3600}'; }
 
-ours_s=$(wall_of "$ours" "$tmp/ours")
-printf "%-34s %8s s  %8s cells/h\n" "this build (per-cell path)" "$ours_s" "$(per_hour "$cells" "$ours_s")"
+ratio() { echo "$1 $2" | awk '{printf "%.1f", $1 / $2}'; }
 if [[ -n "${BASE:-}" ]]; then
   base_s=$(wall_of "$BASE" "$tmp/base")
-  printf "%-34s %8s s  %8s cells/h\n" "baseline $(basename "$(dirname "$(dirname "$BASE")")")" "$base_s" \
-         "$(per_hour "$cells" "$base_s")"
-  echo "ratio this build / baseline: $(echo "$base_s $ours_s" | awk '{printf "%.1f", $1 / $2}')x less wall time"
+  printf "%-40s %8s s  %8s cells/h\n" "baseline (BASE, one cell a process)" "$base_s" "$(per_hour "$cells" "$base_s")"
+fi
+alone_s=$(wall_of "$ours" "$tmp/alone" --fuse 1)
+printf "%-40s %8s s  %8s cells/h\n" "this build, --fuse 1 (per-cell path)" "$alone_s" "$(per_hour "$cells" "$alone_s")"
+fused_s=$(wall_of "$ours" "$tmp/fused")
+printf "%-40s %8s s  %8s cells/h\n" "this build, fused groups (default)" "$fused_s" "$(per_hour "$cells" "$fused_s")"
+if [[ -n "${BASE:-}" ]]; then
+  echo "less wall time than the baseline: per-cell path $(ratio "$base_s" "$alone_s")x, fused groups $(ratio "$base_s" "$fused_s")x"
 else
   echo "baseline: skipped (BASE unset)"
 fi
-echo "fused groups: not built yet (issue 28, part 3)"
+echo "fused groups / per-cell path: $(ratio "$alone_s" "$fused_s")x less wall time"
+if /usr/bin/python3 "$root/scripts/compare_results.py" "$tmp/alone" "$tmp/fused" >/dev/null; then
+  echo "fused and per-cell result files: identical"
+else
+  echo "fused and per-cell result files: DIFFERENT"; exit 1
+fi
 echo
 if [[ -x "$build/bench/normals" ]]; then
   "$build/bench/normals"

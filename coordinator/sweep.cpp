@@ -156,8 +156,8 @@ class Coordinator {
 
   // The attempt of cell i (the scheduler's pick, now running) and, with fusion, of up to
   // fuse - 1 alike cells that may run now (coordinator/fusion.h), claimed here. A group is
-  // no bigger than the alike cells still pending over the rank's slots, so that they
-  // spread over the slots rather than queue behind one child.
+  // no bigger than the grid's alike cells over the rank's slots, so that a small grid
+  // spreads over the slots rather than queue behind one child.
   Assignment next_assignment(size_t i, double now) {
     Assignment a;
     a.index = i;
@@ -169,8 +169,8 @@ class Coordinator {
     std::vector<size_t> candidates;
     for (size_t j : fusion_.alike(i))
       if (j != i && sched_.claimable(j, now)) candidates.push_back(j);
-    const size_t slots = static_cast<size_t>(std::max(1, local_.size()));
-    const int k = std::min<int>(fuse_, static_cast<int>((candidates.size() + 1 + slots - 1) / slots));
+    const size_t slots = static_cast<size_t>(std::max(1, local_.size())), alike = fusion_.alike(i).size();
+    const int k = std::min<int>(fuse_, static_cast<int>((alike + slots - 1) / slots));
     for (size_t j : pick_companions(fusion_, i, candidates, k))
       if (sched_.claim(j, now)) a.also.push_back({j, grid_.cells[j].id, sched_.attempts(j)});
     return a;

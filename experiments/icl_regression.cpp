@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -248,21 +250,47 @@ void readout_limit_output(const ActivationSpec& act, const ReadoutWeights& W, co
   apply(W.V, C, ga.data(), out);
 }
 
-double icl_limit_sq_error(const IclSetup& s, const ActivationSpec& act, const ReadoutWeights& W, int64_t n_prompts) {
-  const int64_t C = s.d + 1, L = s.prompt_length;
+std::shared_ptr<const IclTestSet> icl_test_set(const IclSetup& s, int64_t n) {
+  // Keyed by everything a test prompt depends on; weak: freed with the last cell using it.
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<const IclTestSet>> made;
+  const std::string key = json({s.seed, s.d, s.prompt_length, s.rho, s.noise_var, n}).dump();
+  std::lock_guard lock(mu);
+  if (auto have = made[key].lock()) return have;
+  auto set = std::make_shared<IclTestSet>();
+  const int64_t d = s.d, per = (s.prompt_length + 1) * (d + 1);
+  set->n = n;
+  set->tokens.resize(static_cast<size_t>(n * per));
+  set->target.resize(static_cast<size_t>(n));
+  set->w.resize(static_cast<size_t>(n * d));
+#pragma omp parallel if (n * per > 16384)
+  {
+    std::vector<float> scratch;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      icl_prompt_tokens(s, 1, i, set->tokens.data() + i * per, set->target.data() + i, set->w.data() + i * d, scratch);
+  }
+  made[key] = set;
+  return set;
+}
+
+double icl_limit_sq_error(const IclSetup& s, const IclTestSet& test, const ActivationSpec& act,
+                          const ReadoutWeights& W) {
+  const int64_t C = s.d + 1, L = s.prompt_length, n_prompts = test.n, per = (L + 1) * C;
   if (W.C != C) throw std::runtime_error("icl_regression: model width " + std::to_string(W.C) + " is not d + 1");
   std::vector<double> err(static_cast<size_t>(n_prompts));
   // Threads only when there is work enough to pay for waking them.
 #pragma omp parallel if (n_prompts * (L + 1) > 16384)
   {
-    IclPrompt pr;
+    std::vector<double> tokens(static_cast<size_t>(per)), w(static_cast<size_t>(s.d));
     std::vector<double> tl(static_cast<size_t>(C)), tinf(static_cast<size_t>(C));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < n_prompts; ++n) {
-      icl_prompt(s, 1, n, pr);
-      readout_attention_output(act, W, pr.tokens.data(), L, tl.data());
-      const std::vector<double> gamma = icl_token_covariance(s, pr.w.data());
-      readout_limit_output(act, W, gamma.data(), pr.tokens.data() + L * C, tinf.data());
+      std::copy_n(test.tokens.data() + n * per, per, tokens.data());
+      std::copy_n(test.w.data() + n * s.d, s.d, w.data());
+      readout_attention_output(act, W, tokens.data(), L, tl.data());
+      const std::vector<double> gamma = icl_token_covariance(s, w.data());
+      readout_limit_output(act, W, gamma.data(), tokens.data() + L * C, tinf.data());
       double e = 0;
       for (int64_t j = 0; j < C; ++j)
         e += (tl[static_cast<size_t>(j)] - tinf[static_cast<size_t>(j)]) *
@@ -273,6 +301,10 @@ double icl_limit_sq_error(const IclSetup& s, const ActivationSpec& act, const Re
   double sum = 0;  // in prompt order: the same value for any thread count
   for (double e : err) sum += e;
   return n_prompts > 0 ? sum / static_cast<double>(n_prompts) : std::nan("");
+}
+
+double icl_limit_sq_error(const IclSetup& s, const ActivationSpec& act, const ReadoutWeights& W, int64_t n_prompts) {
+  return icl_limit_sq_error(s, *icl_test_set(s, n_prompts), act, W);
 }
 
 TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
@@ -293,20 +325,30 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
   data.tokens = L + 1;
   data.in_dim = C;
   data.classes = 0;
-  data.fill = [setup, C, L](int split, const int64_t* idx, int64_t count, float* x, int32_t*, float* y_value) {
+  // The test prompts, made once for every evaluation (and every cell of this process that
+  // draws the same ones); training prompts afresh each time.
+  std::shared_ptr<const IclTestSet> test = icl_test_set(*setup, data.n_test);
+  data.fill = [setup, test, C, L](int split, const int64_t* idx, int64_t count, float* x, int32_t*,
+                                  float* y_value) {
+    const int64_t per = (L + 1) * C;
+    if (split == 1) {
+      for (int64_t i = 0; i < count; ++i) {
+        std::copy_n(test->tokens.data() + idx[i] * per, per, x + i * per);
+        y_value[i] = test->target[static_cast<size_t>(idx[i])];
+      }
+      return;
+    }
 #pragma omp parallel if (count * (L + 1) > 16384)
     {
       std::vector<float> scratch;
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < count; ++i)
-        icl_prompt_tokens(*setup, split, idx[i], x + i * (L + 1) * C, y_value + i, nullptr, scratch);
+      for (int64_t i = 0; i < count; ++i) icl_prompt_tokens(*setup, 0, idx[i], x + i * per, y_value + i, nullptr, scratch);
     }
   };
   if (icl_limit_defined(act)) {
     data.eval_metrics.push_back(result_eval_metric("limit_sq_error", "/icl/limit_sq_error"));
-    const int64_t n_test = data.n_test;
-    data.measure = [setup, act, n_test](const ModelWeights& w) {
-      return std::vector<double>{icl_limit_sq_error(*setup, act, readout_weights(w), n_test)};
+    data.measure = [setup, test, act](const ModelWeights& w) {
+      return std::vector<double>{icl_limit_sq_error(*setup, *test, act, readout_weights(w))};
     };
   }
   return ctx.train(model_config, ctx, data);

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "experiments/task.h"
@@ -79,7 +80,18 @@ bool icl_limit_defined(const ActivationSpec& act);
 void readout_limit_output(const ActivationSpec& act, const ReadoutWeights& W, const double* gamma, const double* z,
                           double* out);
 
+// Test prompts 0 .. n-1 as icl_prompt_tokens makes them: tokens [n, L + 1, d + 1],
+// target [n], w [n, d]. Made once and shared by every caller of this process with the same
+// setup and n (the cells of a group that draw them, every evaluation), freed with the last.
+struct IclTestSet {
+  int64_t n = 0;
+  std::vector<float> tokens, target, w;
+};
+std::shared_ptr<const IclTestSet> icl_test_set(const IclSetup& s, int64_t n);
+
 // Mean over test prompts 0 .. n_prompts-1 of ||T_L(z) - T_inf(z)||^2.
+double icl_limit_sq_error(const IclSetup& s, const IclTestSet& test, const ActivationSpec& act,
+                          const ReadoutWeights& W);
 double icl_limit_sq_error(const IclSetup& s, const ActivationSpec& act, const ReadoutWeights& W, int64_t n_prompts);
 
 }  // namespace attnsweep
