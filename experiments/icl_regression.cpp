@@ -328,8 +328,7 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
   // The test prompts, made once for every evaluation (and every cell of this process that
   // draws the same ones); training prompts afresh each time.
   std::shared_ptr<const IclTestSet> test = icl_test_set(*setup, data.n_test);
-  data.fill = [setup, test, C, L](int split, const int64_t* idx, int64_t count, float* x, int32_t*,
-                                  float* y_value) {
+  data.fill = [setup, test, C, L](int split, const int64_t* idx, int64_t count, float* x, int32_t*, float* y_value) {
     const int64_t per = (L + 1) * C;
     if (split == 1) {
       for (int64_t i = 0; i < count; ++i) {
@@ -342,7 +341,8 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
     {
       std::vector<float> scratch;
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < count; ++i) icl_prompt_tokens(*setup, 0, idx[i], x + i * per, y_value + i, nullptr, scratch);
+      for (int64_t i = 0; i < count; ++i)
+        icl_prompt_tokens(*setup, 0, idx[i], x + i * per, y_value + i, nullptr, scratch);
     }
   };
   if (icl_limit_defined(act)) {

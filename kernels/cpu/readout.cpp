@@ -92,27 +92,75 @@ struct PromptSums {
   double loss = 0;
 };
 
-// out[n] = sum_j u[j] xs[j][n], n < P.
-inline void combine_rows(const float* xs, int64_t C, int64_t P, const float* u, float* out) {
-  const float u0 = u[0];
-#pragma omp simd
-  for (int64_t n = 0; n < P; ++n) out[n] = u0 * xs[n];
-  for (int64_t j = 1; j < C; ++j) {
-    const float uj = u[j];
-    const float* r = xs + j * P;
-#pragma omp simd
-    for (int64_t n = 0; n < P; ++n) out[n] += uj * r[n];
+// The row passes hold their running sums in registers (8 keys at a time), so that each
+// row of xs is read once a pass: GCC's own vectorisation of these loops read and wrote the
+// output row once per coordinate. No vector crosses a call (see exp_rows).
+[[gnu::always_inline]] inline void load8(f32x8& v, const float* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+
+// out[n] = sum_j u[j] xs[j][n] (in j order), n < P (a multiple of 16): two chains of
+// sums at once, for the adds' latency.
+[[gnu::always_inline]] inline void combine_rows(const float* xs, int64_t C, int64_t P, const float* u, float* out) {
+  for (int64_t n = 0; n < P; n += 16) {
+    f32x8 a, b, x, y;
+    load8(x, xs + n);
+    load8(y, xs + n + 8);
+    a = u[0] * x;
+    b = u[0] * y;
+    for (int64_t j = 1; j < C; ++j) {
+      load8(x, xs + j * P + n);
+      load8(y, xs + j * P + n + 8);
+      a += u[j] * x;
+      b += u[j] * y;
+    }
+    std::memcpy(out + n, &a, sizeof a);
+    std::memcpy(out + n + 8, &b, sizeof b);
   }
 }
 
-// out[j] = sum_n w[n] xs[j][n].
-inline void project_rows(const float* xs, int64_t C, int64_t P, const float* w, float* out) {
-  for (int64_t j = 0; j < C; ++j) {
-    const float* r = xs + j * P;
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t n = 0; n < P; ++n) acc += w[n] * r[n];
-    out[j] = acc;
+// max of s[0, L): 8 lanes, then the tail.
+[[gnu::always_inline]] inline float row_max(const float* s, int64_t L) {
+  f32x8 m = f32x8{} - std::numeric_limits<float>::infinity(), x;
+  int64_t n = 0;
+  for (; n + 8 <= L; n += 8) {
+    load8(x, s + n);
+    m = x > m ? x : m;
+  }
+  float l[8];
+  std::memcpy(l, &m, sizeof l);
+  float mx = l[0];
+  for (int k = 1; k < 8; ++k) mx = std::max(mx, l[k]);
+  for (; n < L; ++n) mx = std::max(mx, s[n]);
+  return mx;
+}
+
+// The lanes of a sum in a fixed order.
+[[gnu::always_inline]] inline float lane_sum(const f32x8& v) {
+  float l[8];
+  std::memcpy(l, &v, sizeof l);
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+// out[j] = sum_n w[n] xs[j][n], j < C: 8 lane sums over the keys, then the lanes in order;
+// four coordinates a pass over w (xs has rows up to a multiple of 4, the extra ones zero).
+[[gnu::always_inline]] inline void project_rows(const float* xs, int64_t C, int64_t P, const float* w, float* out) {
+  for (int64_t j0 = 0; j0 < C; j0 += 4) {
+    const float *r0 = xs + j0 * P, *r1 = r0 + P, *r2 = r1 + P, *r3 = r2 + P;
+    f32x8 a0 = {}, a1 = {}, a2 = {}, a3 = {}, wv, x;
+    for (int64_t n = 0; n < P; n += 8) {
+      load8(wv, w + n);
+      load8(x, r0 + n);
+      a0 += wv * x;
+      load8(x, r1 + n);
+      a1 += wv * x;
+      load8(x, r2 + n);
+      a2 += wv * x;
+      load8(x, r3 + n);
+      a3 += wv * x;
+    }
+    const float sums[4] = {lane_sum(a0), lane_sum(a1), lane_sum(a2), lane_sum(a3)};
+    for (int64_t k = 0; k < 4 && j0 + k < C; ++k) out[j0 + k] = sums[k];
   }
 }
 
@@ -147,9 +195,7 @@ READOUT_CLONES void cell_prompt(const ReadoutShape& sh, const ReadoutCell& cell,
     combine_rows(pr.xs, C, P, u, s);
     RowNormSq nrm;
     if constexpr (A == Activation::softmax) {
-      float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-      for (int64_t n = 0; n < L; ++n) mx = std::max(mx, s[n]);
+      const float mx = row_max(s, L);
       exp_rows(s, mx, p, P);
       for (int64_t n = L; n < P; ++n) p[n] = 0.0f;
       // Z (and the norms' sums) in float64, in a loop of their own: it vectorises apart
@@ -252,8 +298,11 @@ void run(const ReadoutShape& sh, const float* x, const float* y, std::span<Reado
 #pragma omp parallel for schedule(static) if (B * N * K > 4096)
   for (int64_t blk = 0; blk < nblk; ++blk) {
     thread_local AlignedScratch scratch;
-    float* buf = scratch.get(static_cast<size_t>((C + 3) * P));
-    const Rows rows{buf + C * P, buf + (C + 1) * P, buf + (C + 2) * P};
+    // C4 rows of keys (project_rows reads four at a time; rows C .. C4 stay zero), then s, p, dp.
+    const int64_t C4 = (C + 3) / 4 * 4;
+    float* buf = scratch.get(static_cast<size_t>((C4 + 3) * P));
+    std::memset(buf + C * P, 0, static_cast<size_t>((C4 - C) * P) * sizeof(float));
+    const Rows rows{buf + C4 * P, buf + (C4 + 1) * P, buf + (C4 + 2) * P};
     for (int64_t b = blk * kBlockPrompts; b < std::min(B, (blk + 1) * kBlockPrompts); ++b) {
       const float* xb = x + b * N * C;
       for (int64_t n = 0; n < L; ++n)
