@@ -79,6 +79,9 @@ struct Prompt {
   const float* xs;
   const float* z;
   int64_t L, P;
+  // G = sum_n x_n x_n^T over the keys (C x C), made when a cell of the call is linear
+  // (poly of degree 1): for it phi(s) = c s, so m = c G u and du = c G dm, O(C^2) a prompt.
+  const float* G;
 };
 
 // Per-thread rows of one cell's pass over a prompt.
@@ -164,6 +167,21 @@ struct PromptSums {
   }
 }
 
+// out = M v, M (C, C) row-major.
+[[gnu::always_inline]] inline void mat_vec(const float* M, int64_t C, const float* v, float* out) {
+  for (int64_t i = 0; i < C; ++i) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < C; ++j) acc += M[i * C + j] * v[j];
+    out[i] = acc;
+  }
+}
+
+// G = sum_n x_n x_n^T (Prompt::G): row i is project_rows of key row i, so G is symmetric
+// to the bit.
+READOUT_CLONES void gram_rows(const float* xs, int64_t C, int64_t P, float* G) {
+  for (int64_t i = 0; i < C; ++i) project_rows(xs, C, P, xs + i * P, G + i * C);
+}
+
 // One cell, one prompt: pred, the loss term, the norms of every head (norms) and the
 // gradient terms (train). A template over the activation so that the row loops vectorise;
 // one clone per instruction set.
@@ -192,9 +210,20 @@ READOUT_CLONES void cell_prompt(const ReadoutShape& sh, const ReadoutCell& cell,
       const float qi = q[i] * scale;
       for (int64_t j = 0; j < C; ++j) u[j] += Kh[i * C + j] * qi;
     }
-    combine_rows(pr.xs, C, P, u, s);
+    // Linear attention through G (Prompt::G): no pass over the keys.
+    constexpr bool kLinear = A == Activation::poly && Deg == 1;
+    const bool gram = kLinear && pr.G != nullptr;
+    float Gu[kMaxC];
+    if (gram) mat_vec(pr.G, C, u, Gu);
     RowNormSq nrm;
-    if constexpr (A == Activation::softmax) {
+    if (gram) {
+      double uGu = 0.0;
+      for (int64_t j = 0; j < C; ++j) uGu += static_cast<double>(u[j]) * Gu[j];
+      const double c = pp.c;
+      nrm.attn = c * c * uGu;  // sum_n (c s_n)^2
+      nrm.jac = static_cast<double>(L) * c * c;
+    } else if constexpr (A == Activation::softmax) {
+      combine_rows(pr.xs, C, P, u, s);
       const float mx = row_max(s, L);
       exp_rows(s, mx, p, P);
       for (int64_t n = L; n < P; ++n) p[n] = 0.0f;
@@ -217,6 +246,7 @@ READOUT_CLONES void cell_prompt(const ReadoutShape& sh, const ReadoutCell& cell,
 #pragma omp simd
       for (int64_t n = 0; n < L; ++n) p[n] *= inv;
     } else {
+      combine_rows(pr.xs, C, P, u, s);
 #pragma omp simd
       for (int64_t n = 0; n < L; ++n) p[n] = phi_fixed<A, Deg>(pp, s[n], FastExp{});
       if (norms) {
@@ -231,7 +261,8 @@ READOUT_CLONES void cell_prompt(const ReadoutShape& sh, const ReadoutCell& cell,
         nrm.jac = sj;
       }
     }
-    for (int64_t n = L; n < P; ++n) p[n] = 0.0f;
+    if (!gram)
+      for (int64_t n = L; n < P; ++n) p[n] = 0.0f;
     if (norms) {
       cell.attn_fro[b * H + h] = std::sqrt(nrm.attn);
       cell.jac_fro[b * H + h] = std::sqrt(nrm.jac);
@@ -239,7 +270,10 @@ READOUT_CLONES void cell_prompt(const ReadoutShape& sh, const ReadoutCell& cell,
     if (!last) continue;
 
     // The prediction: V's row C - 1 (head H - 1's last coordinate) times m.
-    project_rows(pr.xs, C, P, p, m);
+    if (gram)
+      for (int64_t j = 0; j < C; ++j) m[j] = pp.c * Gu[j];
+    else
+      project_rows(pr.xs, C, P, p, m);
     const float* v_last = W + (3 * C - 1) * C;
     float pred = 0.0f;
     for (int64_t j = 0; j < C; ++j) pred += v_last[j] * m[j];
@@ -255,19 +289,25 @@ READOUT_CLONES void cell_prompt(const ReadoutShape& sh, const ReadoutCell& cell,
       g[(3 * C - 1) * C + j] += static_cast<double>(dpred * m[j]);
       dm[j] = dpred * v_last[j];
     }
-    combine_rows(pr.xs, C, P, dm, dp);
-    if constexpr (A == Activation::softmax) {
+    if (gram) {
+      float Gdm[kMaxC];
+      mat_vec(pr.G, C, dm, Gdm);
+      for (int64_t j = 0; j < C; ++j) du[j] = pp.c * Gdm[j];
+    } else if constexpr (A == Activation::softmax) {
+      combine_rows(pr.xs, C, P, dm, dp);
       float D = 0.0f;
 #pragma omp simd reduction(+ : D)
       for (int64_t n = 0; n < P; ++n) D += p[n] * dp[n];
 #pragma omp simd
       for (int64_t n = 0; n < P; ++n) dp[n] = p[n] * (dp[n] - D);
+      project_rows(pr.xs, C, P, dp, du);
     } else {
+      combine_rows(pr.xs, C, P, dm, dp);
 #pragma omp simd
       for (int64_t n = 0; n < L; ++n) dp[n] *= dphi_fixed<A, Deg>(pp, s[n], FastExp{});
       for (int64_t n = L; n < P; ++n) dp[n] = 0.0f;
+      project_rows(pr.xs, C, P, dp, du);
     }
-    project_rows(pr.xs, C, P, dp, du);
     for (int64_t i = 0; i < hd; ++i) {
       const float qi = q[i] * scale;
       float dq = 0.0f;
@@ -292,6 +332,9 @@ void run(const ReadoutShape& sh, const float* x, const float* y, std::span<Reado
   // Per block and cell: the loss sum, then (train) the gradient, float64.
   const int64_t stride = 1 + (train ? G : 0);
   std::vector<double> part(static_cast<size_t>(nblk * K * stride), 0.0);
+  bool any_linear = false;
+  for (const ReadoutCell& c : cells)
+    any_linear = any_linear || (c.act.activation == Activation::poly && c.act.degree == 1);
   std::vector<PhiParams> pp(static_cast<size_t>(K));
   for (int64_t k = 0; k < K; ++k) pp[static_cast<size_t>(k)] = resolve_phi(cells[static_cast<size_t>(k)].act, L);
 
@@ -300,7 +343,8 @@ void run(const ReadoutShape& sh, const float* x, const float* y, std::span<Reado
     thread_local AlignedScratch scratch;
     // C4 rows of keys (project_rows reads four at a time; rows C .. C4 stay zero), then s, p, dp.
     const int64_t C4 = (C + 3) / 4 * 4;
-    float* buf = scratch.get(static_cast<size_t>((C4 + 3) * P));
+    float* buf = scratch.get(static_cast<size_t>((C4 + 3) * P + C * C));
+    float* gram = buf + (C4 + 3) * P;
     std::memset(buf + C * P, 0, static_cast<size_t>((C4 - C) * P) * sizeof(float));
     const Rows rows{buf + C4 * P, buf + (C4 + 1) * P, buf + (C4 + 2) * P};
     for (int64_t b = blk * kBlockPrompts; b < std::min(B, (blk + 1) * kBlockPrompts); ++b) {
@@ -309,7 +353,8 @@ void run(const ReadoutShape& sh, const float* x, const float* y, std::span<Reado
         for (int64_t j = 0; j < C; ++j) buf[j * P + n] = xb[n * C + j];
       for (int64_t j = 0; j < C; ++j)
         for (int64_t n = L; n < P; ++n) buf[j * P + n] = 0.0f;
-      const Prompt pr{buf, xb + L * C, L, P};
+      if (any_linear) gram_rows(buf, C, P, gram);
+      const Prompt pr{buf, xb + L * C, L, P, any_linear ? gram : nullptr};
       for (int64_t k = 0; k < K; ++k) {
         const ReadoutCell& cell = cells[static_cast<size_t>(k)];
         double* mine = part.data() + (blk * K + k) * stride;
