@@ -4,7 +4,9 @@
 # gives identical result files; the diverging cell is recorded diverged while its group
 # goes on. Then a slower grid, run in groups: kill -9 of a group's child (the attempt is
 # retried from the cells' checkpoints) and SIGTERM of the run mid-group (exit 75, then a
-# resume) both end with result files identical to an uninterrupted run.
+# resume) both end with result files identical to an uninterrupted run. The same
+# comparison on the op sequence (ATTNSWEEP_CPU_READOUT_ALGEBRA=0): a group then steps each
+# cell's own model.
 source "$(dirname "$0")/lib.bash"
 
 cat > grid.json <<'JSON'
@@ -59,6 +61,14 @@ bad = [c for c, s in status.items() if s == "diverged"][0]
 mates = [e["group"] for e in ev if e["event"] == "started" and e["cell_id"] == bad][0]
 assert len(mates) > 1 and all(status[c] == "complete" for c in mates if c != bad), mates
 PY
+
+# Without the read-out's algebra (the op sequence, what a task without it would run) a
+# group steps each cell's own model on the shared batch: the same files again.
+ATTNSWEEP_CPU_READOUT_ALGEBRA=0 run_rc "$ATTNSWEEP" run grid.json --out fused_ops --workers 2
+check "fused run on the op sequence exits 0" test "$RC" = 0
+ATTNSWEEP_CPU_READOUT_ALGEBRA=0 run_rc "$ATTNSWEEP" run grid.json --out alone_ops --workers 2 --fuse 1
+check "fused and alone on the op sequence: identical result files" \
+  $PY "$SRC/scripts/compare_results.py" fused_ops alone_ops
 
 # ---- kill -9 and SIGTERM of groups -------------------------------------------------------
 cat > slow.json <<'JSON'
