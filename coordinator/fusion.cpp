@@ -9,26 +9,11 @@ namespace attnsweep {
 
 namespace {
 constexpr size_t kNone = static_cast<size_t>(-1);
-
-json without(const json& config, const std::vector<std::string>& keys) {
-  json c = config;
-  for (const std::string& k : keys) c.erase(k);
-  return c;
-}
 }  // namespace
 
 std::string fusion_key(const json& config) {
-  const TaskDef* task = task_of(config);
-  if (!task || task->fusion.may_differ.empty()) return "";
-  return sha256_hex(canonical_json(without(config, task->fusion.may_differ))).substr(0, 16);
-}
-
-std::string fusion_data_key(const json& config) {
-  const TaskDef* task = task_of(config);
-  json d = json::object();
-  if (task)
-    for (const std::string& k : task->fusion.data) d[k] = config.value(k, json());
-  return canonical_json(d);
+  const json identity = fusion_identity(config);
+  return identity.is_null() ? "" : sha256_hex(canonical_json(identity)).substr(0, 16);
 }
 
 int fuse_size(const Grid& grid, int flag) {

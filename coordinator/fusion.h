@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "coordinator/grid.h"
+#include "experiments/registry.h"
 
 namespace attnsweep {
 
-// The fusion key of a cell's effective config: "" when its task does not fuse.
+// The fusion key of a cell's effective config (a hash of experiments/registry.h
+// fusion_identity): "" when its task does not fuse. Cells with equal fusion keys and
+// equal fusion_data_key share every batch in a group.
 std::string fusion_key(const json& config);
-// Cells with equal fusion keys and equal data keys share every batch in a group.
-std::string fusion_data_key(const json& config);
 
 // K, the most cells of a group: `flag` (run --fuse, 0: not given), else the grid's
 // resources.fuse, else the largest default of its tasks' (1 when none fuses).

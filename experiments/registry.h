@@ -87,6 +87,13 @@ const TaskDef* find_task(std::string_view name);
 // The task a config names (its "task" key), or nullptr.
 const TaskDef* task_of(const json& config);
 
+// A cell's config without its task's fusion.may_differ keys: cells with equal identities
+// may train as one group. null when the config's task does not fuse.
+json fusion_identity(const json& config);
+// The values of its task's fusion.data keys, as text: cells of a group with equal data keys
+// draw the same batches.
+std::string fusion_data_key(const json& config);
+
 // The tasks' definitions (each in its own file).
 const TaskDef& norm_probe_task();
 const TaskDef& image_task();

@@ -53,4 +53,20 @@ TaskOutput run_task(const json& config, const TaskContext& ctx) {
   return t->run(config, ctx);
 }
 
+json fusion_identity(const json& config) {
+  const TaskDef* task = task_of(config);
+  if (!task || task->fusion.may_differ.empty()) return nullptr;
+  json c = config;
+  for (const std::string& k : task->fusion.may_differ) c.erase(k);
+  return c;
+}
+
+std::string fusion_data_key(const json& config) {
+  const TaskDef* task = task_of(config);
+  json d = json::object();
+  if (task)
+    for (const std::string& k : task->fusion.data) d[k] = config.value(k, json());
+  return d.dump();
+}
+
 }  // namespace attnsweep

@@ -12,9 +12,6 @@
 #include "worker/cell_loop.h"
 #include "worker/trainer.h"
 
-extern "C" int openblas_get_num_threads(void);
-extern "C" void openblas_set_num_threads(int);
-
 namespace attnsweep {
 
 // ---- the rendezvous -------------------------------------------------------------------
@@ -81,18 +78,9 @@ struct Lane {
   ModelConfig mc;
   std::unique_ptr<Trainer> tr;
   std::unique_ptr<CellLoop<Trainer>> loop;
-  std::string data_key;  // lanes with equal keys at equal cursors take the same batch
+  std::string data_key;  // fusion_data_key: lanes with equal keys at equal cursors take the same batch
   bool active = true;
 };
-
-std::string data_key_of(const json& config, int64_t batch) {
-  const TaskDef* task = task_of(config);
-  json key = json::object();
-  key["batch"] = batch;
-  if (task)
-    for (const std::string& k : task->fusion.data) key[k] = config.value(k, json());
-  return key.dump();
-}
 
 // Runs f for a lane; an exception ends that lane alone, as its error.
 template <class F>
@@ -149,21 +137,15 @@ void step_together(const std::vector<Lane*>& lanes, const HostBatch& b) {
   }
 }
 
-// Every key but the task's may_differ must agree: the lanes are one model shape and one
-// training schedule, stepped together.
+// Every key but the task's may_differ must agree (experiments/registry.h fusion_identity):
+// the lanes are one model shape and one training schedule, stepped together.
 void check_alike(const std::vector<GroupMember>& members) {
   const json& first = *members[0].config;
-  const TaskDef* task = task_of(first);
-  if (!task || task->fusion.may_differ.empty())
+  const json want = fusion_identity(first);
+  if (want.is_null())
     throw std::runtime_error("task " + first.value("task", std::string("?")) + " does not train cells as one group");
-  auto stripped = [&](const json& c) {
-    json s = c;
-    for (const std::string& k : task->fusion.may_differ) s.erase(k);
-    return s;
-  };
-  const json want = stripped(first);
   for (const GroupMember& m : members) {
-    const json got = stripped(*m.config);
+    const json got = fusion_identity(*m.config);
     if (got == want) continue;
     for (const auto& [k, v] : want.items())
       if (!got.contains(k) || got[k] != v)
@@ -184,12 +166,7 @@ void train_group(const std::vector<GroupMember>& members) {
     for (const GroupMember& m : members) *m.error = std::current_exception();
     return;
   }
-  // As train_cell on the CPU: OpenBLAS single-threaded (the kernels split work themselves).
-  struct BlasOneThread {
-    int saved = openblas_get_num_threads();
-    BlasOneThread() { openblas_set_num_threads(1); }
-    ~BlasOneThread() { openblas_set_num_threads(saved); }
-  } blas_one_thread;
+  const BlasOneThread blas_one_thread;  // as train_cell on the CPU
   omp_set_num_threads(members[0].ctx->threads > 0 ? members[0].ctx->threads : 1);
 
   std::vector<std::unique_ptr<Lane>> lanes;
@@ -201,7 +178,7 @@ void train_group(const std::vector<GroupMember>& members) {
       l->mc = model_config_of(*m.config, *m.data);
       l->tr = std::make_unique<Trainer>(l->mc, l->tc);
       l->loop = std::make_unique<CellLoop<Trainer>>(*l->tr, l->tc, l->mc, *m.config, *m.ctx, *m.data);
-      l->data_key = data_key_of(*m.config, l->tc.batch);
+      l->data_key = fusion_data_key(*m.config);
     });
     lanes.push_back(std::move(l));
   }

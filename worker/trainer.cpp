@@ -291,18 +291,19 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
 
 }  // namespace
 
+BlasOneThread::BlasOneThread() : saved_(openblas_get_num_threads()) {
+  openblas_set_num_threads(1);
+}
+BlasOneThread::~BlasOneThread() {
+  openblas_set_num_threads(saved_);
+}
+
 TaskOutput train_cell(const json& config, const TaskContext& ctx, const TrainingData& data) {
   const int gpu = cuda_device_index(ctx.device);  // throws for an unknown device name
   const TrainConfig tc = train_config_of(config);
   const ModelConfig mc = model_config_of(config, data);
   if (gpu < 0) {
-    // Every GEMM of the model splits its rows over the OpenMP team itself (kernels/cpu):
-    // OpenBLAS single-threaded for the whole run instead of toggled around each call.
-    struct BlasOneThread {
-      int saved = openblas_get_num_threads();
-      BlasOneThread() { openblas_set_num_threads(1); }
-      ~BlasOneThread() { openblas_set_num_threads(saved); }
-    } blas_one_thread;
+    const BlasOneThread blas_one_thread;
     Trainer tr(mc, tc);
     return train_loop(tr, tc, mc, config, ctx, data);
   }

@@ -132,6 +132,20 @@ class BasicTrainer {
 
 using Trainer = BasicTrainer<CpuBackend>;
 
+// OpenBLAS single-threaded while it lives (the previous count back after): the CPU
+// trainer's GEMMs split their rows over the OpenMP team themselves (kernels/cpu), so for
+// a whole cell (or group of cells) rather than toggled around each call.
+class BlasOneThread {
+ public:
+  BlasOneThread();
+  ~BlasOneThread();
+  BlasOneThread(const BlasOneThread&) = delete;
+  BlasOneThread& operator=(const BlasOneThread&) = delete;
+
+ private:
+  int saved_;
+};
+
 // A model's parameter tensors by name, as a task's TrainingData::measure sees them:
 // a CPU model's own buffer, or `host_params` (num_params() floats, e.g. a device
 // model's get_params) with the tensor layout `tensors`.

@@ -44,32 +44,17 @@ struct FastExp {
   float operator()(float x) const { return cpu::fast_expf(x); }
 };
 
-// fast_expf (kernels/cpu/vec.h: the same reduction, polynomial and clamping) on 8 lanes
-// in GCC's vector types, which GCC does not make of fast_expf's loop by itself here; AVX2
-// in the avx2 clone, two SSE halves in the default one.
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef int32_t i32x8 __attribute__((vector_size(32)));
-// p[n] = exp(s[n] - mx) for n < P (a multiple of 8). No vector crosses a call (GCC's
-// -Wpsabi: the AVX and the default clone would pass them differently).
+using cpu::f32x8;
+
+// p[n] = exp(s[n] - mx) for n < P (a multiple of 8): fast_expf 8 lanes at a time (GCC does
+// not vectorise fast_expf's loop by itself here).
 [[gnu::always_inline]] inline void exp_rows(const float* s, float mx, float* p, int64_t P) {
-  const f32x8 lo = f32x8{} - 87.33f, hi = f32x8{} + 88.37f, shifter = f32x8{} + 12582912.0f;
   for (int64_t n = 0; n < P; n += 8) {
     f32x8 x;
     std::memcpy(&x, s + n, sizeof x);
     x -= mx;
-    const f32x8 xc = x < lo ? lo : (x > hi ? hi : x);
-    const f32x8 kf = (xc * 1.44269504088896341f + shifter) - shifter;
-    const f32x8 r = (xc - kf * 0.693145751953125f) - kf * 1.428606765330187045e-06f;
-    f32x8 q = f32x8{} + 1.0f / 720.0f;
-    q = q * r + 1.0f / 120.0f;
-    q = q * r + 1.0f / 24.0f;
-    q = q * r + 1.0f / 6.0f;
-    q = q * r + 0.5f;
-    q = q * r + 1.0f;
-    q = q * r + 1.0f;
-    const i32x8 bits = (__builtin_convertvector(kf, i32x8) + 127) << 23;
-    const f32x8 e = x < lo ? f32x8{} : q * reinterpret_cast<f32x8>(bits);
-    std::memcpy(p + n, &e, sizeof e);
+    cpu::fast_exp_inplace(x);
+    std::memcpy(p + n, &x, sizeof x);
   }
 }
 
