@@ -6,9 +6,9 @@
 // key_mask [B,Nk] (1 = attend, 0 = padding), float32 or float64; writes o, dq, dk, dv
 // (with do), attn_fro and jac_fro [B,H], float32. Exit 2 on bad usage or input (nothing
 // written), 1 when the output cannot be written.
+#include "base/atomic_file.h"
 #include "kernels/attention.h"
 #include "results/h5.h"
-#include "worker/atomic_file.h"
 
 #if defined(ATTNSWEEP_HAVE_CUDA) && __has_include("kernels/attention_cuda.h")
 #include "kernels/attention_cuda.h"
@@ -392,7 +392,7 @@ int run(int argc, char** argv) {
 #endif
     }
 
-    // Written to a temporary name, synced and renamed (worker/atomic_file.h): OUT.h5 is
+    // Written to a temporary name, synced and renamed (base/atomic_file.h): OUT.h5 is
     // complete or absent, and a failed write leaves no temporary behind.
     const std::string tmp = temp_path_for(out_path);
     TempFileGuard guard(tmp);

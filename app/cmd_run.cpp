@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "app/cli.h"
+#include "base/cpu_env.h"
 #include "coordinator/grid.h"
 #include "coordinator/status.h"
 #include "coordinator/sweep.h"
 #include "coordinator/train_command.h"
 #include "kernels/device.h"
 #include "slurm/submit.h"
-#include "worker/cpu_env.h"
 #include "worker/run_cell.h"
 
 namespace attnsweep::cli {
@@ -150,7 +150,7 @@ void on_train_signal(int sig) {
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
-  // Runtime settings that only take effect at process start (worker/cpu_env.h): set
+  // Runtime settings that only take effect at process start (base/cpu_env.h): set
   // them and run this same command again, once.
   if (std::getenv("ATTNSWEEP_CPU_ENV_SET") == nullptr) {
     const auto fixes = cpu_env_fixes();

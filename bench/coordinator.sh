@@ -33,7 +33,7 @@ t0=$(now); "$BIN" run zero.json --out zero --workers 4 --threads 1 --progress-ev
 # Baseline: the same children, launched by xargs -P 4 (no scheduling, no bookkeeping).
 ls zero/cells/*.json > list.txt
 t2=$(now)
-# The children get what the slots give theirs (no start-up re-exec, worker/cpu_env.h).
+# The children get what the slots give theirs (no start-up re-exec, base/cpu_env.h).
 ATTNSWEEP_CPU_ENV_SET=1 OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
   xargs -P 4 -I{} sh -c 'exec "$0" train "$1" --out "$1.h5" >/dev/null' "$BIN" {} < list.txt
 t3=$(now)

@@ -51,11 +51,11 @@
 #include <string>
 #include <vector>
 
+#include "base/cpu_env.h"
 #include "experiments/listops.h"
 #include "experiments/rng.h"
 #include "kernels/device.h"
 #include "kernels/precision.h"
-#include "worker/cpu_env.h"
 #include "worker/cuda_trainer.h"
 #include "worker/trainer.h"
 
@@ -143,7 +143,7 @@ void time_steps(TrainerT& tr, const ModelConfig& mc, const TrainConfig& tc, int 
 }
 
 int main(int argc, char** argv) {
-  // The same process-start settings as `attnsweep train` (worker/cpu_env.h).
+  // The same process-start settings as `attnsweep train` (base/cpu_env.h).
   if (std::getenv("ATTNSWEEP_CPU_ENV_SET") == nullptr) {
     const auto fixes = cpu_env_fixes();
     if (!fixes.empty()) {

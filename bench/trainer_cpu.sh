@@ -11,7 +11,7 @@ bin="$build/bench/trainer_cpu"
 steps="${1:-30}"
 [[ -x "$bin" ]] || { echo "trainer_cpu.sh: $bin not built (cmake --build $build)" >&2; exit 2; }
 export OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2
-# The OpenBLAS kernels attnsweep train picks for itself (worker/cpu_env.h) are given to
+# The OpenBLAS kernels attnsweep train picks for itself (base/cpu_env.h) are given to
 # PyTorch as well: OpenBLAS 0.3.21 calls this virtualised Xeon "Prescott" (SSE3 kernels)
 # unless told. The OpenMP wait policy is each program's own: attnsweep's bounded spin,
 # and PyTorch both with its default (spinning) and with OMP_WAIT_POLICY=passive, the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "base/sha256.h"
 #include "experiments/registry.h"
 
 namespace attnsweep {

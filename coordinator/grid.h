@@ -64,8 +64,6 @@ json effective_config(const json& cell_values, const std::string& file_label);
 std::string canonical_json(const json& config);
 std::string cell_id(const json& config);
 
-std::string sha256_hex(const std::string& data);
-
 // The grid format as a JSON Schema (draft 2020-12), generated from the parameter table
 // (experiments/params.cpp), the activation registry and the resources: every key with
 // its type, range and allowed values; unknown keys are errors. `attnsweep schema`

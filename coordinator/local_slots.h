@@ -18,12 +18,12 @@
 #include <utility>
 #include <vector>
 
+#include "base/cpu_env.h"
 #include "coordinator/messages.h"
 #include "coordinator/process.h"
 #include "coordinator/rundir.h"
 #include "coordinator/sweep.h"
 #include "results/cell_file.h"
-#include "worker/cpu_env.h"
 #include "worker/run_cell.h"
 
 namespace attnsweep {
@@ -96,7 +96,7 @@ class LocalSlots {
         rank_(rank),
         host_(hostname()),
         exe_(self_executable()),
-        // More threads than cores in all: waiting threads sleep (worker/cpu_env.h).
+        // More threads than cores in all: waiting threads sleep (base/cpu_env.h).
         cpu_env_(cpu_env_fixes(static_cast<int64_t>(slots_.size()) * threads >
                                static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())))) {}
 
@@ -150,7 +150,7 @@ class LocalSlots {
       for (int j : taken) visible += (visible.empty() ? "" : ",") + gpus_[static_cast<size_t>(device_of(j))];
       spec.env.push_back({"CUDA_VISIBLE_DEVICES", visible});
     }
-    // The start-up settings `train` would otherwise re-exec itself for (worker/cpu_env.h):
+    // The start-up settings `train` would otherwise re-exec itself for (base/cpu_env.h):
     // one exec per attempt, not two.
     for (const auto& kv : cpu_env_) spec.env.push_back(kv);
     spec.env.push_back({"ATTNSWEEP_CPU_ENV_SET", "1"});

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "worker/atomic_file.h"  // atomic_write_text, for the run directory's files
+#include "base/atomic_file.h"  // atomic_write_text, for the run directory's files
 
 namespace attnsweep {
 

@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "base/cpu_env.h"
 #include "coordinator/fusion.h"
 #include "coordinator/heartbeat.h"
 #include "coordinator/liveness.h"
@@ -36,7 +37,6 @@
 #include "coordinator/wakeup.h"
 #include "kernels/device.h"
 #include "results/cell_file.h"
-#include "worker/cpu_env.h"
 #include "worker/run_cell.h"
 
 namespace attnsweep {

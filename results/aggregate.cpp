@@ -20,6 +20,7 @@
 
 #include <csignal>
 
+#include "base/atomic_file.h"
 #include "experiments/result_schema.h"
 #include "results/aggregate_index.h"
 #include "results/aggregate_rows.h"
@@ -29,7 +30,6 @@
 #include "results/h5.h"
 #include "results/paired.h"
 #include "results/table.h"
-#include "worker/atomic_file.h"
 
 namespace attnsweep {
 namespace fs = std::filesystem;

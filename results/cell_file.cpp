@@ -16,8 +16,8 @@
 
 #include <zlib.h>
 
+#include "base/atomic_file.h"
 #include "results/h5.h"
-#include "worker/atomic_file.h"
 
 #ifndef ATTNSWEEP_VERSION
 #error "ATTNSWEEP_VERSION must be defined by CMake"

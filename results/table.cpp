@@ -6,7 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "worker/atomic_file.h"
+#include "base/atomic_file.h"
 
 namespace attnsweep {
 namespace {

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "worker/atomic_file.h"
+#include "base/atomic_file.h"
 #include "worker/cuda_trainer.h"
 #include "worker/trainer.h"
 

@@ -5,7 +5,7 @@
 // the concept ModelBackend; CPU, or CUDA in worker/backend_cuda.h) that owns the buffers
 // and runs each op; where the CPU fuses ops the backend runs a composite op.
 //
-// Two shapes (design.md "Trainer"):
+// The shapes (docs/architecture.md, "Trainer"):
 // - Head::classify, a pre-LN transformer: x [B, N, in_dim] -> linear patch embedding
 //   (or, with vocab > 0, token ids x [B, N] -> an embedding table) + learned positions (+ an optional CLS token in
 //   front), L blocks of (LN -> multi-head attention with phi, Q/K/V/O projections -> residual -> LN -> MLP(GELU,

@@ -14,7 +14,7 @@
 // other orders). Checkpoints have one format (host float32 parameters and optimizer
 // state), so a cell can resume on either backend.
 //
-// Data parallelism (design.md "Process model": a cell with gpus_per_cell k trains
+// Data parallelism (docs/architecture.md, "Process model": a cell with gpus_per_cell k trains
 // data-parallel). TrainConfig::devices = k > 1 holds k model replicas with identical
 // parameters. Step t samples the same global batch of B rows as k = 1 (the sampler is
 // unchanged) and replica r takes rows [r B/k, (r+1) B/k) (B % k == 0, a validation

@@ -1,7 +1,10 @@
 """The layers of the source tree, lowest first: a file may include its own folder and the
 folders below it, never one above (docs/architecture.md):
 
-    kernels <- experiments <- worker <- results <- coordinator <- slurm <- app
+    base <- kernels <- experiments <- worker <- results <- coordinator <- slurm <- app
+
+base/ holds the utilities every layer uses (atomic file writes, process-start CPU settings,
+SHA-256).
 
 results/ (result files, aggregate, report) sits above worker/: app/ and coordinator/ use
 it, worker/ and below never do (run_cell returns its result; coordinator/train_command
@@ -15,7 +18,7 @@ import re
 import sys
 import tempfile
 
-LAYERS = ["kernels", "experiments", "worker", "results", "coordinator", "slurm", "app"]
+LAYERS = ["base", "kernels", "experiments", "worker", "results", "coordinator", "slurm", "app"]
 RANK = {d: i for i, d in enumerate(LAYERS)}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 SOURCES = (".h", ".hpp", ".cpp", ".cu", ".cuh", ".in")

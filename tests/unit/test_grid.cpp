@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/sha256.h"
 #include "coordinator/grid.h"
 #include "experiments/params.h"
 #include "experiments/registry.h"

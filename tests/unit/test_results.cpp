@@ -15,10 +15,10 @@
 #include <random>
 #include <sstream>
 
+#include "base/atomic_file.h"
 #include "results/aggregate.h"
 #include "results/cell_file.h"
 #include "results/h5.h"
-#include "worker/atomic_file.h"
 
 namespace attnsweep {
 namespace {
@@ -70,7 +70,7 @@ CellResult sample_cell(const std::string& id, int64_t steps = 5) {
   return r;
 }
 
-// ---- the atomic-write helper (worker/atomic_file.h) ------------------------------------
+// ---- the atomic-write helper (base/atomic_file.h) ------------------------------------
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "base/cpu_env.h"
 #include "coordinator/grid.h"
 #include "coordinator/train_command.h"
 #include "experiments/rng.h"
@@ -22,7 +23,6 @@
 #include "kernels/device.h"
 #include "results/h5.h"
 #include "tests/unit/trainer_test_util.h"
-#include "worker/cpu_env.h"
 #include "worker/run_cell.h"
 #include "worker/trainer.h"
 
@@ -517,7 +517,7 @@ std::optional<std::string> fix_of(const std::vector<std::pair<std::string, std::
 }
 }  // namespace
 
-// worker/cpu_env.h: a bounded spin by default, passive waiting when the cores are
+// base/cpu_env.h: a bounded spin by default, passive waiting when the cores are
 // oversubscribed, and whatever the user set is kept.
 TEST(CpuEnv, WaitPolicyBoundedSpinPassiveWhenOversubscribedUserWins) {
   EnvGuard g1("OMP_WAIT_POLICY"), g2("GOMP_SPINCOUNT");

@@ -1,7 +1,7 @@
 // Durable "write to a temporary name, then rename": a reader (or a resumed run) sees
 // either no file or a complete one. The one atomic-write helper of result files,
-// checkpoints, run-directory files and the attention command's output (here, in worker/, the lowest layer that writes
-// files, so that results/ and coordinator/ above it share it).
+// checkpoints, run-directory files and the attention command's output (in base/, below every layer
+// that writes files: worker/, results/, coordinator/ and app/ share it).
 #pragma once
 
 #include <string>

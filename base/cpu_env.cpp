@@ -1,4 +1,4 @@
-#include "worker/cpu_env.h"
+#include "base/cpu_env.h"
 
 #include <cstdlib>
 #include <cstring>
