@@ -11,10 +11,10 @@
 #include "coordinator/fusion.h"
 #include "coordinator/grid.h"
 #include "coordinator/local_slots.h"
-#include "experiments/gpu_memory.h"
 #include "experiments/params.h"
 #include "experiments/result_schema.h"
 #include "kernels/activation.h"
+#include "worker/gpu_memory.h"
 
 namespace attnsweep::cli {
 

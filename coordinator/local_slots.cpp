@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "coordinator/wakeup.h"
-#include "experiments/gpu_memory.h"
 #include "kernels/device.h"
+#include "worker/gpu_memory.h"
 
 namespace attnsweep {
 using json = nlohmann::json;

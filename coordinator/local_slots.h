@@ -57,7 +57,7 @@ int distinct_devices(const std::vector<FreeSlot>& free);
 std::vector<int> choose_slots(const std::vector<FreeSlot>& free, int need);
 
 // Whether K cells of the grid fit in one GPU's memory: any K cells may share a GPU, so
-// the cell of the largest estimate (experiments/gpu_memory.h) times K must fit.
+// the cell of the largest estimate (worker/gpu_memory.h) times K must fit.
 struct GpuFit {
   bool checked = false;  // false: no GPU memory known (or no cell uses a GPU): nothing checked
   bool fits = true;

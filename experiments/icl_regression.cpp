@@ -9,7 +9,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "experiments/gpu_memory.h"
 #include "experiments/normals.h"
 #include "experiments/registry.h"
 #include "experiments/result_schema.h"
@@ -307,24 +306,34 @@ double icl_limit_sq_error(const IclSetup& s, const ActivationSpec& act, const Re
   return icl_limit_sq_error(s, *icl_test_set(s, n_prompts), act, W);
 }
 
+// L prompt tokens and the query, d + 1 wide.
+static DataShape icl_data_shape(const json& config) {
+  DataShape s;
+  s.tokens = config.at("prompt_length").get<int64_t>() + 1;
+  s.in_dim = config.at("d").get<int64_t>() + 1;
+  return s;
+}
+
+// The read-out: one layer, one head of width d + 1 on the raw tokens (worker/model.h).
+static json icl_model_config(const json& config) {
+  json m = config;
+  m["dim"] = config.at("d").get<int64_t>() + 1;
+  m["heads"] = 1;
+  m["layers"] = 1;
+  return m;
+}
+
 TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
   if (!ctx.train) throw std::runtime_error("task icl_regression: no trainer supplied (run it through attnsweep train)");
   auto setup = std::make_shared<const IclSetup>(icl_setup_of(config));
   const ActivationSpec act = activation_spec_of(config);
   const int64_t C = setup->d + 1, L = setup->prompt_length;
-
-  // The read-out: one layer, one head of width C on the raw tokens (worker/model.h).
-  json model_config = config;
-  model_config["dim"] = C;
-  model_config["heads"] = 1;
-  model_config["layers"] = 1;
+  const json model_config = icl_model_config(config);
 
   TrainingData data;
+  static_cast<DataShape&>(data) = icl_data_shape(config);  // L + 1 tokens, C wide
   data.n_train = config.at("train_prompts").get<int64_t>();
   data.n_test = config.at("test_prompts").get<int64_t>();
-  data.tokens = L + 1;
-  data.in_dim = C;
-  data.classes = 0;
   // The test prompts, made once for every evaluation (and every cell of this process that
   // draws the same ones); training prompts afresh each time.
   std::shared_ptr<const IclTestSet> test = icl_test_set(*setup, data.n_test);
@@ -393,10 +402,8 @@ const TaskDef& icl_regression_task() {
                  per_token / 3e9 +
              0.2;
     };
-    // L prompt tokens and the query, d + 1 wide (run_icl_regression's read-out).
-    d.model_shape = [](const json& c) {
-      return readout_shape(c.at("prompt_length").get<int64_t>() + 1, c.at("d").get<int64_t>() + 1);
-    };
+    d.data_shape = icl_data_shape;
+    d.model_config = icl_model_config;
     d.outputs = {
         make_final_metric("limit_sq_error",
                           "the last evaluation's /icl/limit_sq_error (steps = 0: at initialisation); NaN when the "

@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "experiments/gpu_memory.h"
 #include "experiments/registry.h"
 #include "experiments/task.h"
 #include "experiments/training_keys.h"
@@ -129,6 +128,16 @@ int64_t image_patch_size(int64_t prompt_length) {
   }
 }
 
+// n patches of p x p pixels, 10 classes.
+static DataShape image_data_shape(const json& config) {
+  const int64_t n = config.at("prompt_length").get<int64_t>(), p = image_patch_size(n);
+  DataShape s;
+  s.tokens = n;
+  s.in_dim = p * p;
+  s.classes = 10;
+  return s;
+}
+
 TaskOutput run_image(const json& config, const TaskContext& ctx) {
   const int64_t n = config.at("prompt_length").get<int64_t>();
   const int64_t p = image_patch_size(n);
@@ -139,11 +148,9 @@ TaskOutput run_image(const json& config, const TaskContext& ctx) {
   auto ds = std::make_shared<FashionMnist>(load_fashion_mnist());
 
   TrainingData data;
+  static_cast<DataShape&>(data) = image_data_shape(config);
   data.n_train = 60000;
   data.n_test = 10000;
-  data.tokens = n;
-  data.in_dim = p * p;
-  data.classes = 10;
   data.fill = [ds, p](int split, const int64_t* idx, int64_t count, float* x, int32_t* y_class, float*) {
     constexpr int64_t px = kSide * kSide;
     std::vector<float> img(static_cast<size_t>(count * px));
@@ -173,10 +180,7 @@ const TaskDef& image_task() {
     d.target = TaskTarget::classes;
     d.keys = {boolean_key("cls", false, "classify from a learned CLS token instead of the mean over tokens")};
     d.cost_s = transformer_cost_s;
-    d.model_shape = [](const json& c) {
-      const int64_t n = c.at("prompt_length").get<int64_t>(), p = image_patch_size(n);
-      return transformer_shape(c, n, p * p, 10);
-    };
+    d.data_shape = image_data_shape;
     d.run = run_image;
     return d;
   }();

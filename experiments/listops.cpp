@@ -7,7 +7,6 @@
 #include <memory>
 #include <stdexcept>
 
-#include "experiments/gpu_memory.h"
 #include "experiments/registry.h"
 #include "experiments/result_schema.h"
 #include "experiments/rng.h"
@@ -124,6 +123,17 @@ std::string listops_token_text(int32_t id) {
   }
 }
 
+// Token ids of sequences up to prompt_length long, padded at the end; 10 classes.
+static DataShape listops_data_shape(const json& config) {
+  DataShape s;
+  s.tokens = config.at("prompt_length").get<int64_t>();
+  s.in_dim = 1;
+  s.classes = 10;
+  s.vocab = kListOpsVocab;
+  s.pad_id = kListOpsPad;
+  return s;
+}
+
 TaskOutput run_listops(const json& config, const TaskContext& ctx) {
   ListOpsSpec spec;
   spec.max_length = config.at("prompt_length").get<int64_t>();
@@ -136,13 +146,9 @@ TaskOutput run_listops(const json& config, const TaskContext& ctx) {
   if (!ctx.train) throw std::runtime_error("task listops: no trainer supplied (run it through attnsweep train)");
 
   TrainingData data;
+  static_cast<DataShape&>(data) = listops_data_shape(config);  // tokens: spec.max_length
   data.n_train = config.at("n_train").get<int64_t>();
   data.n_test = config.at("n_test").get<int64_t>();
-  data.tokens = spec.max_length;
-  data.in_dim = 1;
-  data.classes = 10;
-  data.vocab = kListOpsVocab;
-  data.pad_id = kListOpsPad;
 
   // The test split once: its class counts give the majority baseline.
   auto test = std::make_shared<std::vector<ListOpsSample>>(static_cast<size_t>(data.n_test));
@@ -208,9 +214,7 @@ const TaskDef& listops_task() {
     };
     d.keys.push_back(std::move(min_length));
     d.cost_s = transformer_cost_s;
-    d.model_shape = [](const json& c) {
-      return transformer_shape(c, c.at("prompt_length").get<int64_t>(), 1, 10, kListOpsVocab, true);
-    };
+    d.data_shape = listops_data_shape;
     d.outputs = {make_final_metric("majority_accuracy", "largest share of one label in the test split (the baseline)"),
                  make_final_metric("test_mean_length", "mean length in tokens of the test split's sequences"),
                  make_dataset("/listops/test_class_counts", ResultType::int64, {"classes"},

@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "experiments/gpu_memory.h"
 #include "experiments/registry.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
@@ -76,6 +75,15 @@ PdeSample pde_sample(const PdeSpec& spec, int split, int64_t index) {
   return s;
 }
 
+// The grid's prompt_length points, each (x, u(x, 0), nu) -> u(x, T): one target a token.
+static DataShape pde_data_shape(const json& config) {
+  DataShape s;
+  s.tokens = config.at("prompt_length").get<int64_t>();
+  s.in_dim = 3;
+  s.targets_per_sample = s.tokens;
+  return s;
+}
+
 TaskOutput run_pde(const json& config, const TaskContext& ctx) {
   PdeSpec spec;
   spec.grid = config.at("prompt_length").get<int64_t>();
@@ -87,12 +95,9 @@ TaskOutput run_pde(const json& config, const TaskContext& ctx) {
   if (!ctx.train) throw std::runtime_error("task pde: no trainer supplied (run it through attnsweep train)");
 
   TrainingData data;
+  static_cast<DataShape&>(data) = pde_data_shape(config);  // tokens: spec.grid
   data.n_train = config.at("n_train").get<int64_t>();
   data.n_test = config.at("n_test").get<int64_t>();
-  data.tokens = spec.grid;
-  data.in_dim = 3;
-  data.classes = 0;
-  data.targets_per_sample = spec.grid;
 
   // Every sample solved once, up front (about 15 ms of CPU each at the defaults),
   // in parallel: each is a pure function of (spec, split, index).
@@ -176,7 +181,7 @@ const TaskDef& pde_task() {
       return transformer_cost_s(c) + 0.015 * (c.at("n_train").get<double>() + c.at("n_test").get<double>()) *
                                          c.at("final_time").get<double>() * std::sqrt(0.1 / c.at("nu").get<double>());
     };
-    d.model_shape = [](const json& c) { return transformer_shape(c, c.at("prompt_length").get<int64_t>(), 3, 0); };
+    d.data_shape = pde_data_shape;
     d.outputs = {
         make_final_metric("heat_rel_l2", "mean relative L2 error of the heat equation's solution on the test split"),
         make_final_metric("solver_grid_max", "finest grid the reference Burgers solver needed over the samples")};

@@ -1,8 +1,8 @@
 // The task registry: every task a grid's `task` can name, one TaskDef each. A task lives
 // in one file (experiments/<task>.cpp) that defines its TaskDef: what it is, the keys it
 // adds to the shared ones (experiments/params.h) with their defaults, ranges and checks,
-// its cost estimate and the shape of the model it trains (for the GPU memory estimate,
-// experiments/gpu_memory.h), the result fields it writes and its run function. Grid validation,
+// its cost estimate and the shape of its data (what the trainer and the GPU memory estimate,
+// worker/gpu_memory.h, build the model from), the result fields it writes and its run function. Grid validation,
 // `attnsweep schema`, `plan`'s cost order, the result schema and run_task read it; adding
 // a task is its file plus one line in task_registry() (experiments/tasks.cpp).
 #pragma once
@@ -22,8 +22,6 @@
 namespace attnsweep {
 
 using json = nlohmann::json;
-
-struct ModelShape;  // experiments/gpu_memory.h
 
 // What model, if any, the trainer (worker/trainer.h) trains for the task.
 enum class TaskModel {
@@ -67,10 +65,14 @@ struct TaskDef {
   std::vector<ParamSpec> keys;
   // Rough seconds of one cell on one CPU slot (the scheduler runs the longest first).
   double (*cost_s)(const json& effective_config) = nullptr;
-  // The model a cell trains, as its data shapes it (the TrainingData dims run() gives the
-  // trainer), for the GPU memory estimate (experiments/gpu_memory.h); nullptr: the task
-  // trains nothing on a GPU.
-  ModelShape (*model_shape)(const json& effective_config) = nullptr;
+  // The shape of a cell's data (experiments/task.h DataShape): what its run() gives the
+  // trainer, and what the GPU memory estimate (worker/gpu_memory.h) builds the model
+  // from; nullptr: the task trains nothing.
+  DataShape (*data_shape)(const json& effective_config) = nullptr;
+  // The config the trainer builds the model from (its dim, heads, layers, ...), when it
+  // is not the cell's own (icl_regression: the read-out's width is d + 1); read by run()
+  // and by the GPU memory estimate.
+  json (*model_config)(const json& effective_config) = nullptr;
   // Its own /final metrics and datasets (make_final_metric, make_dataset); the writer
   // and the task are filled in by the result schema.
   std::vector<ResultField> outputs;

@@ -54,11 +54,11 @@ struct TaskContext {
   std::function<TaskOutput(const json& config, const TaskContext& ctx, const TrainingData& data)> train;
 };
 
-// What a training task gives the trainer: token features x [count, tokens, in_dim] and
-// targets, filled for any list of sample indices (classes in [0, classes) for
-// classification; one float per sample for regression, classes == 0).
-struct TrainingData {
-  int64_t n_train = 0, n_test = 0;
+// What a training task's samples are to the model, stated once by the task as a function
+// of the cell's config (experiments/registry.h TaskDef::data_shape): its run() hands the
+// trainer data of this shape, and the GPU memory estimate (worker/gpu_memory.h) builds the
+// model's config from it without loading any data.
+struct DataShape {
   int64_t tokens = 0;   // N tokens per sample, as the model sees them (before any CLS)
   int64_t in_dim = 0;   // features per token
   int64_t classes = 0;  // 0: regression (one float target, MSE)
@@ -69,6 +69,13 @@ struct TrainingData {
   // With vocab > 0: the id of padding tokens (-1: none). The model hides them from
   // attention with a key mask; pad at the end of a sequence.
   int64_t pad_id = -1;
+};
+
+// What a training task gives the trainer: token features x [count, tokens, in_dim] and
+// targets, filled for any list of sample indices (classes in [0, classes) for
+// classification; one float per sample for regression, classes == 0), of its DataShape.
+struct TrainingData : DataShape {
+  int64_t n_train = 0, n_test = 0;
   // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class [count] or y_value
   // [count, targets_per_sample] (the one that applies).
   std::function<void(int split, const int64_t* idx, int64_t count, float* x, int32_t* y_class, float* y_value)> fill;

@@ -1,5 +1,5 @@
 // Backends of the model and trainer (worker/model.h, worker/trainer.h): the one
-// forward/backward sequence in model.cpp is a template over a backend type, which owns
+// forward/backward sequence in model_impl.h is a template over a backend type, which owns
 // the buffers and runs each op of kernels/ops.h and kernels/model_ops.h on its device.
 // CpuBackend (here) calls the CPU ops directly: each plain op is an inline forward to the
 // free function, so the CPU path costs what it cost before the abstraction (one direct
@@ -31,11 +31,20 @@
 //   parameters are broadcast (CPU, where the mean lands on replica 0 only).
 // - for_each_replica(k, f): f(0) .. f(k-1), one after another (CPU: the parallelism is
 //   the OpenMP team inside each op) or one host thread per device (CUDA).
+// - the optimiser's ops: clip_gradients(g, n, coef) (a scale when coef < 1), adamw_update,
+//   sgd_update (kernels/ops.h); the trainer's one update sequence calls them.
+// - graphed_step(B, args, body): a whole step as one launch (CUDA: body, the step's host
+//   code, captured once as a graph and replayed, the clip decided and the lr and bias
+//   corrections read on the device, worker/backend_cuda.h); std::nullopt when this step
+//   runs op by op (always on the CPU); graphed_steps() counts those that ran as one.
+// - kPrefetchBatches: whether the host makes batch t + 1 while the device runs step t
+//   (worker/cell_loop.h; CUDA), or in line (CPU: the host is the device).
 #pragma once
 
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -64,6 +73,21 @@ struct HeadBuffers {
   float *q, *k, *v, *o;
 };
 
+// The host's part of a step run as one launch (graphed_step): the learning rate, AdamW's
+// betas and 1-based step (for the bias corrections), the clip (0: off).
+struct StepGraphArgs {
+  double lr = 0;
+  int64_t t1 = 1;
+  float beta1 = 0.9f, beta2 = 0.999f;
+  double clip = 0;
+};
+// What such a step measured (TrainStepResult's loss, correct count and gradient norm).
+struct GraphedStep {
+  double loss = 0;
+  int64_t correct = 0;
+  double grad_norm = 0;
+};
+
 // Which per-layer buffers of a transformer layer (worker/model.h Acts, Scratch) a
 // backend's path through it uses, beyond those every path uses; the model allocates the
 // others not at all (their pointers are null).
@@ -87,10 +111,12 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
                                 int64_t n, float s, bool flag, std::vector<float>& host, const AttentionSpec& spec,
                                 const AttentionShape& shape, const LayerForwardArgs& lfa, const LayerBackwardArgs& lba,
                                 const HeadBuffers& hb, const std::vector<B*>& replicas, typename B::Collective& coll,
-                                const std::vector<float*>& grads, const ReadoutShape& rs, ReadoutCell& rc) {
+                                const std::vector<float*>& grads, const ReadoutShape& rs, ReadoutCell& rc,
+                                const StepGraphArgs& sga) {
   // buffers and device
   { B::kEveryReplicaUpdates } -> std::convertible_to<bool>;
   { B::kPadding } -> std::convertible_to<bool>;
+  { B::kPrefetchBatches } -> std::convertible_to<bool>;
   { fa.data() } -> std::same_as<float*>;
   { da.data() } -> std::same_as<double*>;
   be.allocate(fa, n);
@@ -119,8 +145,13 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   be.mse_backward(f, cf, cf, s, n);
   be.embedding_forward(f, ci, cf, cf, n, n, n);
   be.embedding_backward(f, f, cf, ci, n, n, n);
+  be.clip_gradients(f, n, 1.0);
   be.adamw_update(f, cf, f, f, n, s, s, s, s, s, n);
   be.sgd_update(f, cf, f, n, s, s, s);
+  {
+    be.graphed_step(n, sga, [] {})
+    } -> std::same_as<std::optional<GraphedStep>>;
+  { be.graphed_steps() } -> std::convertible_to<int64_t>;
   be.tokens_forward(f, cf, cf, cf, n, n, n, n, n);
   be.tokens_backward(f, f, f, cf, n, n, n, n, n);
   be.cls_pool_forward(f, cf, n, n, n);
@@ -162,6 +193,7 @@ class CpuBackend {
  public:
   static constexpr bool kEveryReplicaUpdates = false;
   static constexpr bool kPadding = true;
+  static constexpr bool kPrefetchBatches = false;
   template <class T>
   using Array = std::vector<T>;
 
@@ -225,6 +257,15 @@ class CpuBackend {
   ATTNSWEEP_CPU_OP(readout_pick_backward)
   ATTNSWEEP_CPU_OP(scale_inplace)
   ATTNSWEEP_CPU_OP(global_norm)
+  void clip_gradients(float* g, int64_t n, double coef) {
+    if (coef < 1.0) scale_inplace(g, n, static_cast<float>(coef));
+  }
+  // Every step op by op.
+  template <class Body>
+  std::optional<GraphedStep> graphed_step(int64_t, const StepGraphArgs&, Body&&) {
+    return std::nullopt;
+  }
+  int64_t graphed_steps() const { return 0; }
 
   // key_mask (B, Nk) or null (worker/model.h: padding).
   void attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
@@ -279,7 +320,7 @@ class CpuBackend {
   bool layer_backward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
                             const LayerBackwardArgs& a);
   // The read-out head's forward (and, train, backward) in its own algebra
-  // (kernels/readout.h; x [B, N, C], y [B]) instead of the op sequence of worker/model.cpp's
+  // (kernels/readout.h; x [B, N, C], y [B]) instead of the op sequence of worker/model_impl.h's
   // forward_readout / backward_readout, unless switched off (readout_algebra_cpu_enabled):
   // returns whether it ran.
   bool readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train,

@@ -362,21 +362,32 @@ const CudaStepScalars& CudaBackend::step_scalars() {
   return *scalars_host_;
 }
 
-void CudaBackend::clip_decision() {
-  if (mode_ == Mode::capture) clip_decision_cuda(scalars_dev_, stream_);
+void CudaBackend::clip_gradients(float* g, int64_t n, double coef) {
+  if (mode_ == Mode::eager) {
+    if (coef < 1.0) scale_inplace(g, n, static_cast<float>(coef));
+  } else if (mode_ == Mode::capture) {
+    clip_decision_cuda(scalars_dev_, stream_);
+    scale_by_clip_cuda(g, n, scalars_dev_, stream_);
+  }
 }
 
-void CudaBackend::scale_by_clip(float* g, int64_t n) {
-  if (mode_ == Mode::capture) scale_by_clip_cuda(g, n, scalars_dev_, stream_);
+void CudaBackend::adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2,
+                               float eps, float wd, int64_t t) {
+  if (mode_ == Mode::eager) {
+    const OpTimer timed(this);
+    adamw_update_cuda(p, g, m, v, n, lr, b1, b2, eps, wd, t, stream_);
+  } else if (mode_ == Mode::capture) {
+    adamw_update_graph_cuda(p, g, m, v, n, b1, b2, eps, wd, scalars_dev_, stream_);
+  }
 }
 
-void CudaBackend::adamw_update_graph(float* p, const float* g, float* m, float* v, int64_t n, float b1, float b2,
-                                     float eps, float wd) {
-  if (mode_ == Mode::capture) adamw_update_graph_cuda(p, g, m, v, n, b1, b2, eps, wd, scalars_dev_, stream_);
-}
-
-void CudaBackend::sgd_update_graph(float* p, const float* g, float* buf, int64_t n, float momentum, float wd) {
-  if (mode_ == Mode::capture) sgd_update_graph_cuda(p, g, buf, n, momentum, wd, scalars_dev_, stream_);
+void CudaBackend::sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float wd) {
+  if (mode_ == Mode::eager) {
+    const OpTimer timed(this);
+    sgd_update_cuda(p, g, buf, n, lr, momentum, wd, stream_);
+  } else if (mode_ == Mode::capture) {
+    sgd_update_graph_cuda(p, g, buf, n, momentum, wd, scalars_dev_, stream_);
+  }
 }
 
 // ---- attention ------------------------------------------------------------------------------

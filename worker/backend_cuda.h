@@ -11,9 +11,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -83,7 +86,7 @@ class CudaBackend {
  public:
   static constexpr bool kEveryReplicaUpdates = true;
   static constexpr bool kPadding = true;
-  static constexpr bool kStepGraphs = true;       // launch-free steps (below; worker/trainer.cpp)
+
   static constexpr bool kPrefetchBatches = true;  // the host makes batch t + 1 during step t (worker/prefetch.h)
   template <class T>
   using Array = DeviceArray<T>;
@@ -135,8 +138,6 @@ class CudaBackend {
   ATTNSWEEP_CUDA_OP(mse_backward)
   ATTNSWEEP_CUDA_OP(embedding_forward)
   ATTNSWEEP_CUDA_OP(embedding_backward)
-  ATTNSWEEP_CUDA_OP(adamw_update)
-  ATTNSWEEP_CUDA_OP(sgd_update)
   ATTNSWEEP_CUDA_OP(split_heads)
   ATTNSWEEP_CUDA_OP(merge_heads)
   ATTNSWEEP_CUDA_OP(heads_to_rows)
@@ -178,36 +179,27 @@ class CudaBackend {
   double mse_forward(const float* pred, const float* target, int64_t n);
   double global_norm(const float* g, int64_t n);
 
-  // ---- launch-free steps (worker/trainer.cpp) --------------------------------------------
-  // A training step that does not log, as one CUDA graph: captured once (begin_capture:
-  // the ops that follow are recorded on the stream, not run; end_capture instantiates),
-  // then for each later step the trainer runs the same host code between begin_staging
-  // and end_staging (every op skipped; the batch inputs copied into the pinned staging
-  // buffers the graph's copies read) and launch_step_graph replays it. The graph holds
-  // device addresses: it is valid while allocation_epoch() is unchanged (no buffer of
-  // this backend or its workspace reallocated since the capture).
-  uint64_t allocation_epoch() const;
-  void begin_capture();
-  void end_capture();
-  // After an exception between begin_capture and end_capture: ends the capture if one is
-  // open, drops what it made, and clears the error; never throws.
-  void abandon_capture() noexcept;
-  void begin_staging() { mode_ = Mode::staging; }
-  void end_staging() { mode_ = Mode::eager; }
-  bool has_step_graph() const { return graph_exec_ != nullptr; }
-  void drop_step_graph();
-  // The host's part of the step's scalars (lr, c1, c2, clip), then the graph; asynchronous.
-  void launch_step_graph(float lr, double c1, double c2, double clip);
-  // Waits for the stream; the scalars of the last graphed step, and the divisor of its loss.
-  const CudaStepScalars& step_scalars();
-  double step_loss_divisor() const { return loss_divisor_; }
-  // The device-scalar tail of a graphed step (ops_cuda.h): the clip decision, the clip,
-  // and the updates with lr / bias corrections / finiteness from the step's scalars.
-  void clip_decision();
-  void scale_by_clip(float* g, int64_t n);
-  void adamw_update_graph(float* p, const float* g, float* m, float* v, int64_t n, float b1, float b2, float eps,
-                          float wd);
-  void sgd_update_graph(float* p, const float* g, float* buf, int64_t n, float momentum, float wd);
+  // ---- launch-free steps ----------------------------------------------------------------
+  // A training step that does not log, as one CUDA graph (ModelBackend::graphed_step):
+  // body is the step's host code (forward, backward, global norm, the trainer's update).
+  // The first step at a batch size runs op by op (std::nullopt: it sizes every buffer and
+  // scratch); the second runs body with the ops recorded on the stream, not run, and
+  // instantiates the graph; each later one runs body with every op skipped (the batch
+  // inputs copied into the pinned staging buffers the graph's copies read) and replays
+  // the graph. The graph holds device addresses: it is captured again when a buffer of
+  // this backend or its workspace was reallocated since (allocation_epoch). A failed
+  // capture makes every later step of this backend run op by op (a note on stderr).
+  template <class Body>
+  std::optional<GraphedStep> graphed_step(int64_t B, const StepGraphArgs& a, Body&& body);
+  int64_t graphed_steps() const { return graphed_steps_; }
+
+  // The optimiser's ops (ModelBackend). Op by op: the host's coef, lr and step; inside a
+  // step graph: the clip decided on the device (clip_decision_cuda) and lr / bias
+  // corrections / finiteness from the step's scalars (the arguments lr and t unused).
+  void clip_gradients(float* g, int64_t n, double coef);
+  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
+                    float wd, int64_t t);
+  void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float wd);
 
   // ---- composites (ModelBackend; the CPU versions in worker/backend.h): the unfused
   // op sequences, in backend_cuda.cpp ----
@@ -291,8 +283,26 @@ class CudaBackend {
   size_t op_begin();
   void op_end(size_t slot);
 
+  // The parts of graphed_step (backend_cuda.cpp).
+  uint64_t allocation_epoch() const;
+  void begin_capture();
+  void end_capture();
+  // After an exception between begin_capture and end_capture: ends the capture if one is
+  // open, drops what it made, and clears the error; never throws.
+  void abandon_capture() noexcept;
+  void drop_step_graph();
+  // The host's part of the step's scalars (lr, c1, c2, clip), then the graph; asynchronous.
+  void launch_step_graph(float lr, double c1, double c2, double clip);
+  // Waits for the stream; the scalars of the last graphed step.
+  const CudaStepScalars& step_scalars();
+
   enum class Mode { eager, capture, staging };
   Mode mode_ = Mode::eager;
+  // graphed_step: the batch size and allocation epoch of the graph and of the last op-by-op
+  // step that warmed the buffers for a capture.
+  int64_t graph_B_ = -1, warm_B_ = -1, graphed_steps_ = 0;
+  uint64_t graph_epoch_ = 0, warm_epoch_ = 0;
+  bool graphs_failed_ = false;
   CudaStepScalars* scalars_dev_ = nullptr;   // cudaMalloc'ed at the first graph
   CudaStepScalars* scalars_host_ = nullptr;  // pinned: the host's part in, the results out
   double loss_divisor_ = 1;
@@ -323,6 +333,51 @@ class CudaBackend {
 #undef ATTNSWEEP_CUDA_OP_WS
 
 static_assert(ModelBackend<CudaBackend>);
+
+template <class Body>
+std::optional<GraphedStep> CudaBackend::graphed_step(int64_t B, const StepGraphArgs& a, Body&& body) {
+  if (graphs_failed_) return std::nullopt;
+  bind();
+  const uint64_t epoch = allocation_epoch();
+  if (!(graph_exec_ != nullptr && graph_B_ == B && graph_epoch_ == epoch)) {
+    // Captured when the step before ran op by op at this batch size and nothing was
+    // allocated since it began: then every buffer and scratch the step needs exists,
+    // and the capture allocates nothing (it could not).
+    if (!(warm_B_ == B && warm_epoch_ == epoch)) {
+      warm_B_ = B;
+      warm_epoch_ = epoch;
+      return std::nullopt;
+    }
+    try {
+      begin_capture();
+      body();
+      end_capture();
+    } catch (const std::exception& e) {
+      abandon_capture();
+      graphs_failed_ = true;
+      std::fprintf(stderr, "attnsweep: CUDA graph capture failed (%s); the steps of this cell launch op by op\n",
+                   e.what());
+      return std::nullopt;
+    }
+    graph_B_ = B;
+    graph_epoch_ = allocation_epoch();
+  } else {
+    mode_ = Mode::staging;
+    try {
+      body();
+    } catch (...) {
+      mode_ = Mode::eager;
+      throw;
+    }
+    mode_ = Mode::eager;
+  }
+  double c1 = 0, c2 = 0;
+  adamw_bias_corrections(a.beta1, a.beta2, a.t1, &c1, &c2);
+  launch_step_graph(static_cast<float>(a.lr), c1, c2, a.clip);
+  const CudaStepScalars& s = step_scalars();
+  ++graphed_steps_;
+  return GraphedStep{s.loss.sum / loss_divisor_, static_cast<int64_t>(s.loss.count), std::sqrt(s.grad_sq.sum)};
+}
 
 template <class F>
 void CudaBackend::for_each_replica(int64_t k, F&& f) {

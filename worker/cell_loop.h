@@ -271,7 +271,7 @@ class CellLoop {
   // The training batch at a sampler cursor; made one step ahead on a host thread where
   // the backend's step leaves the host waiting (CUDA), in line otherwise (the CPU's step
   // uses every core).
-  static constexpr bool kHostAhead = requires { TrainerT::ModelType::BackendType::kPrefetchBatches; };
+  static constexpr bool kHostAhead = TrainerT::ModelType::BackendType::kPrefetchBatches;
   static constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
   void make(int64_t cursor, HostBatch& b) {
@@ -332,5 +332,18 @@ class CellLoop {
   std::optional<BatchPrefetcher> ahead_;
   std::future<std::vector<double>> measuring_;
 };
+
+// The training loop of one cell on a built trainer of any backend: one CellLoop, one
+// step a batch (train_cell, train_cell_cuda).
+template <class TrainerT>
+TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc, const json& config,
+                      const TaskContext& ctx, const TrainingData& data) {
+  CellLoop<TrainerT> loop(tr, tc, mc, config, ctx, data);
+  while (loop.next()) {
+    const HostBatch& b = loop.take_batch(nullptr);
+    loop.after_step(tr.step(b.x.data(), b.y_class.data(), b.y_value.data(), tc.batch, loop.step(), loop.logging()));
+  }
+  return loop.finish();
+}
 
 }  // namespace attnsweep

@@ -1,6 +1,6 @@
 // A training cell's checkpoint: the state it resumes from (TrainState: the next step,
 // the sampler's cursor, the trajectory so far) with the trainer's parameters and
-// optimizer state, in one file format for every backend (worker/checkpoint.cpp: the
+// optimizer state, in one file format for every backend (worker/checkpoint_impl.h: the
 // layout and its version), written atomically. For BasicTrainer<CpuBackend> and, with
 // ATTNSWEEP_HAVE_CUDA, BasicTrainer<CudaBackend> (worker/trainer.h).
 #pragma once

@@ -1,6 +1,6 @@
 // The model and trainer on CUDA devices: the templates of worker/model.h and
-// worker/trainer.h over CudaBackend (worker/backend_cuda.h), instantiated in model.cpp
-// and trainer.cpp. Only with ATTNSWEEP_HAVE_CUDA.
+// worker/trainer.h over CudaBackend (worker/backend_cuda.h), instantiated in
+// worker/cuda_trainer.cpp. Only with ATTNSWEEP_HAVE_CUDA.
 #pragma once
 
 #ifdef ATTNSWEEP_HAVE_CUDA

@@ -1,4 +1,4 @@
-// Training batches made one step ahead on a host thread (worker/trainer.cpp, on CUDA):
+// Training batches made one step ahead on a host thread (worker/cell_loop.h, on CUDA):
 // while the GPU runs step t, the host makes batch t + 1 instead of waiting. The batch of
 // a cursor is the same wherever it is made (the sampler and the task's fill are functions
 // of the cursor), and the data source is never called from two threads at once: take()

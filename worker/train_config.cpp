@@ -39,7 +39,7 @@ TrainConfig train_config_of(const json& c) {
   return tc;
 }
 
-ModelConfig model_config_of(const json& c, const TrainingData& data) {
+ModelConfig model_config_of(const json& c, const DataShape& data) {
   ModelConfig mc;
   if (data.classes > 0)
     mc.head = Head::classify;

@@ -26,7 +26,7 @@ struct TrainConfig {
   double init_std = 0;  // 0: PyTorch nn.Linear init
   int64_t devices = 1;  // k data-parallel replicas; batch % devices == 0
   // CUDA, one replica: run the steps that do not log as one captured CUDA graph each
-  // (worker/trainer.cpp). Not a grid key (it changes no result); off unless
+  // (worker/trainer_impl.h, BasicTrainer::step). Not a grid key (it changes no result); off unless
   // ATTNSWEEP_CUDA_GRAPHS=1 until it has been checked on a GPU (train_cell).
   bool cuda_graphs = false;
 };
@@ -35,7 +35,7 @@ struct TrainConfig {
 // declares them and their defaults).
 TrainConfig train_config_of(const json& config);
 // The model of a cell config for a task's data (classes == 0: the regression read-out).
-ModelConfig model_config_of(const json& config, const TrainingData& data);
+ModelConfig model_config_of(const json& config, const DataShape& data);
 
 // Learning rate of 0-based step t: lr (t+1)/warmup during the warm-up, then
 // lr * (1 + cos(pi (t - warmup) / (steps - warmup))) / 2 (lr_schedule "constant": lr).

@@ -98,36 +98,24 @@ class BasicTrainer {
   int64_t optimizer_state_size() const { return opt_.empty() ? 0 : static_cast<int64_t>(opt_[0].m.size()); }
   void load_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v);
 
+  // Steps that ran as one launch (a replayed or just captured CUDA graph) so far.
+  int64_t graphed_steps() { return model().backend().graphed_steps(); }
+
  private:
   template <class T>
   using Array = typename Backend::template Array<T>;
   struct OptimizerState {
     Array<float> m, v;
   };
-  // Clip with `coef` (< 1: scale) and apply the update of step t on replica r.
+  // Clip with `coef` (< 1: scale) and apply the update of step t on replica r: the one
+  // update sequence, run op by op or recorded into a step graph (step).
   void update(int64_t r, double coef, float lr, int64_t t);
-  // The step of one replica as a CUDA graph (tc.cuda_graphs; backends with kStepGraphs):
-  // false when this step must run op by op (the first at a batch size, which sizes every
-  // buffer before a capture; or after a capture failed, for the rest of the cell).
-  bool graphed_step(const float* x, const int32_t* y_class, const float* y_value, int64_t B, int64_t t, StepResult& r);
-  // A graphed step's host code after the backward: norm, clip and update on the device.
-  void graph_tail();
 
- public:
-  // Steps that ran as a replayed (or just captured) CUDA graph so far.
-  int64_t graphed_steps() const { return graphed_steps_; }
-
- private:
   ModelConfig mc_;
   TrainConfig tc_;
   std::vector<std::unique_ptr<ModelType>> replicas_;
   std::vector<OptimizerState> opt_;  // one per replica that updates (CPU: replica 0 only)
   std::unique_ptr<typename Backend::Collective> collective_;
-  // Launch-free steps: the batch size and allocation epoch (CudaBackend) of the graph and
-  // of the last op-by-op step that warmed the buffers for a capture.
-  int64_t graph_B_ = -1, warm_B_ = -1, graphed_steps_ = 0;
-  uint64_t graph_epoch_ = 0, warm_epoch_ = 0;
-  bool graphs_failed_ = false;
 };
 
 using Trainer = BasicTrainer<CpuBackend>;
@@ -158,5 +146,9 @@ ModelWeights weights_of(const std::vector<TensorInfo>& tensors, const float* hos
 // ctx.checkpoint_path ("" = none) every checkpoint_every steps and when ctx.stop is set
 // (then returns status "interrupted"); resumes from it when it exists and is valid.
 TaskOutput train_cell(const json& config, const TaskContext& ctx, const TrainingData& data);
+// train_cell on CUDA device `gpu` (>= 0) with the cell's configs: worker/cuda_trainer.cpp;
+// in a build without the CUDA backend it throws, naming the device and how to get one.
+TaskOutput train_cell_cuda(const TrainConfig& tc, const ModelConfig& mc, const json& config, const TaskContext& ctx,
+                           const TrainingData& data, int gpu);
 
 }  // namespace attnsweep

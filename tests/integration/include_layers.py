@@ -10,6 +10,10 @@ results/ (result files, aggregate, report) sits above worker/: app/ and coordina
 it, worker/ and below never do (run_cell returns its result; coordinator/train_command
 writes it). tests/ and bench/ may include anything.
 
+Inside worker/, the CUDA files (a name with "cuda": backend_cuda, cuda_trainer) sit above
+the generic ones (model, trainer, checkpoint, cell_loop, ...): a generic file never includes
+a CUDA one; the CUDA instantiations live in worker/cuda_trainer.cpp.
+
 usage: include_layers.py ROOT          check the tree; exit 1 naming each violation
        include_layers.py --self-test   plant a violation in a scratch tree, expect it caught
 """
@@ -20,7 +24,7 @@ import tempfile
 
 LAYERS = ["base", "kernels", "experiments", "worker", "results", "coordinator", "slurm", "app"]
 RANK = {d: i for i, d in enumerate(LAYERS)}
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]*)"')
 SOURCES = (".h", ".hpp", ".cpp", ".cu", ".cuh", ".in")
 
 
@@ -39,6 +43,10 @@ def violations(root):
                         if m and m.group(1) in RANK and RANK[m.group(1)] > RANK[layer]:
                             out.append(f"{os.path.relpath(path, root)}:{lineno}: {layer}/ includes "
                                        f"{m.group(1)}/, a higher layer ({' <- '.join(LAYERS)})")
+                        elif (m and layer == "worker" and m.group(1) == "worker" and "cuda" in m.group(2)
+                              and "cuda" not in name):
+                            out.append(f"{os.path.relpath(path, root)}:{lineno}: worker/{name}, a generic "
+                                       f"file, includes worker/{m.group(2)}, a CUDA one (only worker/*cuda* may)")
     return files, out
 
 
@@ -47,10 +55,13 @@ def main(argv):
         with tempfile.TemporaryDirectory() as tmp:
             os.makedirs(os.path.join(tmp, "worker"))
             with open(os.path.join(tmp, "worker", "x.cpp"), "w") as f:
-                f.write('#include "worker/x.h"\n#include "results/cell_file.h"\n')
+                f.write('#include "worker/x.h"\n#include "results/cell_file.h"\n#include "worker/cuda_trainer.h"\n')
+            with open(os.path.join(tmp, "worker", "cuda_y.cpp"), "w") as f:
+                f.write('#include "worker/backend_cuda.h"\n#include "worker/trainer.h"\n')
             _, v = violations(tmp)
-        ok = len(v) == 1 and "worker/x.cpp:2" in v[0]
-        print(("ok: " if ok else "FAIL: ") + "a planted worker/ -> results/ include is reported: " + "; ".join(v))
+        ok = len(v) == 2 and "worker/x.cpp:2" in v[0] and "worker/x.cpp:3" in v[1]
+        print(("ok: " if ok else "FAIL: ") + "a planted worker/ -> results/ include and a generic worker/ file "
+              "including a CUDA one are reported (and a CUDA file including both is not): " + "; ".join(v))
         return 0 if ok else 1
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)

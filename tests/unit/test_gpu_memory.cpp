@@ -1,35 +1,19 @@
-// The GPU memory estimate (experiments/gpu_memory.h): one small config counted by hand,
-// the parameter count against the model itself, and each training task's model shape
-// against what the task really gives the trainer.
+// The GPU memory estimate (worker/gpu_memory.h): one small config counted by hand, and
+// for each training task the model it counts against the one the task's run() hands the
+// trainer, and against what a model of that config allocates.
 #include <gtest/gtest.h>
 
 #include "coordinator/grid.h"
-#include "experiments/gpu_memory.h"
 #include "experiments/registry.h"
 #include "experiments/task.h"
+#include "worker/gpu_memory.h"
 #include "worker/model.h"
+#include "worker/model_layout.h"
+#include "worker/train_config.h"
 
 using namespace attnsweep;
 
 namespace {
-
-ModelConfig model_config_of_shape(const ModelShape& s) {
-  ModelConfig mc;
-  mc.head = s.head == ModelShape::Head::classify  ? Head::classify
-            : s.head == ModelShape::Head::readout ? Head::readout
-                                                  : Head::token_regress;
-  mc.tokens = s.tokens;
-  mc.in_dim = s.in_dim;
-  mc.vocab = s.vocab;
-  mc.classes = s.classes;
-  mc.cls = s.cls;
-  mc.pad_id = s.padded ? 0 : -1;
-  mc.dim = s.dim;
-  mc.layers = s.layers;
-  mc.heads = s.heads;
-  mc.mlp_ratio = s.head == ModelShape::Head::readout ? 4 : s.mlp_ratio;
-  return mc;
-}
 
 // What a task's run() hands the trainer, caught instead of trained.
 struct Caught {
@@ -50,31 +34,42 @@ Caught catch_training(const json& cfg) {
   return c;
 }
 
+// The model the estimate counts is the one the task's run() hands the trainer, and the
+// estimate and a model built from it read one plan (worker/model_layout.h).
 void expect_shape_is_the_tasks(const json& cfg) {
   const TaskDef* t = task_of(cfg);
-  ASSERT_NE(t->model_shape, nullptr) << t->name;
-  const ModelShape s = t->model_shape(cfg);
+  ASSERT_NE(t->data_shape, nullptr) << t->name;
+  const ModelConfig est = model_config_of(t->model_config ? t->model_config(cfg) : cfg, t->data_shape(cfg));
   const Caught c = catch_training(cfg);
   ASSERT_TRUE(c.called) << t->name;
-  EXPECT_EQ(s.tokens, c.data.tokens) << t->name;
-  EXPECT_EQ(s.in_dim, c.data.in_dim) << t->name;
-  EXPECT_EQ(s.classes, c.data.classes) << t->name;
-  EXPECT_EQ(s.vocab, c.data.vocab) << t->name;
-  EXPECT_EQ(s.padded, c.data.pad_id >= 0) << t->name;
-  const ModelShape::Head head = c.data.classes > 0               ? ModelShape::Head::classify
-                                : c.data.targets_per_sample == 1 ? ModelShape::Head::readout
-                                                                 : ModelShape::Head::token_regress;
-  EXPECT_EQ(s.head, head) << t->name;
-  EXPECT_EQ(s.dim, c.config.at("dim").get<int64_t>()) << t->name;
-  EXPECT_EQ(s.layers, c.config.at("layers").get<int64_t>()) << t->name;
-  EXPECT_EQ(s.heads, c.config.at("heads").get<int64_t>()) << t->name;
-  EXPECT_EQ(s.cls, c.config.value("cls", false)) << t->name;
-  if (s.head != ModelShape::Head::readout) {
-    EXPECT_EQ(s.mlp_ratio, c.config.at("mlp_ratio").get<int64_t>()) << t->name;
-  }
-  // The parameters counted are the model's own.
-  const Model m(model_config_of_shape(s));
-  EXPECT_EQ(model_gpu_memory(s, 1, false).parameters, 4 * m.num_params()) << t->name;
+  const ModelConfig run = model_config_of(c.config, c.data);
+  EXPECT_EQ(est.head, run.head) << t->name;
+  EXPECT_EQ(est.tokens, run.tokens) << t->name;
+  EXPECT_EQ(est.in_dim, run.in_dim) << t->name;
+  EXPECT_EQ(est.classes, run.classes) << t->name;
+  EXPECT_EQ(est.vocab, run.vocab) << t->name;
+  EXPECT_EQ(est.pad_id, run.pad_id) << t->name;
+  EXPECT_EQ(est.dim, run.dim) << t->name;
+  EXPECT_EQ(est.layers, run.layers) << t->name;
+  EXPECT_EQ(est.heads, run.heads) << t->name;
+  EXPECT_EQ(est.mlp_ratio, run.mlp_ratio) << t->name;
+  EXPECT_EQ(est.cls, run.cls) << t->name;
+  // What a model of that config allocates is what its plan says, and the estimate sums
+  // the same plan with every per-layer buffer (the CUDA path's).
+  const int64_t B = 3;
+  Model m(est);
+  m.reserve(B);
+  const BatchLayout used = batch_layout(est, B, m.buffers_in_use());
+  EXPECT_EQ(m.buffer_floats(), 2 * m.num_params() + used.floats()) << t->name;
+  EXPECT_EQ(m.norm_doubles(), used.norms) << t->name;
+  const GpuMemory g = estimate_gpu_memory([&] {
+    json b = cfg;
+    b["batch"] = B;
+    return b;
+  }());
+  const BatchLayout all = batch_layout(est, B, LayerBuffers{});
+  EXPECT_EQ(g.parameters, 4 * m.num_params()) << t->name;
+  EXPECT_EQ(g.activations, 4 * all.floats() + 8 * all.norms) << t->name;
 }
 
 }  // namespace
