@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "coordinator/gpu_binding.h"
 #include "coordinator/wakeup.h"
 #include "kernels/device.h"
 #include "worker/gpu_memory.h"
@@ -101,20 +102,32 @@ RankSetup setup_rank(const RunOptions& opt, int cells_per_gpu) {
     throw std::runtime_error(std::string("--device cuda: ") +
                              (cuda_backend_built() ? "no CUDA device is visible" : "this build has no CUDA backend"));
   r.device = (opt.device == "cuda" || (opt.device == "auto" && ngpu > 0)) ? "cuda" : "cpu";
-  if (r.device == "cuda") {
-    // One slot per visible GPU; keep the launcher's numbering if it set one.
+  // Pretend GPUs for tests on CPU hosts (ATTNSWEEP_FAKE_GPU_COUNT): shared out and named as
+  // real ones, but the cells run on the CPU (coordinator/gpu_binding.h).
+  bool faked = false;
+  const int planned = r.device == "cuda" ? ngpu : opt.device == "auto" ? planned_gpu_count(0, &faked) : 0;
+  if (r.device == "cuda" || faked) {
+    // The node's ranks share out its GPUs by local rank; keep the launcher's numbering if it set one.
     std::vector<std::string> visible;
     if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
       std::stringstream ss(v);
       for (std::string item; std::getline(ss, item, ',');)
         if (!item.empty()) visible.push_back(item);
     }
-    for (int g = 0; g < ngpu; ++g)
+    const LocalRank local = local_rank_from_env();
+    std::string names;
+    for (int g : node_gpus(planned, local)) {
       r.gpus.push_back(g < static_cast<int>(visible.size()) ? visible[g] : std::to_string(g));
-    r.cells_per_gpu = std::max(1, cells_per_gpu);
-    r.devices = ngpu;
-    r.slots = ngpu * r.cells_per_gpu;
-    r.device_of = slot_devices(ngpu, r.cells_per_gpu);
+      names += (names.empty() ? "" : ",") + r.gpus.back();
+    }
+    if (local.size > 1 || faked)
+      std::fprintf(stderr, "attnsweep: %s local rank %d of %d takes GPU%s %s of %d%s\n", hostname().c_str(), local.rank,
+                   local.size, r.gpus.size() == 1 ? "" : "s", names.c_str(), planned,
+                   faked ? " (ATTNSWEEP_FAKE_GPU_COUNT: its cells run on the CPU)" : "");
+    r.cells_per_gpu = faked ? 1 : std::max(1, cells_per_gpu);
+    r.devices = static_cast<int>(r.gpus.size());
+    r.slots = r.devices * r.cells_per_gpu;
+    r.device_of = slot_devices(r.devices, r.cells_per_gpu);
   } else {
     r.slots = opt.workers > 0 ? opt.workers : cores;
     r.devices = r.slots;

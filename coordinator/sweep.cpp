@@ -34,6 +34,7 @@
 #include "coordinator/resume.h"
 #include "coordinator/rundir.h"
 #include "coordinator/scheduler.h"
+#include "coordinator/shared_dir.h"
 #include "coordinator/wakeup.h"
 #include "kernels/device.h"
 #include "results/cell_file.h"
@@ -295,8 +296,13 @@ class Coordinator {
     // others instead of running on: Open MPI 4.1's mpirun then ends the job cleanly on
     // rank 0's exit (with the lost rank still busy, it crashed with 139 in 1 of 6 runs).
     // Small: sent at once, even to a stopped process.
+    // Never waited for: to a rank whose node died, a blocking send hung rank 0
+    // (tests/hosts/slurm_node_lost.sh); the payload is static, as the send may never end.
     if (!shutdown_sent_[static_cast<size_t>(l.rank)]) {
-      mpi_send(l.rank, kTagShutdown, json::object());
+      static const char kEmpty[] = "{}";
+      MPI_Request req = MPI_REQUEST_NULL;
+      MPI_Isend(kEmpty, 2, MPI_CHAR, l.rank, kTagShutdown, MPI_COMM_WORLD, &req);
+      MPI_Request_free(&req);
       shutdown_sent_[static_cast<size_t>(l.rank)] = true;
     }
     for (size_t i : l.cells) {
@@ -509,6 +515,8 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
     if (!setup_error.empty()) std::fprintf(stderr, "attnsweep run: %s\n", setup_error.c_str());
     return finish(setup_code);
   }
+  // Every rank must see rank 0's DIR, before any cell runs (coordinator/shared_dir.h).
+  if (mpi && check_shared_dir(rd.dir(), rank, world) != 0) return finish(2);
 
   // Rank 0 names a lost rank by its host.
   std::vector<std::string> hosts{hostname()};

@@ -9,6 +9,7 @@ PKGS=(cmake ninja-build g++ pkg-config
       libssl-dev  # base/sha256.cpp: SHA-256 from libcrypto
       python3-h5py python3-numpy python3-pandas python3-torch python3-jsonschema python3-matplotlib python3-pil chromium time
       dataset-fashion-mnist slurmctld slurmd slurm-client munge
+      iproute2 iputils-ping util-linux  # tests/hosts: namespaces as hosts (ip netns, ping, unshare, nsenter)
       clang-14 libclang-rt-14-dev libomp-14-dev  # tests/fuzz (libFuzzer, clang's OpenMP)
       clang-format-14  # scripts/format.sh --check
       librandom123-dev  # tests/unit/test_normals.cpp: Random123's Philox, the reference of experiments/philox.h

@@ -1,0 +1,86 @@
+# Small grids of the multi-host tests (sourced).
+# grid_mixed FILE: 8 norm-probe cells, 12 synthetic cells of 0.3 s (so that every rank
+# gets some) and 1 short training cell: about 2 s on 6 slots.
+grid_mixed() {
+  cat >"$1" <<'JSON'
+{"name": "hosts-mixed",
+ "axes": {"task": ["norm_probe"], "activation": ["softmax", "poly"], "degree": [3], "scale": ["inv_sqrt_n", "inv_n"],
+          "prompt_length": [16, 64], "seed": [0]},
+ "include": [{"task": "synthetic", "seed": 1, "seconds": 0.3}, {"task": "synthetic", "seed": 2, "seconds": 0.3},
+             {"task": "synthetic", "seed": 3, "seconds": 0.3}, {"task": "synthetic", "seed": 4, "seconds": 0.3},
+             {"task": "synthetic", "seed": 5, "seconds": 0.3}, {"task": "synthetic", "seed": 6, "seconds": 0.3},
+             {"task": "synthetic", "seed": 7, "seconds": 0.3}, {"task": "synthetic", "seed": 8, "seconds": 0.3},
+             {"task": "synthetic", "seed": 9, "seconds": 0.3}, {"task": "synthetic", "seed": 10, "seconds": 0.3},
+             {"task": "synthetic", "seed": 11, "seconds": 0.3}, {"task": "synthetic", "seed": 12, "seconds": 0.3},
+             {"task": "image", "prompt_length": 16, "layers": 1, "heads": 2, "dim": 16, "steps": 40, "batch": 16,
+              "log_every": 10, "eval_every": 20, "seed": 0}]}
+JSON
+}
+# grid_synthetic FILE N SECONDS [RANK_TIMEOUT_S]: N synthetic cells of SECONDS each.
+grid_synthetic() {
+  $PY -c "import json, sys
+g = {'name': 'hosts-synthetic', 'axes': {'task': ['synthetic'], 'seed': list(range($2))}, 'fixed': {'seconds': $3}}
+if '${4:-}': g['resources'] = {'rank_timeout_s': float('${4:-0}')}
+json.dump(g, open('$1', 'w'))"
+}
+grid_cells() { "$ATTNSWEEP" plan "$1" --json | $PY -c "import json, sys; d = json.load(sys.stdin); print(len(d['cells']) if isinstance(d, dict) else len(d))"; }
+elapsed() { $PY -c "print(f'{$2 - $1:.1f}')"; }  # elapsed T0 T1: seconds between two `date +%s.%N`
+# start_sweep DIR ARGS...: mpirun over the hosts in the background (MPIRUN its pid, T0 its
+# start), output in DIR.stdout / DIR.stderr; a watchdog kills it after 120 s.
+start_sweep() {
+  local d=$1
+  shift
+  # shellcheck disable=SC2034  # T0 and MPIRUN are for the caller
+  T0=$(date +%s.%N)
+  mpirun_hosts -np 6 "${MPIRUN_ARGS[@]}" "$ATTNSWEEP" run grid.json --out "$d" --workers 1 --threads 1 "$@" \
+    >"$d.stdout" 2>"$d.stderr" &
+  MPIRUN=$!
+}
+wait_sweep() {  # wait_sweep TIMEOUT_S: RC of mpirun, or 124 after TIMEOUT_S (mpirun then killed)
+  local _
+  for _ in $(seq $(($1 * 10))); do
+    kill -0 "$MPIRUN" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$MPIRUN" 2>/dev/null; then
+    kill -9 "$MPIRUN" 2>/dev/null || true
+    wait "$MPIRUN" 2>/dev/null || true
+    # shellcheck disable=SC2034  # RC is for the caller
+    RC=124
+    return 0
+  fi
+  set +e
+  wait "$MPIRUN"
+  # shellcheck disable=SC2034
+  RC=$?
+  set -e
+}
+wait_results() {  # wait_results DIR N: until N result files exist (up to 30 s)
+  local _
+  for _ in $(seq 300); do
+    [ "$(find "$1/runs" -name '*.h5' 2>/dev/null | wc -l)" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "fewer than $2 results in $1 after 30 s"
+}
+results() { find "$1/runs" -name '*.h5' | wc -l; }
+# valid_and_once DIR N: every file under DIR/runs is a complete result, N of them, and no
+# cell was finished twice over all runs into DIR (a cell a rank finished after rank 0 was
+# gone has a result file and no `finished` event: the rerun skipped it).
+valid_and_once() {
+  $PY - "$1" "$2" <<'PY'
+import collections, glob, json, os, sys, h5py
+d, n = sys.argv[1], int(sys.argv[2])
+files = glob.glob(d + "/runs/*")
+for f in files:
+    assert f.endswith(".h5"), f"unexpected file {f}"
+    with h5py.File(f) as h:
+        assert h.attrs["status"] == "complete" and f.endswith(h.attrs["cell_id"] + ".h5"), f
+assert len(files) == n, f"{len(files)} result files, expected {n}"
+ev = [json.loads(l) for l in open(d + "/events.jsonl") if l.strip()]
+fin = collections.Counter(e["cell_id"] for e in ev if e["event"] == "finished")
+assert max(fin.values()) == 1, [c for c, k in fin.items() if k > 1]
+runs = sum(1 for e in ev if e["event"] == "sweep_started")
+print(f"{len(files)} valid results, {len(fin)} cells with a finished event, none twice, over {runs} runs")
+PY
+}
