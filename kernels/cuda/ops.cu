@@ -6,7 +6,7 @@
 // colsum (per-chunk float64 partials, chunks fixed by the shape, combined in chunk order)
 // or sum_doubles (one block, fixed tree); per-row reductions are warp butterflies, whose
 // result is the same on every lane and every run.
-// About 700 lines: the CUDA side of every op of kernels/ops.h, in the order of
+// About 840 lines: the CUDA side of every op of kernels/ops.h, in the order of
 // kernels/cpu/ops.cpp, one kernel and launcher each.
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/launch.cuh"
