@@ -6,15 +6,9 @@
 # the job and exits 75 (resumable), naming both ranks and h2; the rerun starts nothing
 # and every cell was finished exactly once. HOSTS_UNHANDLED=1 leaves out the handling
 # (lost-rank detection: a rank timeout of 10^5 s) to see the test fail.
-HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../integration/lib.bash
-source "$HERE/../integration/lib.bash"
-# shellcheck source=hosts.bash
-source "$HERE/hosts.bash"
-# shellcheck source=grids.bash
-source "$HERE/grids.bash"
-command -v mpirun >/dev/null || fail "mpirun not found (openmpi-bin)"
-hosts_up 3
+# shellcheck source=mpi_test.bash
+source "$(cd "$(dirname "$0")" && pwd)/mpi_test.bash"
+mpi_hosts_up 3
 CELLS=40
 TIMEOUT=5
 [ "${HOSTS_UNHANDLED:-0}" = 1 ] && TIMEOUT=100000

@@ -6,15 +6,9 @@
 # over the 3 hosts starts only the unfinished cells and ends with every cell finished
 # exactly once. HOSTS_UNHANDLED=1 leaves out the handling (the rerun, i.e. the requeue)
 # to see the test fail.
-HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../integration/lib.bash
-source "$HERE/../integration/lib.bash"
-# shellcheck source=hosts.bash
-source "$HERE/hosts.bash"
-# shellcheck source=grids.bash
-source "$HERE/grids.bash"
-command -v mpirun >/dev/null || fail "mpirun not found (openmpi-bin)"
-hosts_up 3
+# shellcheck source=mpi_test.bash
+source "$(cd "$(dirname "$0")" && pwd)/mpi_test.bash"
+mpi_hosts_up 3
 CELLS=40
 grid_synthetic grid.json $CELLS 0.5
 start_sweep out --rank-timeout-s 30

@@ -8,15 +8,9 @@
 #     GPU a cell;
 #   3 GPUs named by the launcher (CUDA_VISIBLE_DEVICES=5,6,7): 5 and 6,7;
 #   1 GPU: both ranks share it (0 and 0).
-HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../integration/lib.bash
-source "$HERE/../integration/lib.bash"
-# shellcheck source=hosts.bash
-source "$HERE/hosts.bash"
-# shellcheck source=grids.bash
-source "$HERE/grids.bash"
-command -v mpirun >/dev/null || fail "mpirun not found (openmpi-bin)"
-hosts_up 3
+# shellcheck source=mpi_test.bash
+source "$(cd "$(dirname "$0")" && pwd)/mpi_test.bash"
+mpi_hosts_up 3
 grid_synthetic grid.json 24 0.8
 # binding_run NAME EXPECTED MPIRUN-ARGS...: runs the grid; EXPECTED is "local0=GPUS local1=GPUS".
 binding_run() {

@@ -4,15 +4,9 @@
 # h2 and h3 through a plm_rsh_agent that enters their namespace. A small grid completes
 # with cells finished on every host (events.jsonl says which), and its result files are
 # identical to a one-process run of the same grid; a rerun starts nothing.
-HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../integration/lib.bash
-source "$HERE/../integration/lib.bash"
-# shellcheck source=hosts.bash
-source "$HERE/hosts.bash"
-# shellcheck source=grids.bash
-source "$HERE/grids.bash"
-command -v mpirun >/dev/null || fail "mpirun not found (openmpi-bin)"
-hosts_up 3
+# shellcheck source=mpi_test.bash
+source "$(cd "$(dirname "$0")" && pwd)/mpi_test.bash"
+mpi_hosts_up 3
 grid_mixed grid.json
 
 t0=$(date +%s.%N)

@@ -4,15 +4,9 @@
 # local disk. `run` checks at start that every rank reads the token file rank 0 wrote
 # into DIR, exits 2 naming h3 and its ranks, and no cell runs anywhere. The same run with
 # DIR seen by every host passes the check (tests/hosts/mpi.sh runs a whole grid so).
-HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../integration/lib.bash
-source "$HERE/../integration/lib.bash"
-# shellcheck source=hosts.bash
-source "$HERE/hosts.bash"
-# shellcheck source=grids.bash
-source "$HERE/grids.bash"
-command -v mpirun >/dev/null || fail "mpirun not found (openmpi-bin)"
-hosts_up 3
+# shellcheck source=mpi_test.bash
+source "$(cd "$(dirname "$0")" && pwd)/mpi_test.bash"
+mpi_hosts_up 3
 grid_synthetic grid.json 6 0.1
 mkdir out  # the mount point of h3's private tmpfs
 HOSTS_PRIVATE_HOST=h3 HOSTS_PRIVATE_DIR=$WORK/out mpi_agent "$WORK/agent"
