@@ -272,6 +272,117 @@ void run_cuda(const AttentionSpec& spec, const AttentionShape& sh, const Array& 
 }
 #endif
 
+// IN.h5's arrays, their shapes checked against q's.
+struct Inputs {
+  Array q, k, v, dO, mask;
+  bool have_do = false, have_mask = false;
+  AttentionShape sh;
+};
+
+Inputs read_inputs(const std::string& in_path) {
+  Inputs in;
+  check_input_file(in_path);
+  {
+    // A file HDF5 cannot open (a truncation the superblock check missed) fails here,
+    // with HDF5's reason: an input error.
+    std::optional<h5::File> opened;
+    try {
+      opened.emplace(h5::File::open_read(in_path));
+    } catch (const h5::Error& e) {
+      throw InputError(e.what());
+    }
+    const h5::File& f = *opened;
+    for (const char* name : {"q", "k", "v"})
+      if (!f.exists(name)) throw InputError(in_path + ": missing dataset /" + name);
+    in.q = read_array(f, in_path, "q", "[B,H,Nq,d]");
+    in.k = read_array(f, in_path, "k", "[B,H,Nk,d]");
+    in.v = read_array(f, in_path, "v", "[B,H,Nk,dv]");
+    in.have_do = f.exists("do");
+    in.have_mask = f.exists("key_mask");
+    if (in.have_do) in.dO = read_array(f, in_path, "do", "[B,H,Nq,dv]");
+    if (in.have_mask) in.mask = read_array(f, in_path, "key_mask", "[B,Nk]");
+  }
+  AttentionShape& sh = in.sh;
+  sh.B = in.q.dims[0];
+  sh.H = in.q.dims[1];
+  sh.Nq = in.q.dims[2];
+  sh.d = in.q.dims[3];
+  sh.Nk = in.k.dims[2];
+  sh.dv = in.v.dims[3];
+  auto expect = [&](const char* name, const std::vector<int64_t>& got, const std::vector<int64_t>& want,
+                    const char* names) {
+    if (got != want)
+      throw InputError(in_path + ": /" + name + ": shape " + dims_str(got) + ", expected " + dims_str(want) + " " +
+                       names + " (from q " + dims_str(in.q.dims) + ")");
+  };
+  expect("k", in.k.dims, {sh.B, sh.H, sh.Nk, sh.d}, "[B,H,Nk,d]");
+  expect("v", in.v.dims, {sh.B, sh.H, sh.Nk, sh.dv}, "[B,H,Nk,dv]");
+  if (in.have_do) expect("do", in.dO.dims, {sh.B, sh.H, sh.Nq, sh.dv}, "[B,H,Nq,dv]");
+  if (in.have_mask) {
+    expect("key_mask", in.mask.dims, {sh.B, sh.Nk}, "[B,Nk]");
+    for (size_t i = 0; i < in.mask.data.size(); ++i)
+      if (in.mask.data[i] != 0.0f && in.mask.data[i] != 1.0f)
+        throw InputError(in_path + ": /key_mask: values must be 0 or 1, got " + format_float(in.mask.data[i]) +
+                         " at flat index " + std::to_string(i));
+  }
+  if (sh.d == 0) throw InputError(in_path + ": /q: d = 0");
+  return in;
+}
+
+// What OUT.h5 holds: o, the norms, and with do the gradients.
+struct Outputs {
+  std::vector<float> o, lse, dq, dk, dv;
+  std::vector<double> attn, jac;
+};
+
+Outputs compute(const AttentionSpec& spec, const Inputs& in, const std::string& device) {
+  const AttentionShape& sh = in.sh;
+  const int64_t BH = sh.B * sh.H;
+  Outputs r;
+  r.o.resize(static_cast<size_t>(BH * sh.Nq * sh.dv));
+  r.lse.resize(static_cast<size_t>(BH * sh.Nq));
+  if (in.have_do) r.dq.resize(in.q.data.size()), r.dk.resize(in.k.data.size()), r.dv.resize(in.v.data.size());
+  r.attn.resize(static_cast<size_t>(BH));
+  r.jac.resize(static_cast<size_t>(BH));
+  const float* m = in.have_mask ? in.mask.data.data() : nullptr;
+  if (device == "cpu") {
+    attention_forward_cpu(spec, sh, in.q.data.data(), in.k.data.data(), in.v.data.data(), m, r.o.data(), r.lse.data(),
+                          r.attn.data(), r.jac.data());
+    if (in.have_do)
+      attention_backward_cpu(spec, sh, in.q.data.data(), in.k.data.data(), in.v.data.data(), m, r.o.data(),
+                             in.dO.data.data(), r.lse.data(), r.dq.data(), r.dk.data(), r.dv.data());
+  } else {
+#ifdef ATTNSWEEP_ATTENTION_CUDA
+    run_cuda(spec, sh, in.q, in.k, in.v, in.have_mask ? &in.mask : nullptr, in.have_do ? &in.dO : nullptr, r.o, r.attn,
+             r.jac, r.dq, r.dk, r.dv);
+#endif
+  }
+  return r;
+}
+
+// Written to a temporary name, synced and renamed (base/atomic_file.h): OUT.h5 is
+// complete or absent, and a failed write leaves no temporary behind.
+void write_outputs(const std::string& out_path, const Inputs& in, const Outputs& r) {
+  const AttentionShape& sh = in.sh;
+  const std::string tmp = temp_path_for(out_path);
+  TempFileGuard guard(tmp);
+  {
+    h5::File f = h5::File::create(tmp);
+    write_array(f, "o", {sh.B, sh.H, sh.Nq, sh.dv}, r.o.data(), "attention output [B,H,Nq,dv]");
+    if (in.have_do) {
+      write_array(f, "dq", in.q.dims, r.dq.data(), "gradient of the loss sum(o * do) by q [B,H,Nq,d]");
+      write_array(f, "dk", in.k.dims, r.dk.data(), "gradient by k [B,H,Nk,d]");
+      write_array(f, "dv", in.v.dims, r.dv.data(), "gradient by v [B,H,Nk,dv]");
+    }
+    const std::vector<float> af(r.attn.begin(), r.attn.end()), jf(r.jac.begin(), r.jac.end());
+    write_array(f, "attn_fro", {sh.B, sh.H}, af.data(), "||phi(S)||_F per batch and head [B,H]");
+    write_array(f, "jac_fro", {sh.B, sh.H}, jf.data(), "||d phi(S) / dS||_F per batch and head [B,H]");
+    f.close();
+  }
+  commit_file(tmp, out_path);
+  guard.release();
+}
+
 int run(int argc, char** argv) {
   std::string in_path, out_path, act, scale, device;
   int degree = 1;
@@ -325,92 +436,8 @@ int run(int argc, char** argv) {
 #ifndef ATTNSWEEP_ATTENTION_CUDA
     if (device == "cuda") throw InputError("--device cuda: this attnsweep was built without the CUDA backend");
 #endif
-
-    Array q, k, v, dO, mask;
-    bool have_do = false, have_mask = false;
-    {
-      check_input_file(in_path);
-      // A file HDF5 cannot open (a truncation the superblock check missed) fails here,
-      // with HDF5's reason: an input error.
-      std::optional<h5::File> opened;
-      try {
-        opened.emplace(h5::File::open_read(in_path));
-      } catch (const h5::Error& e) {
-        throw InputError(e.what());
-      }
-      const h5::File& f = *opened;
-      for (const char* name : {"q", "k", "v"})
-        if (!f.exists(name)) throw InputError(in_path + ": missing dataset /" + name);
-      q = read_array(f, in_path, "q", "[B,H,Nq,d]");
-      k = read_array(f, in_path, "k", "[B,H,Nk,d]");
-      v = read_array(f, in_path, "v", "[B,H,Nk,dv]");
-      have_do = f.exists("do");
-      have_mask = f.exists("key_mask");
-      if (have_do) dO = read_array(f, in_path, "do", "[B,H,Nq,dv]");
-      if (have_mask) mask = read_array(f, in_path, "key_mask", "[B,Nk]");
-    }
-    AttentionShape sh;
-    sh.B = q.dims[0];
-    sh.H = q.dims[1];
-    sh.Nq = q.dims[2];
-    sh.d = q.dims[3];
-    sh.Nk = k.dims[2];
-    sh.dv = v.dims[3];
-    auto expect = [&](const char* name, const std::vector<int64_t>& got, const std::vector<int64_t>& want,
-                      const char* names) {
-      if (got != want)
-        throw InputError(in_path + ": /" + name + ": shape " + dims_str(got) + ", expected " + dims_str(want) + " " +
-                         names + " (from q " + dims_str(q.dims) + ")");
-    };
-    expect("k", k.dims, {sh.B, sh.H, sh.Nk, sh.d}, "[B,H,Nk,d]");
-    expect("v", v.dims, {sh.B, sh.H, sh.Nk, sh.dv}, "[B,H,Nk,dv]");
-    if (have_do) expect("do", dO.dims, {sh.B, sh.H, sh.Nq, sh.dv}, "[B,H,Nq,dv]");
-    if (have_mask) {
-      expect("key_mask", mask.dims, {sh.B, sh.Nk}, "[B,Nk]");
-      for (size_t i = 0; i < mask.data.size(); ++i)
-        if (mask.data[i] != 0.0f && mask.data[i] != 1.0f)
-          throw InputError(in_path + ": /key_mask: values must be 0 or 1, got " + format_float(mask.data[i]) +
-                           " at flat index " + std::to_string(i));
-    }
-    if (sh.d == 0) throw InputError(in_path + ": /q: d = 0");
-
-    const int64_t BH = sh.B * sh.H;
-    std::vector<float> o(static_cast<size_t>(BH * sh.Nq * sh.dv)), lse(static_cast<size_t>(BH * sh.Nq));
-    std::vector<float> dq(have_do ? q.data.size() : 0), dk(have_do ? k.data.size() : 0),
-        dv(have_do ? v.data.size() : 0);
-    std::vector<double> attn(static_cast<size_t>(BH)), jac(static_cast<size_t>(BH));
-    const float* m = have_mask ? mask.data.data() : nullptr;
-    if (device == "cpu") {
-      attention_forward_cpu(spec, sh, q.data.data(), k.data.data(), v.data.data(), m, o.data(), lse.data(), attn.data(),
-                            jac.data());
-      if (have_do)
-        attention_backward_cpu(spec, sh, q.data.data(), k.data.data(), v.data.data(), m, o.data(), dO.data.data(),
-                               lse.data(), dq.data(), dk.data(), dv.data());
-    } else {
-#ifdef ATTNSWEEP_ATTENTION_CUDA
-      run_cuda(spec, sh, q, k, v, have_mask ? &mask : nullptr, have_do ? &dO : nullptr, o, attn, jac, dq, dk, dv);
-#endif
-    }
-
-    // Written to a temporary name, synced and renamed (base/atomic_file.h): OUT.h5 is
-    // complete or absent, and a failed write leaves no temporary behind.
-    const std::string tmp = temp_path_for(out_path);
-    TempFileGuard guard(tmp);
-    {
-      h5::File f = h5::File::create(tmp);
-      write_array(f, "o", {sh.B, sh.H, sh.Nq, sh.dv}, o.data(), "attention output [B,H,Nq,dv]");
-      if (have_do) {
-        write_array(f, "dq", q.dims, dq.data(), "gradient of the loss sum(o * do) by q [B,H,Nq,d]");
-        write_array(f, "dk", k.dims, dk.data(), "gradient by k [B,H,Nk,d]");
-        write_array(f, "dv", v.dims, dv.data(), "gradient by v [B,H,Nk,dv]");
-      }
-      const std::vector<float> af(attn.begin(), attn.end()), jf(jac.begin(), jac.end());
-      write_array(f, "attn_fro", {sh.B, sh.H}, af.data(), "||phi(S)||_F per batch and head [B,H]");
-      write_array(f, "jac_fro", {sh.B, sh.H}, jf.data(), "||d phi(S) / dS||_F per batch and head [B,H]");
-      f.close();
-    }
-    commit_file(tmp, out_path);
-    guard.release();
+    const Inputs in = read_inputs(in_path);
+    write_outputs(out_path, in, compute(spec, in, device));
     return 0;
   } catch (const InputError& e) {
     std::cerr << "attnsweep attention: " << e.what() << "\n";

@@ -53,6 +53,7 @@
 
 #include "base/cpu_env.h"
 #include "experiments/listops.h"
+#include "experiments/params.h"
 #include "experiments/rng.h"
 #include "kernels/device.h"
 #include "kernels/precision.h"

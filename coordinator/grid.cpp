@@ -1,25 +1,22 @@
-// The grid format's reader (docs/grid-format.md): JSON with byte positions for messages,
-// every key validated against the task registry (experiments/registry.h), the axes
-// expanded, excludes applied, each cell resolved to its effective config and content id.
-// About 670 lines: every check and message of the format in one place, so that `plan`,
-// `run`, `train`, `submit` and the fuzzer read grids the same way. Its JSON Schema is
-// generated in coordinator/grid_schema.cpp.
+// The grid format's reader (docs/grid-format.md): every key validated against the task
+// registry (experiments/registry.h), the axes expanded, excludes applied, each cell
+// resolved to its effective config and content id. The JSON text itself (positions,
+// duplicate keys) is coordinator/json_text.cpp's; the JSON Schema is generated in
+// coordinator/grid_schema.cpp. `plan`, `run`, `train`, `submit` and the fuzzer all read
+// grids here.
 #include "coordinator/grid.h"
 
 #include <algorithm>
-#include <array>
-#include <cerrno>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
-#include <unordered_map>
+#include <unordered_set>
 
 #include "base/sha256.h"
+#include "base/text_file.h"
+#include "coordinator/json_text.h"
 #include "experiments/params.h"
 #include "experiments/registry.h"
 #include "kernels/activation.h"
@@ -58,13 +55,6 @@ class Problems {
   std::vector<std::string> lines_;
   std::set<std::string> seen_;
 };
-
-std::string dotted(const std::string& prefix, const std::string& key) {
-  return prefix.empty() ? key : prefix + "." + key;
-}
-std::string indexed(const std::string& prefix, size_t i) {
-  return prefix + "[" + std::to_string(i) + "]";
-}
 
 // The grid is parsed order-preserving (axis order is expansion order); configs are plain json.
 json to_plain(const ordered_json& v) {
@@ -350,99 +340,13 @@ bool excluded(const json& cfg, const std::vector<ExcludeEntry>& excludes) {
   return false;
 }
 
-std::pair<size_t, size_t> line_col(const std::string& text, size_t byte) {
-  // nlohmann's byte count includes the offending character.
-  const size_t pos = std::min(byte > 0 ? byte - 1 : 0, text.size());
-  size_t line = 1, line_start = 0;
-  for (size_t i = 0; i < pos; ++i)
-    if (text[i] == '\n') ++line, line_start = i + 1;
-  return {line, pos - line_start + 1};
-}
-
-// Paths of keys that appear twice in one object. nlohmann keeps one of the two values
-// silently, so `"seed": [0], ..., "seed": [1]` would sweep only one of them.
-class DuplicateKeys {
- public:
-  bool operator()(int /*depth*/, ordered_json::parse_event_t event, ordered_json& parsed) {
-    using E = ordered_json::parse_event_t;
-    switch (event) {
-      case E::object_start:
-      case E::array_start: stack_.push_back({event == E::object_start, child_path(), "", 0, {}}); break;
-      case E::object_end:
-      case E::array_end:
-        stack_.pop_back();
-        value_done();
-        break;
-      case E::key: {
-        Frame& f = stack_.back();
-        f.key = parsed.get<std::string>();
-        if (!f.keys.insert(f.key).second) paths.push_back(dotted(f.path, f.key));
-        break;
-      }
-      case E::value: value_done(); break;
-    }
-    return true;
-  }
-  std::vector<std::string> paths;
-
- private:
-  struct Frame {
-    bool object;
-    std::string path;
-    std::string key;  // object: the key being read
-    size_t index;     // array: the element being read
-    std::set<std::string> keys;
-  };
-  std::string child_path() const {
-    if (stack_.empty()) return "";
-    const Frame& f = stack_.back();
-    return f.object ? dotted(f.path, f.key) : indexed(f.path, f.index);
-  }
-  void value_done() {
-    if (!stack_.empty() && !stack_.back().object) ++stack_.back().index;
-  }
-  std::vector<Frame> stack_;
-};
-
-// Parses JSON text, turning a syntax error into `FILE:LINE:COL: JSON syntax error: ...`.
-ordered_json parse_text(const std::string& text, const std::string& label) {
+// A grid or cell file's text; an unreadable file is bad input (exit 2).
+std::string read_input(const std::string& path) {
   try {
-    DuplicateKeys dups;
-    ordered_json root = ordered_json::parse(text, std::ref(dups));
-    if (!dups.paths.empty()) {
-      Problems problems(label);
-      for (const auto& p : dups.paths) problems.add(p, "duplicate key: only one of its values would be used");
-      problems.throw_if_any();
-    }
-    return root;
-  } catch (const nlohmann::json::parse_error& e) {
-    auto [line, col] = line_col(text, e.byte);
-    std::string msg = e.what();
-    // Drop nlohmann's "[json.exception.parse_error.101] parse error at line L, column C: ".
-    if (size_t p = msg.find("parse error"); p != std::string::npos)
-      if (size_t q = msg.find(": ", p); q != std::string::npos) msg = msg.substr(q + 2);
-    throw InputError({label + ":" + std::to_string(line) + ":" + std::to_string(col) + ": JSON syntax error: " + msg});
-  } catch (const nlohmann::json::out_of_range& e) {
-    // A number beyond double's range (1e400): nlohmann throws out_of_range.406, without
-    // a position. Found by tests/fuzz (corpus/grid/regress_number_overflow*.json).
-    std::string msg = e.what();
-    if (size_t p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
-    throw InputError({label + ": JSON number out of range: " + msg});
+    return read_text(path);
+  } catch (const std::runtime_error& e) {
+    throw InputError({e.what()});
   }
-}
-
-std::string read_text(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw InputError({path + ": cannot read file (" + std::strerror(errno) + ")"});
-  std::string text;
-  std::array<char, 65536> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno;
-  std::fclose(f);
-  if (failed) throw InputError({path + ": cannot read file (" + std::strerror(err) + ")"});
-  return text;
 }
 
 const std::vector<std::string> kTopLevelKeys = {"name",    "description", "axes",     "fixed",
@@ -480,143 +384,171 @@ const std::vector<ParamSpec>& resource_specs() {
 }
 
 Grid load_grid(const std::string& path) {
-  return parse_grid(read_text(path), path);
+  return parse_grid(read_input(path), path);
 }
 
-Grid parse_grid(const std::string& text, const std::string& file_label) {
-  const ordered_json root = parse_text(text, file_label);
-  Problems problems(file_label);
-  if (!root.is_object()) {
-    problems.add("", "expected a JSON object with axes, fixed, include, exclude, resources at the top level, got " +
-                         describe_value(to_plain(root)));
-    problems.throw_if_any();
+namespace {
+
+// One grid file read into cells: each part of the format in its own step, every problem
+// collected (Problems) and thrown together at the end.
+class GridReader {
+ public:
+  GridReader(const std::string& text, const std::string& file_label)
+      : root_(parse_json_text(text, file_label)), problems_(file_label) {
+    grid_.file = file_label;
+    grid_.name = std::filesystem::path(file_label).stem().string();
   }
 
-  Grid grid;
-  grid.file = file_label;
-  grid.source = to_plain(root);
-  grid.name = std::filesystem::path(file_label).stem().string();
+  Grid read() {
+    if (!root_.is_object()) {
+      problems_.add("", "expected a JSON object with axes, fixed, include, exclude, resources at the top level, got " +
+                            describe_value(to_plain(root_)));
+      problems_.throw_if_any();
+    }
+    grid_.source = to_plain(root_);
+    read_top_level();
+    if (root_.contains("axes")) axes_ = read_axes(root_["axes"], problems_, cells_ok_);
+    read_fixed();
+    read_includes();
+    if (root_.contains("exclude")) excludes_ = read_excludes(root_["exclude"], problems_);
+    if (root_.contains("resources")) grid_.resources = read_resources(root_["resources"], problems_);
+    make_cells();
+    if (problems_.empty() && grid_.cells.empty())
+      problems_.add(excludes_.empty() ? "" : "exclude", "removes every cell; the grid has no cells left");
+    problems_.throw_if_any();
+    std::vector<std::string> ids;
+    for (const auto& c : grid_.cells) ids.push_back(c.id);
+    std::sort(ids.begin(), ids.end());
+    grid_.hash = sha256_hex(join_lines(ids));
+    return std::move(grid_);
+  }
 
-  // Parts that were bad build no cells, so one mistake is not echoed by every cell.
-  bool cells_ok = true;
-
+ private:
   // Keys unknown at the top level are reported; a parameter there gets a pointer to axes/fixed.
   // A misspelt "axis" or "fixd" held cell values: cells built without it would only add noise.
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string& key = it.key();
-    if (std::find(kTopLevelKeys.begin(), kTopLevelKeys.end(), key) != kTopLevelKeys.end()) continue;
-    cells_ok = false;
-    if (find_param(key) != nullptr)
-      problems.add(key, "unknown top-level key; parameters go in \"axes\" or \"fixed\"");
-    else
-      problems.add(key, unknown_key(key, kTopLevelKeys));
-  }
-  for (const char* key : {"name", "description"}) {
-    if (!root.contains(key)) continue;
-    if (!root[key].is_string())
-      problems.add(key, "expected a string, got " + describe_value(to_plain(root[key])));
-    else if (std::string(key) == "name")
-      grid.name = root[key].get<std::string>();
-  }
-  std::vector<Axis> axes;
-  if (root.contains("axes")) axes = read_axes(root["axes"], problems, cells_ok);
-
-  Values fixed;
-  if (root.contains("fixed")) {
-    const ordered_json& f = root["fixed"];
-    if (!f.is_object()) {
-      problems.add("fixed", "expected an object of key: value, got " + describe_value(to_plain(f)));
-      cells_ok = false;
-    } else {
-      cells_ok &= read_flat(f, "fixed", problems, fixed);
+  void read_top_level() {
+    for (auto it = root_.begin(); it != root_.end(); ++it) {
+      const std::string& key = it.key();
+      if (std::find(kTopLevelKeys.begin(), kTopLevelKeys.end(), key) != kTopLevelKeys.end()) continue;
+      cells_ok_ = false;
+      if (find_param(key) != nullptr)
+        problems_.add(key, "unknown top-level key; parameters go in \"axes\" or \"fixed\"");
+      else
+        problems_.add(key, unknown_key(key, kTopLevelKeys));
+    }
+    for (const char* key : {"name", "description"}) {
+      if (!root_.contains(key)) continue;
+      if (!root_[key].is_string())
+        problems_.add(key, "expected a string, got " + describe_value(to_plain(root_[key])));
+      else if (std::string(key) == "name")
+        grid_.name = root_[key].get<std::string>();
     }
   }
 
-  std::vector<std::optional<Values>> includes;  // nullopt: a bad entry
-  if (root.contains("include")) {
-    const ordered_json& inc = root["include"];
-    if (!inc.is_array()) {
-      problems.add("include", "expected a list of objects, got " + describe_value(to_plain(inc)));
+  void read_fixed() {
+    if (!root_.contains("fixed")) return;
+    const ordered_json& f = root_["fixed"];
+    if (!f.is_object()) {
+      problems_.add("fixed", "expected an object of key: value, got " + describe_value(to_plain(f)));
+      cells_ok_ = false;
     } else {
-      for (size_t i = 0; i < inc.size(); ++i) {
-        const std::string path = indexed("include", i);
-        if (!inc[i].is_object()) {
-          problems.add(path, "expected an object of key: value, got " + describe_value(to_plain(inc[i])));
-          includes.emplace_back();
-          continue;
-        }
-        Values v;
-        includes.emplace_back(read_flat(inc[i], path, problems, v) ? std::optional<Values>(std::move(v))
+      cells_ok_ &= read_flat(f, "fixed", problems_, fixed_);
+    }
+  }
+
+  void read_includes() {
+    if (!root_.contains("include")) return;
+    const ordered_json& inc = root_["include"];
+    if (!inc.is_array()) {
+      problems_.add("include", "expected a list of objects, got " + describe_value(to_plain(inc)));
+      return;
+    }
+    for (size_t i = 0; i < inc.size(); ++i) {
+      const std::string path = indexed("include", i);
+      if (!inc[i].is_object()) {
+        problems_.add(path, "expected an object of key: value, got " + describe_value(to_plain(inc[i])));
+        includes_.emplace_back();
+        continue;
+      }
+      Values v;
+      includes_.emplace_back(read_flat(inc[i], path, problems_, v) ? std::optional<Values>(std::move(v))
                                                                    : std::nullopt);
+    }
+  }
+
+  // The product of the axes' lengths, or 0 (and a problem) beyond kMaxProduct.
+  uint64_t product() {
+    uint64_t product = 1;
+    for (const auto& a : axes_) {
+      product *= a.values.size();
+      if (product > kMaxProduct) {
+        problems_.add("axes", "the product of the axes has more than " + std::to_string(kMaxProduct) + " cells");
+        cells_ok_ = false;
+        return 0;
       }
     }
+    return product;
   }
 
-  std::vector<ExcludeEntry> excludes;
-  if (root.contains("exclude")) excludes = read_excludes(root["exclude"], problems);
-  if (root.contains("resources")) grid.resources = read_resources(root["resources"], problems);
-
-  uint64_t product = 1;
-  for (const auto& a : axes) {
-    product *= a.values.size();
-    if (product > kMaxProduct) {
-      problems.add("axes", "the product of the axes has more than " + std::to_string(kMaxProduct) + " cells");
-      cells_ok = false;
-      break;
+  // The product over no axes is one cell (fixed alone) unless include lists the cells.
+  // Parts that were bad build no cells, so one mistake is not echoed by every cell.
+  void make_cells() {
+    const uint64_t n = product();
+    const bool product_cells = !axes_.empty() || includes_.empty();
+    if (cells_ok_ && product_cells && n > 0) {
+      // Odometer over the axes in the user's order; the last axis varies fastest.
+      std::vector<size_t> idx(axes_.size(), 0);
+      for (;;) {
+        Values own;
+        for (size_t a = 0; a < axes_.size(); ++a) own[axes_[a].key] = axes_[a].values[idx[a]];
+        add_cell(own, "");
+        size_t a = axes_.size();
+        while (a > 0 && ++idx[a - 1] == axes_[a - 1].values.size()) idx[--a] = 0;
+        if (a == 0) break;
+      }
     }
+    if (cells_ok_)
+      for (size_t i = 0; i < includes_.size(); ++i)
+        if (includes_[i]) add_cell(*includes_[i], indexed("include", i));
   }
 
-  std::unordered_map<std::string, size_t> seen;  // canonical config -> index in grid.cells
-  auto add_cell = [&](const Values& own, const std::string& missing_prefix) {
-    Values merged = fixed;
+  void add_cell(const Values& own, const std::string& missing_prefix) {
+    Values merged = fixed_;
     for (const auto& [k, v] : own) merged[k] = v;
     // resources.gpus_per_cell is the default of a training cell's `devices` (the k
     // slots of one rank it trains on, data-parallel); a cell's own `devices` wins.
-    if (grid.resources.gpus_per_cell != 1 && !merged.count("devices"))
-      merged["devices"] = Sourced{json(grid.resources.gpus_per_cell), "resources.gpus_per_cell"};
-    auto cfg = resolve(merged, missing_prefix, problems);
-    if (!cfg || excluded(*cfg, excludes)) return;
+    if (grid_.resources.gpus_per_cell != 1 && !merged.count("devices"))
+      merged["devices"] = Sourced{json(grid_.resources.gpus_per_cell), "resources.gpus_per_cell"};
+    auto cfg = resolve(merged, missing_prefix, problems_);
+    if (!cfg || excluded(*cfg, excludes_)) return;
     std::string canon = canonical_json(*cfg);
-    if (seen.count(canon)) return;  // identical effective configs are one cell
-    seen.emplace(canon, grid.cells.size());
+    if (!seen_.insert(canon).second) return;  // identical effective configs are one cell
     Cell c;
     c.id = sha256_hex(canon).substr(0, 16);
     c.est_cost_s = estimate_cost_s(*cfg);
     c.config = std::move(*cfg);
-    grid.cells.push_back(std::move(c));
-  };
-
-  // The product over no axes is one cell (fixed alone) unless include lists the cells.
-  const bool product_cells = !axes.empty() || includes.empty();
-  if (cells_ok && product_cells && product > 0) {
-    // Odometer over the axes in the user's order; the last axis varies fastest.
-    std::vector<size_t> idx(axes.size(), 0);
-    for (;;) {
-      Values own;
-      for (size_t a = 0; a < axes.size(); ++a) own[axes[a].key] = axes[a].values[idx[a]];
-      add_cell(own, "");
-      size_t a = axes.size();
-      while (a > 0 && ++idx[a - 1] == axes[a - 1].values.size()) idx[--a] = 0;
-      if (a == 0) break;
-    }
+    grid_.cells.push_back(std::move(c));
   }
-  if (cells_ok)
-    for (size_t i = 0; i < includes.size(); ++i)
-      if (includes[i]) add_cell(*includes[i], indexed("include", i));
 
-  if (problems.empty() && grid.cells.empty())
-    problems.add(excludes.empty() ? "" : "exclude", "removes every cell; the grid has no cells left");
-  problems.throw_if_any();
+  const ordered_json root_;
+  Problems problems_;
+  Grid grid_;
+  bool cells_ok_ = true;
+  std::vector<Axis> axes_;
+  Values fixed_;
+  std::vector<std::optional<Values>> includes_;  // nullopt: a bad entry
+  std::vector<ExcludeEntry> excludes_;
+  std::unordered_set<std::string> seen_;  // canonical configs of the cells so far
+};
 
-  std::vector<std::string> ids;
-  for (const auto& c : grid.cells) ids.push_back(c.id);
-  std::sort(ids.begin(), ids.end());
-  grid.hash = sha256_hex(join_lines(ids));
-  return grid;
+}  // namespace
+
+Grid parse_grid(const std::string& text, const std::string& file_label) {
+  return GridReader(text, file_label).read();
 }
 
 json load_cell_config(const std::string& path) {
-  const ordered_json root = parse_text(read_text(path), path);
+  const ordered_json root = parse_json_text(read_input(path), path);
   return effective_config(to_plain(root), path);
 }
 

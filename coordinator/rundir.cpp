@@ -8,8 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "worker/run_cell.h"
@@ -40,14 +38,6 @@ std::string hostname() {
   char buf[256] = {0};
   ::gethostname(buf, sizeof buf - 1);
   return buf;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot read file (" + errno_text() + ")");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 void make_dirs(const std::string& path) {

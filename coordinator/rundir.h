@@ -8,13 +8,13 @@
 #include <string>
 
 #include "base/atomic_file.h"  // atomic_write_text, for the run directory's files
+#include "base/text_file.h"    // read_text, for them too
 
 namespace attnsweep {
 
 using json = nlohmann::json;
 
-std::string read_text(const std::string& path);  // throws std::runtime_error naming the path
-void make_dirs(const std::string& path);         // throws std::runtime_error naming the path
+void make_dirs(const std::string& path);  // throws std::runtime_error naming the path
 
 class RunDir {
  public:

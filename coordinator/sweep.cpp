@@ -425,6 +425,91 @@ bool launched_by_mpi() {
   return false;
 }
 
+namespace {
+
+// srun started N tasks but MPI sees fewer: a PMI mismatch would run N independent
+// sweeps into one directory. False (and the message) then.
+bool srun_sees_every_task(int world) {
+  const char* st = std::getenv("SLURM_STEP_NUM_TASKS");
+  if (st == nullptr) return true;
+  const int n = std::atoi(st);
+  if (n <= 1 || world == n) return true;
+  std::fprintf(stderr,
+               "attnsweep run: srun started %d tasks but MPI sees %d rank%s: the MPI library was not started through "
+               "srun's PMI (try srun --mpi=pmix; srun --mpi=list shows the choices)\n",
+               n, world, world == 1 ? "" : "s");
+  return false;
+}
+
+// What every rank checks before any cell runs: a cell needing more devices than a rank
+// has would wait for ever (its slots must sit on distinct devices: GPUs, or CPU slots),
+// and K cells that may share one GPU must fit in its memory (any K of them: the largest
+// K times). Empty: fine.
+std::string check_rank_fits(const Grid& grid, const RankSetup& rs) {
+  for (const Cell& c : grid.cells)
+    if (const int k = c.config.value("devices", 1); k > rs.devices)
+      return grid.file + ": cell " + c.id + " trains on devices = " + std::to_string(k) + ", more than the " +
+             std::to_string(rs.devices) +
+             (rs.device == "cuda"
+                  ? std::string(" GPU") + (rs.devices == 1 ? "" : "s") + " of a rank (GPUs per node)"
+                  : std::string(" worker slot") + (rs.devices == 1 ? "" : "s") + " of a rank (--workers)");
+  if (rs.device == "cuda") {
+    std::string source;
+    const GpuFit fit = check_gpu_fit(grid, rs.cells_per_gpu, planned_gpu_memory(grid, &source), source);
+    if (!fit.fits) return fit.problem;
+  }
+  return "";
+}
+
+// Every rank's host name on rank 0 (which names a lost rank by its host); elsewhere its own.
+std::vector<std::string> gather_hosts(bool mpi, int rank, int world) {
+  std::vector<std::string> hosts{hostname()};
+  if (!mpi) return hosts;
+  constexpr int kHostLen = 256;
+  char mine[kHostLen] = {};
+  std::snprintf(mine, sizeof mine, "%s", hosts[0].c_str());
+  std::vector<char> all(rank == 0 ? static_cast<size_t>(world) * kHostLen : 0);
+  MPI_Gather(mine, kHostLen, MPI_CHAR, all.data(), kHostLen, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    hosts.clear();
+    for (int r = 0; r < world; ++r) hosts.emplace_back(&all[static_cast<size_t>(r) * kHostLen]);
+  }
+  return hosts;
+}
+
+// A rank other than 0: its slots, and its heartbeats to rank 0 (from a thread of their
+// own where MPI allows it, else from the main loop).
+int serve_rank(LocalSlots& local, int rank, int thread_level, double rank_timeout_s) {
+  const double every = heartbeat_interval_s(rank_timeout_s);
+  if (thread_level >= MPI_THREAD_MULTIPLE) {
+    Heartbeat beat(every);
+    return worker_loop(local, rank, 0);
+  }
+  if (rank == 1)
+    std::fprintf(stderr, "attnsweep: MPI gives no MPI_THREAD_MULTIPLE: heartbeats come from the ranks' main loops\n");
+  return worker_loop(local, rank, every);
+}
+
+// Rank 0's opening lines: what runs where, and the settings that do not apply here.
+void print_start(const Grid& grid, const RunOptions& opt, const RankSetup& rs, int cells_per_gpu, size_t done,
+                 int world) {
+  if (cells_per_gpu > 1 && rs.device == "cpu")
+    std::fprintf(stderr, "attnsweep: %s %d is ignored: %s, and CPU slots run one cell each (--workers)\n",
+                 opt.cells_per_gpu > 0 ? "--cells-per-gpu" : "resources.cells_per_gpu", cells_per_gpu,
+                 opt.device == "cpu" ? "--device cpu" : "no GPU is visible");
+  const std::string per_gpu = rs.cells_per_gpu > 1 ? " (" + std::to_string(rs.cells_per_gpu) + " per GPU)" : "";
+  std::fprintf(stderr,
+               "attnsweep: %s: %zu cells (%zu already done), %d rank%s, %d %s slot%s%s per rank, %d thread%s per "
+               "cell\n",
+               grid.name.c_str(), grid.cells.size(), done, world, world == 1 ? "" : "s", rs.slots, rs.device.c_str(),
+               rs.slots == 1 ? "" : "s", per_gpu.c_str(), rs.threads, rs.threads == 1 ? "" : "s");
+  if (opt.fuse > 1 && rs.device != "cpu")
+    std::fprintf(stderr, "attnsweep: --fuse %d is ignored: groups of cells train on CPU slots only for now\n",
+                 opt.fuse);
+}
+
+}  // namespace
+
 int run_sweep(const Grid& grid, const RunOptions& opt) {
   const bool mpi = launched_by_mpi();
   int rank = 0, world = 1, thread_level = MPI_THREAD_SINGLE;
@@ -437,24 +522,11 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
   }
-  // srun started N tasks but MPI sees fewer: a PMI mismatch would run N independent
-  // sweeps into one directory. Refuse instead.
-  if (const char* st = std::getenv("SLURM_STEP_NUM_TASKS")) {
-    const int n = std::atoi(st);
-    if (n > 1 && world != n) {
-      std::fprintf(
-          stderr,
-          "attnsweep run: srun started %d tasks but MPI sees %d rank%s: the MPI library was not started through "
-          "srun's PMI (try srun --mpi=pmix; srun --mpi=list shows the choices)\n",
-          n, world, world == 1 ? "" : "s");
-      if (mpi) MPI_Finalize();
-      return 2;
-    }
-  }
   auto finish = [&](int code) {
     if (mpi) MPI_Finalize();
     return code;
   };
+  if (!srun_sees_every_task(world)) return finish(2);
 
   install_signal_handlers();
   RunDir rd(opt.out_dir);
@@ -465,7 +537,6 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
                                                                     : kDefaultRankTimeoutS;
 
   // Rank 0 prepares the directory; everyone learns whether to go on.
-  int setup_code = 0;
   std::vector<std::pair<size_t, CellStatus>> finished;
   std::string setup_error;
   // K cells per GPU: the flag, else the grid's (CPU slots ignore it).
@@ -473,43 +544,12 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   RankSetup rs;
   try {
     rs = setup_rank(opt, cells_per_gpu);
-  } catch (const std::exception& e) {
+    setup_error = check_rank_fits(grid, rs);
+    if (rank == 0 && setup_error.empty()) finished = prepare_dir(grid, opt, rd);
+  } catch (const std::exception& e) {  // InputError among them
     setup_error = e.what();
-    setup_code = 2;
   }
-  // A cell needing more devices than a rank has would wait for ever: its slots must sit
-  // on distinct devices (GPUs, or CPU slots).
-  if (setup_code == 0)
-    for (const Cell& c : grid.cells)
-      if (const int k = c.config.value("devices", 1); k > rs.devices) {
-        setup_error = grid.file + ": cell " + c.id + " trains on devices = " + std::to_string(k) + ", more than the " +
-                      std::to_string(rs.devices) +
-                      (rs.device == "cuda"
-                           ? std::string(" GPU") + (rs.devices == 1 ? "" : "s") + " of a rank (GPUs per node)"
-                           : std::string(" worker slot") + (rs.devices == 1 ? "" : "s") + " of a rank (--workers)");
-        setup_code = 2;
-        break;
-      }
-  // K cells that may share one GPU must fit in its memory (any K of them: the largest K times).
-  if (setup_code == 0 && rs.device == "cuda") {
-    std::string source;
-    const GpuFit fit = check_gpu_fit(grid, rs.cells_per_gpu, planned_gpu_memory(grid, &source), source);
-    if (!fit.fits) {
-      setup_error = fit.problem;
-      setup_code = 2;
-    }
-  }
-  if (rank == 0 && setup_code == 0) {
-    try {
-      finished = prepare_dir(grid, opt, rd);
-    } catch (const InputError& e) {
-      setup_error = e.what();
-      setup_code = 2;
-    } catch (const std::exception& e) {
-      setup_error = e.what();
-      setup_code = 2;
-    }
-  }
+  int setup_code = setup_error.empty() ? 0 : 2;
   if (mpi) MPI_Allreduce(MPI_IN_PLACE, &setup_code, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (setup_code != 0) {
     if (!setup_error.empty()) std::fprintf(stderr, "attnsweep run: %s\n", setup_error.c_str());
@@ -518,51 +558,13 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   // Every rank must see rank 0's DIR, before any cell runs (coordinator/shared_dir.h).
   if (mpi && check_shared_dir(rd.dir(), rank, world) != 0) return finish(2);
 
-  // Rank 0 names a lost rank by its host.
-  std::vector<std::string> hosts{hostname()};
-  if (mpi) {
-    constexpr int kHostLen = 256;
-    char mine[kHostLen] = {};
-    std::snprintf(mine, sizeof mine, "%s", hosts[0].c_str());
-    std::vector<char> all(rank == 0 ? static_cast<size_t>(world) * kHostLen : 0);
-    MPI_Gather(mine, kHostLen, MPI_CHAR, all.data(), kHostLen, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (rank == 0) {
-      hosts.clear();
-      for (int r = 0; r < world; ++r) hosts.emplace_back(&all[static_cast<size_t>(r) * kHostLen]);
-    }
-  }
-
+  const std::vector<std::string> hosts = gather_hosts(mpi, rank, world);
   LocalSlots local(rd, rs.device_of, rs.gpus, rs.device, rs.threads, rank);
-  if (rank != 0) {
-    const double every = heartbeat_interval_s(rank_timeout_s);
-    int code = 0;
-    if (thread_level >= MPI_THREAD_MULTIPLE) {
-      Heartbeat beat(every);
-      code = worker_loop(local, rank, 0);
-    } else {
-      if (rank == 1)
-        std::fprintf(stderr,
-                     "attnsweep: MPI gives no MPI_THREAD_MULTIPLE: heartbeats come from the ranks' main loops\n");
-      code = worker_loop(local, rank, every);
-    }
-    return finish(code);
-  }
+  if (rank != 0) return finish(serve_rank(local, rank, thread_level, rank_timeout_s));
 
-  if (cells_per_gpu > 1 && rs.device == "cpu")
-    std::fprintf(stderr, "attnsweep: %s %d is ignored: %s, and CPU slots run one cell each (--workers)\n",
-                 opt.cells_per_gpu > 0 ? "--cells-per-gpu" : "resources.cells_per_gpu", cells_per_gpu,
-                 opt.device == "cpu" ? "--device cpu" : "no GPU is visible");
-  const std::string per_gpu = rs.cells_per_gpu > 1 ? " (" + std::to_string(rs.cells_per_gpu) + " per GPU)" : "";
-  std::fprintf(stderr,
-               "attnsweep: %s: %zu cells (%zu already done), %d rank%s, %d %s slot%s%s per rank, %d thread%s per "
-               "cell\n",
-               grid.name.c_str(), grid.cells.size(), finished.size(), world, world == 1 ? "" : "s", rs.slots,
-               rs.device.c_str(), rs.slots == 1 ? "" : "s", per_gpu.c_str(), rs.threads, rs.threads == 1 ? "" : "s");
+  print_start(grid, opt, rs, cells_per_gpu, finished.size(), world);
   // Cells trained as one: on CPU slots (a group's child trains on the CPU).
   const int fuse = rs.device == "cpu" ? fuse_size(grid, opt.fuse) : 1;
-  if (opt.fuse > 1 && rs.device != "cpu")
-    std::fprintf(stderr, "attnsweep: --fuse %d is ignored: groups of cells train on CPU slots only for now\n",
-                 opt.fuse);
   Coordinator coord(grid, opt, rd, world, local, retries, timeout_s, rank_timeout_s, hosts, fuse);
   for (const auto& [i, s] : finished) coord.mark_finished(i, s);
   const int code = coord.run();

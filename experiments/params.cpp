@@ -314,7 +314,33 @@ json activation_registry_json() {
     json scale = t.scale == ScaleKind::value ? json(t.scale_value) : json(kScales[static_cast<size_t>(t.scale)].name);
     specs.push_back({{"activation", activation_name(t.activation)}, {"degree", t.degree}, {"scale", scale}});
   }
-  return {{"activations", acts}, {"scales", scales}, {"degree", {kMinDegree, kMaxDegree}}, {"test_specs", specs}};
+  return {{"activations", acts},
+          {"scales", scales},
+          {"degree", {kMinDegree, kMaxDegree}},
+          {"fixed_degrees", kFixedDegrees},
+          {"test_specs", specs}};
+}
+
+ActivationSpec activation_spec_of(const json& config) {
+  ActivationSpec spec;
+  const std::string act = config.at("activation").get<std::string>();
+  const std::optional<Activation> id = activation_from_name(act);
+  if (!id) throw std::runtime_error("activation: unknown value \"" + act + "\"");
+  spec.activation = *id;
+  spec.degree = config.value("degree", 1);  // absent when the activation takes none (then unused)
+  if (config.contains("scale")) {
+    const json& s = config["scale"];
+    if (s.is_number()) {
+      spec.scale = ScaleKind::value;
+      spec.scale_value = s.get<double>();
+    } else {
+      const std::string name = s.get<std::string>();
+      const std::optional<ScaleKind> kind = scale_from_name(name);
+      if (!kind) throw std::runtime_error("scale: unknown value \"" + name + "\"");
+      spec.scale = *kind;
+    }
+  }
+  return spec;
 }
 
 }  // namespace attnsweep

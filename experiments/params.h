@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/activation.h"
+
 namespace attnsweep {
 
 using json = nlohmann::json;
@@ -89,8 +91,14 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 // The activation registry (kernels/activation.h) as JSON, for `attnsweep activations
 // --json`, the report's labels and the Python tests: {"activations": [{name, label,
 // formula, elementwise, takes_degree, takes_scale, bias_log_n, torch}, ...], "scales":
-// [{name, label}], "degree": [min, max], "test_specs": [{activation, degree, scale}]}.
+// [{name, label}], "degree": [min, max], "fixed_degrees": the degrees 1..n the fused
+// kernels specialise (the others read it at run time), "test_specs": [{activation,
+// degree, scale}]}.
 json activation_registry_json();
+
+// The activation spec of an effective cell config: its activation, degree and scale keys
+// (declared above), read back. Throws std::runtime_error on a name the registry lacks.
+ActivationSpec activation_spec_of(const json& config);
 
 // Rough cost of a cell in seconds on one CPU slot (its task's cost_s): the scheduler's
 // longest-first order.

@@ -119,7 +119,4 @@ TaskOutput run_pde(const json& config, const TaskContext& ctx);
 // 784 -> 1); 0 for any other length.
 int64_t image_patch_size(int64_t prompt_length);
 
-// The activation spec of a cell config (activation, degree, scale).
-ActivationSpec activation_spec_of(const json& config);
-
 }  // namespace attnsweep

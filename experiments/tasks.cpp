@@ -6,28 +6,6 @@
 
 namespace attnsweep {
 
-ActivationSpec activation_spec_of(const json& config) {
-  ActivationSpec spec;
-  const std::string act = config.at("activation").get<std::string>();
-  const std::optional<Activation> id = activation_from_name(act);
-  if (!id) throw std::runtime_error("activation: unknown value \"" + act + "\"");
-  spec.activation = *id;
-  spec.degree = config.value("degree", 1);  // absent when the activation takes none (then unused)
-  if (config.contains("scale")) {
-    const json& s = config["scale"];
-    if (s.is_number()) {
-      spec.scale = ScaleKind::value;
-      spec.scale_value = s.get<double>();
-    } else {
-      const std::string name = s.get<std::string>();
-      const std::optional<ScaleKind> kind = scale_from_name(name);
-      if (!kind) throw std::runtime_error("scale: unknown value \"" + name + "\"");
-      spec.scale = *kind;
-    }
-  }
-  return spec;
-}
-
 const std::vector<const TaskDef*>& task_registry() {
   static const std::vector<const TaskDef*> tasks = {&norm_probe_task(), &image_task(), &icl_regression_task(),
                                                     &listops_task(),    &pde_task(),   &synthetic_task()};

@@ -88,8 +88,7 @@ int64_t bf16_copy_bytes(const ModelConfig& s, int64_t B) {
 
 GpuMemory model_gpu_memory(const ModelConfig& shape, int64_t batch, bool adamw, bool bf16) {
   GpuMemory m;
-  const std::vector<TensorInfo> params = parameter_layout(shape);
-  const int64_t p = params.back().offset + params.back().size;
+  const int64_t p = parameter_floats(parameter_layout(shape));
   // Every per-layer buffer: the CUDA backend's layer_buffers.
   const BatchLayout acts = batch_layout(shape, batch, LayerBuffers{});
   m.context = kCudaContextBytes;

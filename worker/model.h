@@ -61,7 +61,7 @@ class BasicModel {
   BasicModel& operator=(const BasicModel&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
-  int64_t num_params() const { return static_cast<int64_t>(tensors_.back().offset + tensors_.back().size); }
+  int64_t num_params() const { return parameter_floats(tensors_); }
   int64_t decayed_count() const { return decayed_; }  // params [0, decayed_count) are decayed
   float* params() { return params_mem_.data(); }
   float* grads() { return grads_mem_.data(); }

@@ -72,6 +72,11 @@ std::vector<TensorInfo> parameter_layout(const ModelConfig& cfg) {
   return tensors;
 }
 
+int64_t parameter_floats(const std::vector<TensorInfo>& tensors) {
+  const TensorInfo& last = tensors.back();
+  return last.offset + last.size;
+}
+
 int64_t decayed_floats(const std::vector<TensorInfo>& tensors) {
   const TensorInfo& last = tensors.at(kNumDecayedTensors - 1);
   return last.offset + last.size;

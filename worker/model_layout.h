@@ -131,6 +131,8 @@ constexpr size_t kNumScratch = sizeof(ModelScratch) / sizeof(float*);
 // a tensor the model does not have has size 0 (a readout model has only qkv_w). Throws
 // std::runtime_error for a config no model can be built from, naming the key.
 std::vector<TensorInfo> parameter_layout(const ModelConfig& cfg);
+// The floats of the whole parameter buffer (the model's num_params()).
+int64_t parameter_floats(const std::vector<TensorInfo>& tensors);
 // The floats of the decayed prefix (the first kNumDecayedTensors tensors).
 int64_t decayed_floats(const std::vector<TensorInfo>& tensors);
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "experiments/params.h"
+
 namespace attnsweep {
 
 // The training keys of a training task's effective config: every one is there, with

@@ -3,7 +3,7 @@
 // softmax) and accumulates the norm sums (forward) or forms dS (backward). OpenMP over
 // (batch item, head, query block) in the forward and over (batch item, head) in the
 // backward, where dK and dV accumulate over the query blocks of one head.
-// About 1000 lines: the row passes of every activation (fused softmax, element-wise phi,
+// About 1020 lines: the row passes of every activation (fused softmax, element-wise phi,
 // masks, norms) are templates instantiated by one dispatch here, so they stay in one
 // translation unit with the blocked loops that call them.
 // The GEMMs: with AVX-512 (own_gemms), the tiles of kernels/cpu/gemm.cpp, K and V packed
@@ -225,6 +225,48 @@ bool own_gemms(const AttentionShape& sh) {
 
 // ---- forward ------------------------------------------------------------------------
 
+// One row of scores s[0, je) -> phi(s) in place (n visible keys), the norm sums added to
+// *nrm when norms; returns the row's log-sum-exp (softmax; else 0).
+template <Activation A, int32_t Deg>
+[[gnu::always_inline]] inline float row_forward(const ActivationSpec& act, int64_t n, float* s, int64_t je,
+                                                const float* mask, bool norms, RowNormSq* nrm) {
+  if constexpr (A == Activation::softmax) {
+    if (mask != nullptr)
+      return norms ? softmax_row_forward<true, true>(s, je, mask, nrm)
+                   : softmax_row_forward<true, false>(s, je, mask, nrm);
+    return norms ? softmax_row_forward<false, true>(s, je, mask, nrm)
+                 : softmax_row_forward<false, false>(s, je, mask, nrm);
+  } else {
+    const PhiParams pp = resolve_phi(act, n);
+    if (mask != nullptr) {
+      if (norms)
+        elementwise_row_forward<A, Deg, true, true>(pp, s, je, mask, nrm);
+      else
+        elementwise_row_forward<A, Deg, true, false>(pp, s, je, mask, nrm);
+    } else {
+      if (norms)
+        elementwise_row_forward<A, Deg, false, true>(pp, s, je, mask, nrm);
+      else
+        elementwise_row_forward<A, Deg, false, false>(pp, s, je, mask, nrm);
+    }
+    return 0.0f;
+  }
+}
+
+// attn_fro, jac_fro (BH) from the per-task sums, in a fixed order: the blocks of one head
+// in sequence, whatever thread computed them.
+void sum_norm_parts(const std::vector<RowNormSq>& part, int64_t BH, int64_t nblk, double* attn_fro, double* jac_fro) {
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    double a = 0.0, j = 0.0;
+    for (int64_t blk = 0; blk < nblk; ++blk) {
+      a += part[static_cast<size_t>(bh * nblk + blk)].attn;
+      j += part[static_cast<size_t>(bh * nblk + blk)].jac;
+    }
+    attn_fro[bh] = std::sqrt(a);
+    jac_fro[bh] = std::sqrt(j);
+  }
+}
+
 template <Activation A, int32_t Deg>
 void forward_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* Q, const float* K, const float* V,
                   const float* key_mask, float* O, float* lse, double* attn_fro, double* jac_fro) {
@@ -289,30 +331,9 @@ void forward_impl(const AttentionSpec& spec, const AttentionShape& sh, const flo
             if (lse_b != nullptr) lse_b[r] = -std::numeric_limits<float>::infinity();
             continue;
           }
-          if constexpr (A == Activation::softmax) {
-            float l;
-            if (mask != nullptr) {
-              l = norms ? softmax_row_forward<true, true>(s, je, mask, &nrm)
-                        : softmax_row_forward<true, false>(s, je, mask, &nrm);
-            } else {
-              l = norms ? softmax_row_forward<false, true>(s, je, mask, &nrm)
-                        : softmax_row_forward<false, false>(s, je, mask, &nrm);
-            }
+          const float l = row_forward<A, Deg>(spec.act, n, s, je, mask, norms, &nrm);
+          if constexpr (A == Activation::softmax)
             if (lse_b != nullptr) lse_b[r] = l;
-          } else {
-            const PhiParams pp = resolve_phi(spec.act, n);
-            if (mask != nullptr) {
-              if (norms)
-                elementwise_row_forward<A, Deg, true, true>(pp, s, je, mask, &nrm);
-              else
-                elementwise_row_forward<A, Deg, true, false>(pp, s, je, mask, &nrm);
-            } else {
-              if (norms)
-                elementwise_row_forward<A, Deg, false, true>(pp, s, je, mask, &nrm);
-              else
-                elementwise_row_forward<A, Deg, false, false>(pp, s, je, mask, &nrm);
-            }
-          }
           zero(s + je, jmax - je);
         }
         if (own)
@@ -325,21 +346,33 @@ void forward_impl(const AttentionSpec& spec, const AttentionShape& sh, const flo
       if (norms) part[static_cast<size_t>(t)] = nrm;
     }
   }
-  if (norms) {
-    // Fixed order: blocks of one head in sequence, whatever thread computed them.
-    for (int64_t bh = 0; bh < BH; ++bh) {
-      double a = 0.0, j = 0.0;
-      for (int64_t blk = 0; blk < nblk; ++blk) {
-        a += part[static_cast<size_t>(bh * nblk + blk)].attn;
-        j += part[static_cast<size_t>(bh * nblk + blk)].jac;
-      }
-      attn_fro[bh] = std::sqrt(a);
-      jac_fro[bh] = std::sqrt(j);
-    }
-  }
+  if (norms) sum_norm_parts(part, BH, nblk, attn_fro, jac_fro);
 }
 
 // ---- backward -----------------------------------------------------------------------
+
+// One row: s[0, je) (the scores) and dp (dP) -> dS in dp. Softmax reads the row's lse and
+// its output oi and gradient doi (dv each) for D_i = sum_j P_ij dP_ij = dO_i . O_i (the
+// softmax Jacobian's rank-one term).
+template <Activation A, int32_t Deg>
+[[gnu::always_inline]] inline void row_backward(const ActivationSpec& act, int64_t n, float* s, float* dp, int64_t je,
+                                                const float* mask, const float* oi, const float* doi, int64_t dv,
+                                                float lse) {
+  if constexpr (A == Activation::softmax) {
+    double D = 0.0;
+    for (int64_t c = 0; c < dv; ++c) D += static_cast<double>(oi[c]) * doi[c];
+    if (mask != nullptr)
+      softmax_row_backward<true>(s, dp, je, mask, lse, static_cast<float>(D));
+    else
+      softmax_row_backward<false>(s, dp, je, mask, lse, static_cast<float>(D));
+  } else {
+    const PhiParams pp = resolve_phi(act, n);
+    if (mask != nullptr)
+      elementwise_row_backward<A, Deg, true>(pp, s, dp, je, mask);
+    else
+      elementwise_row_backward<A, Deg, false>(pp, s, dp, je, mask);
+  }
+}
 
 template <Activation A, int32_t Deg>
 void backward_impl(const AttentionSpec& spec, const AttentionShape& sh, const float* Q, const float* K, const float* V,
@@ -412,24 +445,8 @@ void backward_impl(const AttentionSpec& spec, const AttentionShape& sh, const fl
             zero(dp, jmax);
             continue;
           }
-          if constexpr (A == Activation::softmax) {
-            // D_i = sum_j P_ij dP_ij = dO_i . O_i  (the softmax Jacobian's rank-one term)
-            const float* oi = O + (bh * Nq + i) * dv;
-            const float* doi = dob + r * dv;
-            double D = 0.0;
-            for (int64_t c = 0; c < dv; ++c) D += static_cast<double>(oi[c]) * doi[c];
-            const float l = lse[bh * Nq + i];
-            if (mask != nullptr)
-              softmax_row_backward<true>(s, dp, je, mask, l, static_cast<float>(D));
-            else
-              softmax_row_backward<false>(s, dp, je, mask, l, static_cast<float>(D));
-          } else {
-            const PhiParams pp = resolve_phi(spec.act, n);
-            if (mask != nullptr)
-              elementwise_row_backward<A, Deg, true>(pp, s, dp, je, mask);
-            else
-              elementwise_row_backward<A, Deg, false>(pp, s, dp, je, mask);
-          }
+          row_backward<A, Deg>(spec.act, n, s, dp, je, mask, O + (bh * Nq + i) * dv, dob + r * dv, dv,
+                               lse != nullptr ? lse[bh * Nq + i] : 0.0f);
           zero(s + je, jmax - je);
           zero(dp + je, jmax - je);
         }

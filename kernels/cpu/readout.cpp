@@ -167,98 +167,144 @@ READOUT_CLONES void gram_rows(const float* xs, int64_t C, int64_t P, float* G) {
   for (int64_t i = 0; i < C; ++i) project_rows(xs, C, P, xs + i * P, G + i * C);
 }
 
+constexpr int kMaxC = 65;  // d <= 64 (experiments/icl_regression.cpp)
+
+// Head h's query q = Q_h z (hd) and u = K_h^T q scale (C): its scores are s_n = u . x_n.
+[[gnu::always_inline]] inline void head_query(const float* Qh, const float* Kh, int64_t C, int64_t hd, float scale,
+                                              const float* z, float* q, float* u) {
+  for (int64_t i = 0; i < hd; ++i) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < C; ++j) acc += Qh[i * C + j] * z[j];
+    q[i] = acc;
+  }
+  for (int64_t j = 0; j < C; ++j) u[j] = 0.0f;
+  for (int64_t i = 0; i < hd; ++i) {
+    const float qi = q[i] * scale;
+    for (int64_t j = 0; j < C; ++j) u[j] += Kh[i * C + j] * qi;
+  }
+}
+
+// The forward of one head's scores: rows.p = phi(s) (softmax: the normalised row), zeros
+// from L to P; returns the row's norm sums (when norms). With gram (linear attention
+// through G) no pass over the keys: Gu = G u, and p is not made.
+template <Activation A, int32_t Deg>
+[[gnu::always_inline]] inline RowNormSq scores_forward(const PhiParams& pp, const Prompt& pr, int64_t C, const float* u,
+                                                       bool gram, bool norms, float* Gu, const Rows& rows) {
+  const int64_t L = pr.L, P = pr.P;
+  float* s = rows.s;
+  float* p = rows.p;
+  RowNormSq nrm;
+  if (gram) {
+    mat_vec(pr.G, C, u, Gu);
+    double uGu = 0.0;
+    for (int64_t j = 0; j < C; ++j) uGu += static_cast<double>(u[j]) * Gu[j];
+    const double c = pp.c;
+    nrm.attn = c * c * uGu;  // sum_n (c s_n)^2
+    nrm.jac = static_cast<double>(L) * c * c;
+    return nrm;
+  }
+  if constexpr (A == Activation::softmax) {
+    combine_rows(pr.xs, C, P, u, s);
+    const float mx = row_max(s, L);
+    exp_rows(s, mx, p, P);
+    for (int64_t n = L; n < P; ++n) p[n] = 0.0f;
+    // Z (and the norms' sums) in float64, in a loop of their own: it vectorises apart
+    // from the exp's float32 one.
+    double z = 0.0;
+#pragma omp simd reduction(+ : z)
+    for (int64_t n = 0; n < L; ++n) z += static_cast<double>(p[n]);
+    if (norms) {
+      double a2 = 0.0, a3 = 0.0;
+#pragma omp simd reduction(+ : a2, a3)
+      for (int64_t n = 0; n < L; ++n) {
+        const double e = p[n];
+        a2 += e * e;
+        a3 += e * e * e;
+      }
+      nrm = softmax_row_norms_from_sums(z, a2, a3);
+    }
+    const float inv = static_cast<float>(1.0 / z);
+#pragma omp simd
+    for (int64_t n = 0; n < L; ++n) p[n] *= inv;
+  } else {
+    combine_rows(pr.xs, C, P, u, s);
+#pragma omp simd
+    for (int64_t n = 0; n < L; ++n) p[n] = phi_fixed<A, Deg>(pp, s[n], FastExp{});
+    if (norms) {
+      double sa = 0.0, sj = 0.0;
+#pragma omp simd reduction(+ : sa, sj)
+      for (int64_t n = 0; n < L; ++n) {
+        const double v = p[n], g = dphi_fixed<A, Deg>(pp, s[n], FastExp{});
+        sa += v * v;
+        sj += g * g;
+      }
+      nrm.attn = sa;
+      nrm.jac = sj;
+    }
+  }
+  for (int64_t n = L; n < P; ++n) p[n] = 0.0f;
+  return nrm;
+}
+
+// The backward of the scores: du = sum_n ds_n x_n from dm (dphi_n = x_n . dm; softmax:
+// the row's Jacobian-vector product). With gram: du = c G dm.
+template <Activation A, int32_t Deg>
+[[gnu::always_inline]] inline void scores_backward(const PhiParams& pp, const Prompt& pr, int64_t C, const float* dm,
+                                                   bool gram, const Rows& rows, float* du) {
+  const int64_t L = pr.L, P = pr.P;
+  const float* s = rows.s;
+  const float* p = rows.p;
+  float* dp = rows.dp;
+  if (gram) {
+    float Gdm[kMaxC];
+    mat_vec(pr.G, C, dm, Gdm);
+    for (int64_t j = 0; j < C; ++j) du[j] = pp.c * Gdm[j];
+  } else if constexpr (A == Activation::softmax) {
+    combine_rows(pr.xs, C, P, dm, dp);
+    float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+    for (int64_t n = 0; n < P; ++n) D += p[n] * dp[n];
+#pragma omp simd
+    for (int64_t n = 0; n < P; ++n) dp[n] = p[n] * (dp[n] - D);
+    project_rows(pr.xs, C, P, dp, du);
+  } else {
+    combine_rows(pr.xs, C, P, dm, dp);
+#pragma omp simd
+    for (int64_t n = 0; n < L; ++n) dp[n] *= dphi_fixed<A, Deg>(pp, s[n], FastExp{});
+    for (int64_t n = L; n < P; ++n) dp[n] = 0.0f;
+    project_rows(pr.xs, C, P, dp, du);
+  }
+}
+
 // One cell, one prompt: pred, the loss term, the norms of every head (norms) and the
 // gradient terms (train). A template over the activation so that the row loops vectorise;
 // one clone per instruction set.
 template <Activation A, int32_t Deg>
 READOUT_CLONES void cell_prompt(const ReadoutShape& sh, const ReadoutCell& cell, const PhiParams& pp, const Prompt& pr,
                                 float y, bool train, bool norms, int64_t b, const Rows& rows, PromptSums& sums) {
-  const int64_t C = sh.C, H = sh.H, hd = C / H, L = pr.L, P = pr.P;
+  const int64_t C = sh.C, H = sh.H, hd = C / H;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const float* W = cell.qkv_w;
-  float* s = rows.s;
-  float* p = rows.p;
-  float* dp = rows.dp;
-  constexpr int kMaxC = 65;  // d <= 64 (experiments/icl_regression.cpp)
-  float q[kMaxC], u[kMaxC], m[kMaxC], dm[kMaxC], du[kMaxC];
+  float q[kMaxC], u[kMaxC], m[kMaxC], dm[kMaxC], du[kMaxC], Gu[kMaxC];
+  // Linear attention through G (Prompt::G): no pass over the keys.
+  constexpr bool kLinear = A == Activation::poly && Deg == 1;
+  const bool gram = kLinear && pr.G != nullptr;
   for (int64_t h = (norms ? 0 : H - 1); h < H; ++h) {
-    const bool last = h == H - 1;
     const float* Qh = W + h * hd * C;
     const float* Kh = W + (C + h * hd) * C;
-    for (int64_t i = 0; i < hd; ++i) {
-      float acc = 0.0f;
-      for (int64_t j = 0; j < C; ++j) acc += Qh[i * C + j] * pr.z[j];
-      q[i] = acc;
-    }
-    for (int64_t j = 0; j < C; ++j) u[j] = 0.0f;
-    for (int64_t i = 0; i < hd; ++i) {
-      const float qi = q[i] * scale;
-      for (int64_t j = 0; j < C; ++j) u[j] += Kh[i * C + j] * qi;
-    }
-    // Linear attention through G (Prompt::G): no pass over the keys.
-    constexpr bool kLinear = A == Activation::poly && Deg == 1;
-    const bool gram = kLinear && pr.G != nullptr;
-    float Gu[kMaxC];
-    if (gram) mat_vec(pr.G, C, u, Gu);
-    RowNormSq nrm;
-    if (gram) {
-      double uGu = 0.0;
-      for (int64_t j = 0; j < C; ++j) uGu += static_cast<double>(u[j]) * Gu[j];
-      const double c = pp.c;
-      nrm.attn = c * c * uGu;  // sum_n (c s_n)^2
-      nrm.jac = static_cast<double>(L) * c * c;
-    } else if constexpr (A == Activation::softmax) {
-      combine_rows(pr.xs, C, P, u, s);
-      const float mx = row_max(s, L);
-      exp_rows(s, mx, p, P);
-      for (int64_t n = L; n < P; ++n) p[n] = 0.0f;
-      // Z (and the norms' sums) in float64, in a loop of their own: it vectorises apart
-      // from the exp's float32 one.
-      double z = 0.0;
-#pragma omp simd reduction(+ : z)
-      for (int64_t n = 0; n < L; ++n) z += static_cast<double>(p[n]);
-      if (norms) {
-        double a2 = 0.0, a3 = 0.0;
-#pragma omp simd reduction(+ : a2, a3)
-        for (int64_t n = 0; n < L; ++n) {
-          const double e = p[n];
-          a2 += e * e;
-          a3 += e * e * e;
-        }
-        nrm = softmax_row_norms_from_sums(z, a2, a3);
-      }
-      const float inv = static_cast<float>(1.0 / z);
-#pragma omp simd
-      for (int64_t n = 0; n < L; ++n) p[n] *= inv;
-    } else {
-      combine_rows(pr.xs, C, P, u, s);
-#pragma omp simd
-      for (int64_t n = 0; n < L; ++n) p[n] = phi_fixed<A, Deg>(pp, s[n], FastExp{});
-      if (norms) {
-        double sa = 0.0, sj = 0.0;
-#pragma omp simd reduction(+ : sa, sj)
-        for (int64_t n = 0; n < L; ++n) {
-          const double v = p[n], g = dphi_fixed<A, Deg>(pp, s[n], FastExp{});
-          sa += v * v;
-          sj += g * g;
-        }
-        nrm.attn = sa;
-        nrm.jac = sj;
-      }
-    }
-    if (!gram)
-      for (int64_t n = L; n < P; ++n) p[n] = 0.0f;
+    head_query(Qh, Kh, C, hd, scale, pr.z, q, u);
+    const RowNormSq nrm = scores_forward<A, Deg>(pp, pr, C, u, gram, norms, Gu, rows);
     if (norms) {
       cell.attn_fro[b * H + h] = std::sqrt(nrm.attn);
       cell.jac_fro[b * H + h] = std::sqrt(nrm.jac);
     }
-    if (!last) continue;
+    if (h != H - 1) continue;
 
     // The prediction: V's row C - 1 (head H - 1's last coordinate) times m.
     if (gram)
       for (int64_t j = 0; j < C; ++j) m[j] = pp.c * Gu[j];
     else
-      project_rows(pr.xs, C, P, p, m);
+      project_rows(pr.xs, C, pr.P, rows.p, m);
     const float* v_last = W + (3 * C - 1) * C;
     float pred = 0.0f;
     for (int64_t j = 0; j < C; ++j) pred += v_last[j] * m[j];
@@ -274,25 +320,8 @@ READOUT_CLONES void cell_prompt(const ReadoutShape& sh, const ReadoutCell& cell,
       g[(3 * C - 1) * C + j] += static_cast<double>(dpred * m[j]);
       dm[j] = dpred * v_last[j];
     }
-    if (gram) {
-      float Gdm[kMaxC];
-      mat_vec(pr.G, C, dm, Gdm);
-      for (int64_t j = 0; j < C; ++j) du[j] = pp.c * Gdm[j];
-    } else if constexpr (A == Activation::softmax) {
-      combine_rows(pr.xs, C, P, dm, dp);
-      float D = 0.0f;
-#pragma omp simd reduction(+ : D)
-      for (int64_t n = 0; n < P; ++n) D += p[n] * dp[n];
-#pragma omp simd
-      for (int64_t n = 0; n < P; ++n) dp[n] = p[n] * (dp[n] - D);
-      project_rows(pr.xs, C, P, dp, du);
-    } else {
-      combine_rows(pr.xs, C, P, dm, dp);
-#pragma omp simd
-      for (int64_t n = 0; n < L; ++n) dp[n] *= dphi_fixed<A, Deg>(pp, s[n], FastExp{});
-      for (int64_t n = L; n < P; ++n) dp[n] = 0.0f;
-      project_rows(pr.xs, C, P, dp, du);
-    }
+    scores_backward<A, Deg>(pp, pr, C, dm, gram, rows, du);
+    // dK_h += (q scale) du^T, dQ_h += (K_h du scale) z^T.
     for (int64_t i = 0; i < hd; ++i) {
       const float qi = q[i] * scale;
       float dq = 0.0f;
