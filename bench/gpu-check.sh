@@ -7,7 +7,8 @@
 #   bash bench/gpu-check.sh
 # Uses the bundled binaries when they load, else builds unit_tests, attention_gpu,
 # trainer_cpu and attnsweep for sm_90 there. Then, in order of importance:
-#   1. the CUDA trainer tests (CudaModel, CudaTrainer*, CudaCollective, the model ops),
+#   1. the CUDA trainer tests (CudaModel, CudaTrainer*, CudaCollective, every plain op
+#      against the CPU: CrossBackendOps, and the global norm),
 #      and compute-sanitizer memcheck on the trainer if they fail;
 #   2. attnsweep train of a paper B cell and a PDE cell on the GPU and on the CPU, final
 #      metrics side by side;
@@ -122,7 +123,7 @@ tests_rc=0
 if stage 1; then
 say "1. CUDA trainer tests"
 ab timeout 200 "$bin/unit_tests" \
-  --gtest_filter='CudaModel*:CudaTrainer*:CudaCollective*:OpsCuda.ModelOps*:OpsCuda.Scale*' \
+  --gtest_filter='CudaModel*:CudaTrainer*:CudaCollective*:CrossBackendOps.*:OpsCuda.GlobalNorm*' \
   --gtest_output="xml:$out/trainer_cuda.xml" > "$out/trainer_cuda.log" 2>&1
 tests_rc=$?
 grep -E '^\[  (FAILED|SKIPPED|PASSED) |^\[       OK|^\[==========\]|Failure|Expected|Which is|actual|error|rror:' \
@@ -189,7 +190,7 @@ fi
 
 if stage 4 && in_budget "attention and ops tests"; then
   say "4. the other CUDA tests (attention kernels, ops)"
-  ab timeout 200 "$bin/unit_tests" --gtest_filter='*Cuda*-CudaModel*:CudaTrainer*:CudaCollective*:OpsCuda.ModelOps*:OpsCuda.Scale*:*AttentionCudaMma*' \
+  ab timeout 200 "$bin/unit_tests" --gtest_filter='*Cuda*-CudaModel*:CudaTrainer*:CudaCollective*:OpsCuda.GlobalNorm*:*AttentionCudaMma*' \
     --gtest_brief=1 --gtest_output="xml:$out/other_cuda.xml" > "$out/other_cuda.log" 2>&1
   rc=$?
   grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$out/other_cuda.log" | head -40 | tee -a "$summary"

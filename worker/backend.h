@@ -4,7 +4,8 @@
 // CpuBackend (here) calls the CPU ops directly: each plain op is an inline forward to the
 // free function, so the CPU path costs what it cost before the abstraction (one direct
 // call per op, nothing per element). CudaBackend (worker/backend_cuda.h) calls the
-// *_cuda ops with its workspace and stream.
+// *_cuda ops with its workspace and stream. Both make those forwards from one list of
+// the plain ops, kernels/op_list.h.
 //
 // The contract is the concept ModelBackend below (both backends are checked against it):
 // - Array<T>: a buffer on the device (allocate(a, n) zero-fills it); upload / download
@@ -15,7 +16,8 @@
 //   a backend that has only fp32 (the CPU) throws for anything else, naming the key.
 // - bind(): make this backend's device current in the calling thread (CUDA: cudaSetDevice);
 //   synchronize(): wait for the work queued so far (CUDA: the stream).
-// - every plain op with the CPU argument order, minus workspace and stream.
+// - every plain op with the CPU argument order, minus workspace and stream: those of
+//   kernels/op_list.h, and the losses' forwards and global_norm (hand-written on CUDA).
 // - the composite ops, where the backends differ in how, not in what: each names the op
 //   sequence it stands for, which is what a device backend runs; the CPU runs its fused
 //   version (the same values): matmul_residual_forward, matmul_gelu_forward,
@@ -51,6 +53,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/model_ops.h"
+#include "kernels/op_list.h"
 #include "kernels/ops.h"
 #include "kernels/precision.h"
 #include "kernels/readout.h"
@@ -183,6 +186,7 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   coll.allreduce_mean(grads, n);
 };
 
+// A member that forwards to the free function of the same name.
 #define ATTNSWEEP_CPU_OP(name)      \
   template <class... A>             \
   auto name(A... a) {               \
@@ -224,39 +228,15 @@ class CpuBackend {
   const double* to_host(const double* p, int64_t) { return p; }
   const float* host_view(const float* p, int64_t, std::vector<float>&) { return p; }
 
-  ATTNSWEEP_CPU_OP(matmul_forward)
-  ATTNSWEEP_CPU_OP(matmul_backward)
-  ATTNSWEEP_CPU_OP(layernorm_forward)
-  ATTNSWEEP_CPU_OP(layernorm_backward)
-  ATTNSWEEP_CPU_OP(gelu_forward)
-  ATTNSWEEP_CPU_OP(gelu_backward)
-  ATTNSWEEP_CPU_OP(residual_forward)
-  ATTNSWEEP_CPU_OP(meanpool_forward)
-  ATTNSWEEP_CPU_OP(meanpool_backward)
+  // The plain ops (kernels/op_list.h), each an inline call of the free function.
+  ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_CPU_OP, ATTNSWEEP_CPU_OP)
+  // Plain forwards here too, but not on CUDA (host values, or a step graph's device
+  // scalars there): so not in the list.
   ATTNSWEEP_CPU_OP(softmax_crossentropy_forward)
-  ATTNSWEEP_CPU_OP(softmax_crossentropy_backward)
   ATTNSWEEP_CPU_OP(mse_forward)
-  ATTNSWEEP_CPU_OP(mse_backward)
-  ATTNSWEEP_CPU_OP(embedding_forward)
-  ATTNSWEEP_CPU_OP(embedding_backward)
+  ATTNSWEEP_CPU_OP(global_norm)
   ATTNSWEEP_CPU_OP(adamw_update)
   ATTNSWEEP_CPU_OP(sgd_update)
-  ATTNSWEEP_CPU_OP(split_heads)
-  ATTNSWEEP_CPU_OP(merge_heads)
-  ATTNSWEEP_CPU_OP(heads_to_rows)
-  ATTNSWEEP_CPU_OP(rows_to_heads)
-  ATTNSWEEP_CPU_OP(tokens_forward)
-  ATTNSWEEP_CPU_OP(tokens_backward)
-  ATTNSWEEP_CPU_OP(cls_pool_forward)
-  ATTNSWEEP_CPU_OP(cls_pool_backward)
-  ATTNSWEEP_CPU_OP(masked_meanpool_forward)
-  ATTNSWEEP_CPU_OP(masked_meanpool_backward)
-  ATTNSWEEP_CPU_OP(readout_split)
-  ATTNSWEEP_CPU_OP(readout_merge)
-  ATTNSWEEP_CPU_OP(readout_pick)
-  ATTNSWEEP_CPU_OP(readout_pick_backward)
-  ATTNSWEEP_CPU_OP(scale_inplace)
-  ATTNSWEEP_CPU_OP(global_norm)
   void clip_gradients(float* g, int64_t n, double coef) {
     if (coef < 1.0) scale_inplace(g, n, static_cast<float>(coef));
   }

@@ -25,6 +25,7 @@
 #include "kernels/attention_cuda.h"
 #include "kernels/collective_cuda.h"
 #include "kernels/model_ops_cuda.h"
+#include "kernels/op_list.h"
 #include "kernels/ops_cuda.h"
 #include "worker/backend.h"
 
@@ -125,34 +126,9 @@ class CudaBackend {
   // Downloads n floats into buf (synchronous) and returns buf.data().
   const float* host_view(const float* p, int64_t n, std::vector<float>& buf);
 
-  ATTNSWEEP_CUDA_OP_WS(matmul_forward)
-  ATTNSWEEP_CUDA_OP_WS(matmul_backward)
-  ATTNSWEEP_CUDA_OP(layernorm_forward)
-  ATTNSWEEP_CUDA_OP_WS(layernorm_backward)
-  ATTNSWEEP_CUDA_OP(gelu_forward)
-  ATTNSWEEP_CUDA_OP(gelu_backward)
-  ATTNSWEEP_CUDA_OP(residual_forward)
-  ATTNSWEEP_CUDA_OP(meanpool_forward)
-  ATTNSWEEP_CUDA_OP(meanpool_backward)
-  ATTNSWEEP_CUDA_OP(softmax_crossentropy_backward)
-  ATTNSWEEP_CUDA_OP(mse_backward)
-  ATTNSWEEP_CUDA_OP(embedding_forward)
-  ATTNSWEEP_CUDA_OP(embedding_backward)
-  ATTNSWEEP_CUDA_OP(split_heads)
-  ATTNSWEEP_CUDA_OP(merge_heads)
-  ATTNSWEEP_CUDA_OP(heads_to_rows)
-  ATTNSWEEP_CUDA_OP(rows_to_heads)
-  ATTNSWEEP_CUDA_OP(tokens_forward)
-  ATTNSWEEP_CUDA_OP(tokens_backward)
-  ATTNSWEEP_CUDA_OP(cls_pool_forward)
-  ATTNSWEEP_CUDA_OP(cls_pool_backward)
-  ATTNSWEEP_CUDA_OP(readout_split)
-  ATTNSWEEP_CUDA_OP(readout_merge)
-  ATTNSWEEP_CUDA_OP(readout_pick)
-  ATTNSWEEP_CUDA_OP(readout_pick_backward)
-  ATTNSWEEP_CUDA_OP(scale_inplace)
-  ATTNSWEEP_CUDA_OP(masked_meanpool_forward)
-  ATTNSWEEP_CUDA_OP(masked_meanpool_backward)
+  // The plain ops (kernels/op_list.h): name(args...) is name_cuda(args..., stream), or
+  // name_cuda(args..., ws_, stream) for those of the list's second kind.
+  ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_CUDA_OP, ATTNSWEEP_CUDA_OP_WS)
 
   // The fused kernels (attention_cuda.h; they fall back to the materialising path where
   // they have no specialisation), float32 or, with precision bf16, on bfloat16 copies

@@ -4,12 +4,15 @@
 # built library LIB (default pattern: the forward and backward kernels) contains HMMA
 # instructions, has a zero stack frame and zero local memory (cuobjdump -res-usage:
 # STACK:0, LOCAL:0) and no LDL / STL instruction (a spill shows as both), and unless
-# there are EXPECT such kernels (default 108: the registry's 5 activations with poly at
-# degrees 1..4 and run-time = 9 variants; forward 9 x norms on/off x 4 (d, type) files =
-# 72, backward 9 x (dK/dV, dQ) x 2 files = 36). Prints the
-# registers and HMMA count of each. Then checks that the check can fail: the CUDA-core
+# there are EXPECT such kernels. EXPECT's default is derived from the activation registry
+# (`$ATTNSWEEP activations --json`): one variant per activation, and for one that takes
+# a degree one per fixed degree plus the run-time one; then each variant's forward with
+# norms on and off in every kernels/cuda/attention_mma_fwd_*.cu (one head width and type
+# each), and its dK/dV and dQ kernels in every attention_mma_bwd_*.cu (today 9 variants,
+# 4 forward and 2 backward files: 108). Prints the registers and HMMA count of each.
+# Then checks that the check can fail: the CUDA-core
 # fused forward (fused_forward_kernel) must be rejected (it has no HMMA).
-#   LIB=build/kernels/libattnsweep_kernels.a bash tests/sass/check_mma_sass.sh
+#   LIB=build/kernels/libattnsweep_kernels.a ATTNSWEEP=build/attnsweep bash tests/sass/check_mma_sass.sh
 # cuobjdump: $CUOBJDUMP, else on PATH, else /usr/local/cuda/bin, else the pinned PyPI wheels
 # (nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm: -sass runs nvdisasm; versions below) in a venv at $SASS_VENV (default
 # $BUILD/sass-venv; scripts/deps.sh installs it in /opt/attnsweep-sass-venv, also looked in). Exit 77 (ctest: SKIPPED)
@@ -18,7 +21,20 @@ set -uo pipefail
 CUOBJDUMP_WHEELS=(nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37)
 lib=${LIB:?LIB= the library or object to read}
 pattern=${PATTERN:-'mma_(forward|dkdv|dq)_kernel'}
-expect=${EXPECT:-108}
+if [ -z "${EXPECT:-}" ]; then
+  : "${ATTNSWEEP:?ATTNSWEEP= the attnsweep binary (its activation registry gives the kernel count), or EXPECT=}"
+  src=${SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+  variants=$("$ATTNSWEEP" activations --json | /usr/bin/python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print(sum(r["fixed_degrees"] + 1 if a["takes_degree"] else 1 for a in r["activations"]))') ||
+    { echo "FAIL: cannot read the activation registry from $ATTNSWEEP"; exit 1; }
+  nfwd=$(ls "$src"/kernels/cuda/attention_mma_fwd_*.cu | wc -l)
+  nbwd=$(ls "$src"/kernels/cuda/attention_mma_bwd_*.cu | wc -l)
+  EXPECT=$((variants * (2 * nfwd + 2 * nbwd)))
+  echo "expected kernels: $variants variants x (2 x $nfwd forward + 2 x $nbwd backward files) = $EXPECT"
+fi
+expect=$EXPECT
 build=${BUILD:-$(dirname "$lib")/..}
 
 find_cuobjdump() {

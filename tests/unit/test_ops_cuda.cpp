@@ -1,18 +1,31 @@
-// The CUDA backend of kernels/ops.h (ops_cuda.h) against the CPU ops on the same inputs
-// (the CPU ops are themselves checked against float64 references in test_ops.cpp), over
-// shapes that hit the launchers' edges: 1, 7, 33, 129, 1025 rows / columns (one warp,
+// The CUDA backend of the plain ops (kernels/op_list.h: the ops both model backends
+// forward one to one) against the CPU ops on the same inputs (the CPU ops are themselves
+// checked against float64 references in test_ops.cpp), generated from that list: each op
+// of ATTNSWEEP_PLAIN_OPS gets TEST(CrossBackendOps, <op>), which calls check_<op>() below
+// (an op added to the list without one does not compile), and OpList counts the checks
+// against the list (one missing from the table kOpChecks, or one left for an op that
+// left the list, fails it). The ops outside the list that have a CUDA twin (the losses'
+// forwards, residual_backward, patchify, the optimizers, global_norm) have tests of their
+// own (OpsCuda.*), as does the determinism of the reducing ops (OpsCudaDeterminism).
+// Shapes hit the launchers' edges: 1, 7, 33, 129, 1025 rows / columns (one warp,
 // partial warps, partial 32-column slabs, several 8-row blocks, several 1024-token
 // tiles), plus a few large cases for the grid-stride loops and the chunk caps. Every
 // output buffer carries guard bytes that must survive (out-of-bounds writes); outputs
 // are checked for NaN/Inf first; a failure names the op and its full shape. Gradients
-// start from random nonzero values on both sides, so "adds into" is checked too.
-// Finally two runs of every reducing op must give the same bits.
-// Every test needs a GPU and reports SKIPPED without one (never passes vacuously).
+// and overwritten outputs start from random values on both sides, so "adds into" and
+// "overwrites" are checked too. Finally two runs of every reducing op must give the
+// same bits.
+// Every test that runs an op needs a GPU and reports SKIPPED without one (never passes
+// vacuously): each check_ starts with SKIP_WITHOUT_DEVICE(). The count test needs none.
+// One file, longer than most: the tests are generated from the list here, so every
+// check_<op> has to be in this translation unit (that is what makes a missing one fail
+// to compile).
 #ifdef ATTNSWEEP_HAVE_CUDA
 
 #include "kernels/attention_cuda.h"
 #include "kernels/model_ops.h"
 #include "kernels/model_ops_cuda.h"
+#include "kernels/op_list.h"
 #include "kernels/ops.h"
 #include "kernels/ops_cuda.h"
 
@@ -23,11 +36,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace attnsweep {
@@ -170,31 +185,18 @@ std::string shape_str(const char* op, std::initializer_list<std::pair<const char
 
 // ---- matmul ---------------------------------------------------------------------------
 
-void run_matmul_case(int64_t N, int64_t C, int64_t OC, bool bias, bool want_dinp, bool want_dbias, uint32_t seed,
-                     AttentionCudaWorkspace* ws) {
-  const std::string what =
-      shape_str("matmul", {{"N", N}, {"C", C}, {"OC", OC}, {"bias", bias}, {"dinp", want_dinp}, {"dbias", want_dbias}});
+void run_matmul_forward_case(int64_t N, int64_t C, int64_t OC, bool bias, uint32_t seed, AttentionCudaWorkspace* ws) {
+  const std::string what = shape_str("matmul_forward", {{"N", N}, {"C", C}, {"OC", OC}, {"bias", bias}});
   SCOPED_TRACE(what);
   const FVec inp = randn(N * C, seed), w = randn(OC * C, seed + 1, 0.3f), b = randn(OC, seed + 2);
-  const FVec dout = randn(N * OC, seed + 3), dinp0 = randn(N * C, seed + 4), dw0 = randn(OC * C, seed + 5),
-             db0 = randn(OC, seed + 6);
-  FVec out(N * OC), dinp = dinp0, dw = dw0, db = db0;
+  FVec out(N * OC);
   matmul_forward(out.data(), inp.data(), w.data(), bias ? b.data() : nullptr, N, C, OC);
-  matmul_backward(want_dinp ? dinp.data() : nullptr, dw.data(), want_dbias ? db.data() : nullptr, dout.data(),
-                  inp.data(), w.data(), N, C, OC);
-
-  Dev<float> g_inp(inp), g_w(w), g_b(b), g_dout(dout), g_out(zeros(N * OC)), g_dinp(dinp0), g_dw(dw0), g_db(db0);
+  Dev<float> g_inp(inp), g_w(w), g_b(b), g_out(zeros(N * OC));
   matmul_forward_cuda(g_out.get(), g_inp.get(), g_w.get(), bias ? g_b.get() : nullptr, N, C, OC, ws, nullptr);
-  matmul_backward_cuda(want_dinp ? g_dinp.get() : nullptr, g_dw.get(), want_dbias ? g_db.get() : nullptr, g_dout.get(),
-                       g_inp.get(), g_w.get(), N, C, OC, ws, nullptr);
   expect_close(what + " out", g_out.download(what + " out"), out, kTolGemm);
-  expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolGemm);  // == dinp0 when not wanted
-  expect_close(what + " dweight", g_dw.download(what + " dweight"), dw, kTolGemm);
-  // dbias: float64 column sums on both sides, one float rounding each.
-  expect_close(what + " dbias", g_db.download(what + " dbias"), db, kTolUlp);
 }
 
-TEST(OpsCuda, MatmulMatchesCpu) {
+void check_matmul_forward() {
   SKIP_WITHOUT_DEVICE();
   auto ws = make_workspace();
   uint32_t k = 0;
@@ -202,50 +204,107 @@ TEST(OpsCuda, MatmulMatchesCpu) {
     for (int64_t C : kSizes)
       for (int64_t OC : kSizes) {
         ++k;
-        run_matmul_case(N, C, OC, k % 2 == 0, k % 3 != 0, k % 4 != 0, 100 * k, ws.get());
+        run_matmul_forward_case(N, C, OC, k % 2 == 0, 100 * k, ws.get());
       }
-  // 20000 rows: more than 256 chunks of 64 rows, so the dbias chunk cap applies and
-  // each colsum lane sums several rows.
-  run_matmul_case(20000, 7, 33, true, true, true, 7, ws.get());
+  run_matmul_forward_case(20000, 7, 33, true, 7, ws.get());
 }
 
-// ---- layernorm ------------------------------------------------------------------------
-
-void run_layernorm_case(int64_t N, int64_t C, uint32_t seed, AttentionCudaWorkspace* ws) {
-  const std::string what = shape_str("layernorm", {{"N", N}, {"C", C}});
+void run_matmul_backward_case(int64_t N, int64_t C, int64_t OC, bool want_dinp, bool want_dbias, uint32_t seed,
+                              AttentionCudaWorkspace* ws) {
+  const std::string what =
+      shape_str("matmul_backward", {{"N", N}, {"C", C}, {"OC", OC}, {"dinp", want_dinp}, {"dbias", want_dbias}});
   SCOPED_TRACE(what);
-  FVec inp = randn(N * C, seed, 2.0f);
-  for (int64_t i = 0; i < N * C; ++i) inp[i] += static_cast<float>(i / C % 5);  // row means away from 0
-  const FVec w = randn(C, seed + 1), b = randn(C, seed + 2), dout = randn(N * C, seed + 3);
-  const FVec dinp0 = randn(N * C, seed + 4), dw0 = randn(C, seed + 5), db0 = randn(C, seed + 6);
-  FVec out(N * C), mean(N), rstd(N), dinp = dinp0, dw = dw0, db = db0;
-  layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
-  layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(), N,
-                     C);
-
-  Dev<float> g_inp(inp), g_w(w), g_b(b), g_dout(dout), g_out(zeros(N * C)), g_mean(zeros(N)), g_rstd(zeros(N)),
-      g_dinp(dinp0), g_dw(dw0), g_db(db0);
-  layernorm_forward_cuda(g_out.get(), g_mean.get(), g_rstd.get(), g_inp.get(), g_w.get(), g_b.get(), N, C, nullptr);
-  // The backward reads the GPU's own mean/rstd, as a trainer would.
-  layernorm_backward_cuda(g_dinp.get(), g_dw.get(), g_db.get(), g_dout.get(), g_inp.get(), g_w.get(), g_mean.get(),
-                          g_rstd.get(), N, C, ws, nullptr);
-  // Everything below is float64 arithmetic rounded once or twice to float32.
-  expect_close(what + " out", g_out.download(what + " out"), out, kTolUlp);
-  expect_close(what + " mean", g_mean.download(what + " mean"), mean, kTolUlp);
-  expect_close(what + " rstd", g_rstd.download(what + " rstd"), rstd, kTolUlp);
-  expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolUlp);
-  expect_close(what + " dweight", g_dw.download(what + " dweight"), dw, kTolUlp);
+  const FVec inp = randn(N * C, seed), w = randn(OC * C, seed + 1, 0.3f);
+  const FVec dout = randn(N * OC, seed + 3), dinp0 = randn(N * C, seed + 4), dw0 = randn(OC * C, seed + 5),
+             db0 = randn(OC, seed + 6);
+  FVec dinp = dinp0, dw = dw0, db = db0;
+  matmul_backward(want_dinp ? dinp.data() : nullptr, dw.data(), want_dbias ? db.data() : nullptr, dout.data(),
+                  inp.data(), w.data(), N, C, OC);
+  Dev<float> g_inp(inp), g_w(w), g_dout(dout), g_dinp(dinp0), g_dw(dw0), g_db(db0);
+  matmul_backward_cuda(want_dinp ? g_dinp.get() : nullptr, g_dw.get(), want_dbias ? g_db.get() : nullptr, g_dout.get(),
+                       g_inp.get(), g_w.get(), N, C, OC, ws, nullptr);
+  expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolGemm);  // == dinp0 when not wanted
+  expect_close(what + " dweight", g_dw.download(what + " dweight"), dw, kTolGemm);
+  // dbias: float64 column sums on both sides, one float rounding each.
   expect_close(what + " dbias", g_db.download(what + " dbias"), db, kTolUlp);
 }
 
-TEST(OpsCuda, LayernormMatchesCpu) {
+void check_matmul_backward() {
   SKIP_WITHOUT_DEVICE();
   auto ws = make_workspace();
   uint32_t k = 0;
   for (int64_t N : kSizes)
-    for (int64_t C : kSizes) run_layernorm_case(N, C, 1000 + 10 * (++k), ws.get());
-  run_layernorm_case(20000, 129, 3, ws.get());  // chunk cap of the two-output colsum
-  run_layernorm_case(2, 20000, 5, ws.get());    // long rows: 625 elements per lane
+    for (int64_t C : kSizes)
+      for (int64_t OC : kSizes) {
+        ++k;
+        run_matmul_backward_case(N, C, OC, k % 3 != 0, k % 4 != 0, 100 * k, ws.get());
+      }
+  // 20000 rows: more than 256 chunks of 64 rows, so the dbias chunk cap applies and
+  // each colsum lane sums several rows.
+  run_matmul_backward_case(20000, 7, 33, true, true, 7, ws.get());
+}
+
+// ---- layernorm ------------------------------------------------------------------------
+
+// Row means away from 0.
+FVec layernorm_input(int64_t N, int64_t C, uint32_t seed) {
+  FVec inp = randn(N * C, seed, 2.0f);
+  for (int64_t i = 0; i < N * C; ++i) inp[i] += static_cast<float>(i / C % 5);
+  return inp;
+}
+
+// Every (N, C) of kSizes, then the chunk cap of the two-output colsum (20000 rows) and
+// long rows (625 elements per lane).
+template <class F>
+void for_layernorm_shapes(F&& f) {
+  uint32_t k = 0;
+  for (int64_t N : kSizes)
+    for (int64_t C : kSizes) f(N, C, 1000 + 10 * (++k));
+  f(20000, 129, 3);
+  f(2, 20000, 5);
+}
+
+void check_layernorm_forward() {
+  SKIP_WITHOUT_DEVICE();
+  for_layernorm_shapes([](int64_t N, int64_t C, uint32_t seed) {
+    const std::string what = shape_str("layernorm_forward", {{"N", N}, {"C", C}});
+    SCOPED_TRACE(what);
+    const FVec inp = layernorm_input(N, C, seed), w = randn(C, seed + 1), b = randn(C, seed + 2);
+    FVec out(N * C), mean(N), rstd(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    Dev<float> g_inp(inp), g_w(w), g_b(b), g_out(zeros(N * C)), g_mean(zeros(N)), g_rstd(zeros(N));
+    layernorm_forward_cuda(g_out.get(), g_mean.get(), g_rstd.get(), g_inp.get(), g_w.get(), g_b.get(), N, C, nullptr);
+    // float64 arithmetic rounded once or twice to float32.
+    expect_close(what + " out", g_out.download(what + " out"), out, kTolUlp);
+    expect_close(what + " mean", g_mean.download(what + " mean"), mean, kTolUlp);
+    expect_close(what + " rstd", g_rstd.download(what + " rstd"), rstd, kTolUlp);
+  });
+}
+
+void check_layernorm_backward() {
+  SKIP_WITHOUT_DEVICE();
+  auto ws = make_workspace();
+  for_layernorm_shapes([&](int64_t N, int64_t C, uint32_t seed) {
+    const std::string what = shape_str("layernorm_backward", {{"N", N}, {"C", C}});
+    SCOPED_TRACE(what);
+    const FVec inp = layernorm_input(N, C, seed), w = randn(C, seed + 1), b = randn(C, seed + 2),
+               dout = randn(N * C, seed + 3);
+    const FVec dinp0 = randn(N * C, seed + 4), dw0 = randn(C, seed + 5), db0 = randn(C, seed + 6);
+    FVec out(N * C), mean(N), rstd(N), dinp = dinp0, dw = dw0, db = db0;
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(),
+                       N, C);
+    Dev<float> g_inp(inp), g_w(w), g_b(b), g_dout(dout), g_out(zeros(N * C)), g_mean(zeros(N)), g_rstd(zeros(N)),
+        g_dinp(dinp0), g_dw(dw0), g_db(db0);
+    // The backward reads the GPU's own mean/rstd, as a trainer would.
+    layernorm_forward_cuda(g_out.get(), g_mean.get(), g_rstd.get(), g_inp.get(), g_w.get(), g_b.get(), N, C, nullptr);
+    layernorm_backward_cuda(g_dinp.get(), g_dw.get(), g_db.get(), g_dout.get(), g_inp.get(), g_w.get(), g_mean.get(),
+                            g_rstd.get(), N, C, ws.get(), nullptr);
+    // float64 arithmetic rounded once or twice to float32.
+    expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolUlp);
+    expect_close(what + " dweight", g_dw.download(what + " dweight"), dw, kTolUlp);
+    expect_close(what + " dbias", g_db.download(what + " dbias"), db, kTolUlp);
+  });
 }
 
 // ---- element-wise ---------------------------------------------------------------------
@@ -253,84 +312,187 @@ TEST(OpsCuda, LayernormMatchesCpu) {
 // 65536 blocks x 256 threads = 2^24 is the launch cap: beyond it the grid-stride loop turns.
 const int64_t kElementwiseSizes[] = {1, 7, 33, 129, 1025, (int64_t{1} << 24) + 1025};
 
-TEST(OpsCuda, GeluMatchesCpu) {
+void check_gelu_forward() {
   SKIP_WITHOUT_DEVICE();
   for (int64_t n : kElementwiseSizes) {
-    const std::string what = shape_str("gelu", {{"n", n}});
+    const std::string what = shape_str("gelu_forward", {{"n", n}});
     SCOPED_TRACE(what);
-    const FVec inp = randn(n, 11, 3.0f), dout = randn(n, 12), dinp0 = randn(n, 13);
-    FVec out(n), dinp = dinp0;
+    const FVec inp = randn(n, 11, 3.0f);
+    FVec out(n);
     gelu_forward(out.data(), inp.data(), n);
-    gelu_backward(dinp.data(), inp.data(), dout.data(), n);
-    Dev<float> g_inp(inp), g_dout(dout), g_out(zeros(n)), g_dinp(dinp0);
+    Dev<float> g_inp(inp), g_out(zeros(n));
     gelu_forward_cuda(g_out.get(), g_inp.get(), n, nullptr);
-    gelu_backward_cuda(g_dinp.get(), g_inp.get(), g_dout.get(), n, nullptr);
     // |gelu(x)| <= |x|, and in the left tail 0.5 x (1 + tanh u) cancels: the rounding of
     // tanh near -1 (an ulp of 1) is multiplied by |x|, so errors scale with max |x|, not
     // with max |gelu(x)| (a single x = -3.4 gives gelu = -3e-5 but an error of ~1e-8).
     double xmax = 0.0;
     for (float x : inp) xmax = std::max(xmax, std::fabs(static_cast<double>(x)));
     expect_close(what + " out", g_out.download(what + " out"), out, kTolUlp, xmax);
+  }
+}
+
+void check_gelu_backward() {
+  SKIP_WITHOUT_DEVICE();
+  for (int64_t n : kElementwiseSizes) {
+    const std::string what = shape_str("gelu_backward", {{"n", n}});
+    SCOPED_TRACE(what);
+    const FVec inp = randn(n, 11, 3.0f), dout = randn(n, 12), dinp0 = randn(n, 13);
+    FVec dinp = dinp0;
+    gelu_backward(dinp.data(), inp.data(), dout.data(), n);
+    Dev<float> g_inp(inp), g_dout(dout), g_dinp(dinp0);
+    gelu_backward_cuda(g_dinp.get(), g_inp.get(), g_dout.get(), n, nullptr);
     expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolGeluGrad);
   }
 }
 
-TEST(OpsCuda, ResidualMatchesCpuExactly) {
+void check_residual_forward() {
   SKIP_WITHOUT_DEVICE();
   for (int64_t n : kElementwiseSizes) {
-    const std::string what = shape_str("residual", {{"n", n}});
+    const std::string what = shape_str("residual_forward", {{"n", n}});
     SCOPED_TRACE(what);
-    const FVec a = randn(n, 21), b = randn(n, 22), dout = randn(n, 23), d10 = randn(n, 24), d20 = randn(n, 25);
-    FVec out(n), d1 = d10, d2 = d20;
+    const FVec a = randn(n, 21), b = randn(n, 22);
+    FVec out(n);
     residual_forward(out.data(), a.data(), b.data(), n);
-    residual_backward(d1.data(), d2.data(), dout.data(), n);
-    Dev<float> g_a(a), g_b(b), g_dout(dout), g_out(zeros(n)), g_d1(d10), g_d2(d20);
+    Dev<float> g_a(a), g_b(b), g_out(zeros(n));
     residual_forward_cuda(g_out.get(), g_a.get(), g_b.get(), n, nullptr);
-    residual_backward_cuda(g_d1.get(), g_d2.get(), g_dout.get(), n, nullptr);
     expect_equal(what + " out", g_out.download(what + " out"), out);  // one float addition each
-    expect_equal(what + " dinp1", g_d1.download(what + " dinp1"), d1);
+  }
+}
+
+// Not a plain op (no backend forwards it), but it has a CUDA twin.
+TEST(OpsCuda, ResidualBackwardMatchesCpuExactly) {
+  SKIP_WITHOUT_DEVICE();
+  for (int64_t n : kElementwiseSizes) {
+    const std::string what = shape_str("residual_backward", {{"n", n}});
+    SCOPED_TRACE(what);
+    const FVec dout = randn(n, 23), d10 = randn(n, 24), d20 = randn(n, 25);
+    FVec d1 = d10, d2 = d20;
+    residual_backward(d1.data(), d2.data(), dout.data(), n);
+    Dev<float> g_dout(dout), g_d1(d10), g_d2(d20);
+    residual_backward_cuda(g_d1.get(), g_d2.get(), g_dout.get(), n, nullptr);
+    expect_equal(what + " dinp1", g_d1.download(what + " dinp1"), d1);  // one float addition each
     expect_equal(what + " dinp2", g_d2.download(what + " dinp2"), d2);
   }
 }
 
-TEST(OpsCuda, MeanpoolMatchesCpu) {
+void check_scale_inplace() {
   SKIP_WITHOUT_DEVICE();
-  auto one = [](int64_t B, int64_t T, int64_t C) {
-    const std::string what = shape_str("meanpool", {{"B", B}, {"T", T}, {"C", C}});
+  for (int64_t n : kElementwiseSizes) {
+    const std::string what = shape_str("scale_inplace", {{"n", n}});
     SCOPED_TRACE(what);
-    const FVec inp = randn(B * T * C, 31), dout = randn(B * C, 32), dinp0 = randn(B * T * C, 33);
-    FVec out(B * C), dinp = dinp0;
-    meanpool_forward(out.data(), inp.data(), B, T, C);
-    meanpool_backward(dinp.data(), dout.data(), B, T, C);
-    Dev<float> g_inp(inp), g_dout(dout), g_out(zeros(B * C)), g_dinp(dinp0);
-    meanpool_forward_cuda(g_out.get(), g_inp.get(), B, T, C, nullptr);
-    meanpool_backward_cuda(g_dinp.get(), g_dout.get(), B, T, C, nullptr);
-    // Forward: the same float64 sum in the same order (one rounding); backward: dout * inv
-    // + dinp may be one FMA on the GPU.
-    // |gelu(x)| <= |x|, and in the left tail 0.5 x (1 + tanh u) cancels: the rounding of
-    // tanh near -1 (an ulp of 1) is multiplied by |x|, so errors scale with max |x|, not
-    // with max |gelu(x)| (a single x = -3.4 gives gelu = -3e-5 but an error of ~1e-8).
-    double xmax = 0.0;
-    for (float x : inp) xmax = std::max(xmax, std::fabs(static_cast<double>(x)));
-    expect_close(what + " out", g_out.download(what + " out"), out, kTolUlp, xmax);
-    expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolUlp);
-  };
+    FVec g = randn(n, 950, 0.01f);
+    Dev<float> g_g(g);
+    scale_inplace(g.data(), n, 0.37f);
+    scale_inplace_cuda(g_g.get(), n, 0.37f, nullptr);
+    expect_equal(what, g_g.download(what), g);  // one float product each
+  }
+}
+
+// ---- pooling --------------------------------------------------------------------------
+
+// (B, T, C) of both mean pools: B 1 and 7 by every T, C of kSizes, then 33 samples.
+template <class F>
+void for_pool_shapes(F&& f) {
   for (int64_t B : {1, 7})
     for (int64_t T : kSizes)
-      for (int64_t C : kSizes) one(B, T, C);
-  one(33, 7, 129);
+      for (int64_t C : kSizes) f(B, T, C);
+  f(33, 7, 129);
+}
+
+// The mean of values of both signs can be far below them: errors are relative to max |x|.
+double max_abs(const FVec& x) {
+  double m = 0.0;
+  for (float e : x) m = std::max(m, std::fabs(static_cast<double>(e)));
+  return m;
+}
+
+void check_meanpool_forward() {
+  SKIP_WITHOUT_DEVICE();
+  for_pool_shapes([](int64_t B, int64_t T, int64_t C) {
+    const std::string what = shape_str("meanpool_forward", {{"B", B}, {"T", T}, {"C", C}});
+    SCOPED_TRACE(what);
+    const FVec inp = randn(B * T * C, 31);
+    FVec out(B * C);
+    meanpool_forward(out.data(), inp.data(), B, T, C);
+    Dev<float> g_inp(inp), g_out(zeros(B * C));
+    meanpool_forward_cuda(g_out.get(), g_inp.get(), B, T, C, nullptr);
+    // The same float64 sum in the same order (one rounding).
+    expect_close(what + " out", g_out.download(what + " out"), out, kTolUlp, max_abs(inp));
+  });
+}
+
+void check_meanpool_backward() {
+  SKIP_WITHOUT_DEVICE();
+  for_pool_shapes([](int64_t B, int64_t T, int64_t C) {
+    const std::string what = shape_str("meanpool_backward", {{"B", B}, {"T", T}, {"C", C}});
+    SCOPED_TRACE(what);
+    const FVec dout = randn(B * C, 32), dinp0 = randn(B * T * C, 33);
+    FVec dinp = dinp0;
+    meanpool_backward(dinp.data(), dout.data(), B, T, C);
+    Dev<float> g_dout(dout), g_dinp(dinp0);
+    meanpool_backward_cuda(g_dinp.get(), g_dout.get(), B, T, C, nullptr);
+    // dout * inv + dinp may be one FMA on the GPU.
+    expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolUlp);
+  });
+}
+
+// Key mask (B, T) of the masked pools: sample 0 keeps every row, sample 1 none (its mean
+// is 0 and it gets no gradient), the others a random 70% of their rows.
+FVec pool_mask(int64_t B, int64_t T, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::bernoulli_distribution keep(0.7);
+  FVec mask(B * T);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) mask[b * T + t] = b == 0 || (b > 1 && keep(rng)) ? 1.0f : 0.0f;
+  return mask;
+}
+
+void check_masked_meanpool_forward() {
+  SKIP_WITHOUT_DEVICE();
+  for_pool_shapes([](int64_t B, int64_t T, int64_t C) {
+    const std::string what = shape_str("masked_meanpool_forward", {{"B", B}, {"T", T}, {"C", C}});
+    SCOPED_TRACE(what);
+    const FVec inp = randn(B * T * C, 34), mask = pool_mask(B, T, 35), out0 = randn(B * C, 36);
+    FVec out = out0;
+    masked_meanpool_forward(out.data(), inp.data(), mask.data(), B, T, C);
+    Dev<float> g_inp(inp), g_mask(mask), g_out(out0);
+    masked_meanpool_forward_cuda(g_out.get(), g_inp.get(), g_mask.get(), B, T, C, nullptr);
+    // The CPU's float64 sum in t order and its one rounding: bit-identical; overwrites.
+    expect_equal(what + " out", g_out.download(what + " out"), out);
+  });
+}
+
+void check_masked_meanpool_backward() {
+  SKIP_WITHOUT_DEVICE();
+  for_pool_shapes([](int64_t B, int64_t T, int64_t C) {
+    const std::string what = shape_str("masked_meanpool_backward", {{"B", B}, {"T", T}, {"C", C}});
+    SCOPED_TRACE(what);
+    const FVec dout = randn(B * C, 37), mask = pool_mask(B, T, 38), dinp0 = randn(B * T * C, 39);
+    FVec dinp = dinp0;
+    masked_meanpool_backward(dinp.data(), dout.data(), mask.data(), B, T, C);
+    Dev<float> g_dout(dout), g_mask(mask), g_dinp(dinp0);
+    masked_meanpool_backward_cuda(g_dinp.get(), g_dout.get(), g_mask.get(), B, T, C, nullptr);
+    // dout * inv + dinp may be one FMA on the GPU; the masked rows keep dinp0 exactly.
+    expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolUlp);
+  });
 }
 
 // ---- losses -----------------------------------------------------------------------------
 
-void run_xent_case(int64_t N, int64_t V, bool integer_logits, AttentionCudaWorkspace* ws) {
-  const std::string what = shape_str("softmax_xent", {{"N", N}, {"V", V}, {"integer_logits", integer_logits}});
-  SCOPED_TRACE(what);
-  FVec logits = randn(N * V, static_cast<uint32_t>(N * 7 + V), 2.0f);
+struct XentInputs {
+  FVec logits;
+  std::vector<int32_t> targets;
+};
+
+XentInputs xent_inputs(int64_t N, int64_t V, bool integer_logits) {
+  XentInputs in;
+  FVec& logits = in.logits;
+  logits = randn(N * V, static_cast<uint32_t>(N * 7 + V), 2.0f);
   // Integer logits tie often: the first maximum must win on both sides.
   if (integer_logits)
     for (auto& x : logits) x = std::round(x);
-  std::vector<int32_t> targets = randint(N, static_cast<int32_t>(V), static_cast<uint32_t>(N + V));
+  std::vector<int32_t>& targets = in.targets;
+  targets = randint(N, static_cast<int32_t>(V), static_cast<uint32_t>(N + V));
   for (int64_t i = 0; i < N; i += 2)  // every other row: the target is a (first or later) maximum
     targets[i] = static_cast<int32_t>(std::max_element(logits.begin() + i * V, logits.begin() + (i + 1) * V) -
                                       (logits.begin() + i * V));
@@ -340,95 +502,155 @@ void run_xent_case(int64_t N, int64_t V, bool integer_logits, AttentionCudaWorks
       if (logits[i * V + j] >= logits[i * V + last]) last = j;
     targets[i] = static_cast<int32_t>(last);
   }
-  const FVec dl0 = randn(N * V, 41);
-  const float dloss = 0.7f;
-  FVec probs(N * V), dl = dl0;
-  int64_t correct = -1;
-  const double loss = softmax_crossentropy_forward(probs.data(), &correct, logits.data(), targets.data(), N, V);
-  softmax_crossentropy_backward(dl.data(), probs.data(), targets.data(), dloss, N, V);
-
-  Dev<float> g_logits(logits), g_probs(zeros(N * V)), g_dl(dl0);
-  Dev<int32_t> g_targets(targets);
-  int64_t g_correct = -1;
-  const double g_loss =
-      softmax_crossentropy_forward_cuda(g_probs.get(), &g_correct, g_logits.get(), g_targets.get(), N, V, ws, nullptr);
-  softmax_crossentropy_backward_cuda(g_dl.get(), g_probs.get(), g_targets.get(), dloss, N, V, nullptr);
-  expect_loss_close(what + " loss", g_loss, loss);
-  EXPECT_EQ(g_correct, correct) << what << " n_correct";
-  // probs: float(exp(x - max) / z) in float64 on both sides; dlogits: one FMA apart.
-  expect_close(what + " probs", g_probs.download(what + " probs"), probs, kTolUlp);
-  expect_close(what + " dlogits", g_dl.download(what + " dlogits"), dl, kTolUlp);
-  // n_correct may be null.
-  EXPECT_NO_THROW(
-      softmax_crossentropy_forward_cuda(g_probs.get(), nullptr, g_logits.get(), g_targets.get(), N, V, ws, nullptr));
+  return in;
 }
 
-TEST(OpsCuda, SoftmaxCrossEntropyMatchesCpu) {
-  SKIP_WITHOUT_DEVICE();
-  auto ws = make_workspace();
+// (N, V, integer logits): every N, V of kSizes, more ties, and a GPT-2 vocabulary (1571
+// columns per lane).
+template <class F>
+void for_xent_shapes(F&& f) {
   for (int64_t N : kSizes)
-    for (int64_t V : kSizes) run_xent_case(N, V, V % 2 == 1 && N > 7, ws.get());
-  for (int64_t V : {7, 129, 1025}) run_xent_case(129, V, true, ws.get());
-  run_xent_case(3, 50257, false, ws.get());  // a GPT-2 vocabulary: 1571 columns per lane
+    for (int64_t V : kSizes) f(N, V, V % 2 == 1 && N > 7);
+  for (int64_t V : {7, 129, 1025}) f(int64_t{129}, V, true);
+  f(3, 50257, false);
 }
 
-TEST(OpsCuda, MseMatchesCpu) {
+// The forward is not a plain op (CudaBackend writes its own: host values, or the step
+// graph's device scalars).
+TEST(OpsCuda, SoftmaxCrossEntropyForwardMatchesCpu) {
   SKIP_WITHOUT_DEVICE();
   auto ws = make_workspace();
-  // 3e6 > 1024 blocks x 2048: the partial-count cap applies.
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{129}, int64_t{1025}, int64_t{3000001}}) {
-    const std::string what = shape_str("mse", {{"n", n}});
+  for_xent_shapes([&](int64_t N, int64_t V, bool integer_logits) {
+    const std::string what =
+        shape_str("softmax_crossentropy_forward", {{"N", N}, {"V", V}, {"integer_logits", integer_logits}});
+    SCOPED_TRACE(what);
+    const XentInputs in = xent_inputs(N, V, integer_logits);
+    FVec probs(N * V);
+    int64_t correct = -1;
+    const double loss = softmax_crossentropy_forward(probs.data(), &correct, in.logits.data(), in.targets.data(), N, V);
+    Dev<float> g_logits(in.logits), g_probs(zeros(N * V));
+    Dev<int32_t> g_targets(in.targets);
+    int64_t g_correct = -1;
+    const double g_loss = softmax_crossentropy_forward_cuda(g_probs.get(), &g_correct, g_logits.get(), g_targets.get(),
+                                                            N, V, ws.get(), nullptr);
+    expect_loss_close(what + " loss", g_loss, loss);
+    EXPECT_EQ(g_correct, correct) << what << " n_correct";
+    // float(exp(x - max) / z) in float64 on both sides.
+    expect_close(what + " probs", g_probs.download(what + " probs"), probs, kTolUlp);
+    // n_correct may be null.
+    EXPECT_NO_THROW(softmax_crossentropy_forward_cuda(g_probs.get(), nullptr, g_logits.get(), g_targets.get(), N, V,
+                                                      ws.get(), nullptr));
+  });
+}
+
+void check_softmax_crossentropy_backward() {
+  SKIP_WITHOUT_DEVICE();
+  for_xent_shapes([](int64_t N, int64_t V, bool integer_logits) {
+    const std::string what =
+        shape_str("softmax_crossentropy_backward", {{"N", N}, {"V", V}, {"integer_logits", integer_logits}});
+    SCOPED_TRACE(what);
+    const XentInputs in = xent_inputs(N, V, integer_logits);
+    const FVec dl0 = randn(N * V, 41);
+    const float dloss = 0.7f;
+    FVec probs(N * V), dl = dl0;
+    softmax_crossentropy_forward(probs.data(), nullptr, in.logits.data(), in.targets.data(), N, V);
+    softmax_crossentropy_backward(dl.data(), probs.data(), in.targets.data(), dloss, N, V);
+    // Both sides from the CPU's probs.
+    Dev<float> g_probs(probs), g_dl(dl0);
+    Dev<int32_t> g_targets(in.targets);
+    softmax_crossentropy_backward_cuda(g_dl.get(), g_probs.get(), g_targets.get(), dloss, N, V, nullptr);
+    expect_close(what + " dlogits", g_dl.download(what + " dlogits"), dl, kTolUlp);  // one FMA apart
+  });
+}
+
+// 3e6 > 1024 blocks x 2048: the partial-count cap applies.
+const int64_t kMseSizes[] = {1, 7, 33, 129, 1025, 3000001};
+
+// The forward is not a plain op (as the cross-entropy's).
+TEST(OpsCuda, MseForwardMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  auto ws = make_workspace();
+  for (int64_t n : kMseSizes) {
+    const std::string what = shape_str("mse_forward", {{"n", n}});
+    SCOPED_TRACE(what);
+    const FVec pred = randn(n, 51), target = randn(n, 52);
+    const double loss = mse_forward(pred.data(), target.data(), n);
+    Dev<float> g_pred(pred), g_target(target);
+    const double g_loss = mse_forward_cuda(g_pred.get(), g_target.get(), n, ws.get(), nullptr);
+    expect_loss_close(what + " loss", g_loss, loss);
+  }
+}
+
+void check_mse_backward() {
+  SKIP_WITHOUT_DEVICE();
+  for (int64_t n : kMseSizes) {
+    const std::string what = shape_str("mse_backward", {{"n", n}});
     SCOPED_TRACE(what);
     const FVec pred = randn(n, 51), target = randn(n, 52), d0 = randn(n, 53);
     const float dloss = 1.3f;
     FVec d = d0;
-    const double loss = mse_forward(pred.data(), target.data(), n);
     mse_backward(d.data(), pred.data(), target.data(), dloss, n);
     Dev<float> g_pred(pred), g_target(target), g_d(d0);
-    const double g_loss = mse_forward_cuda(g_pred.get(), g_target.get(), n, ws.get(), nullptr);
     mse_backward_cuda(g_d.get(), g_pred.get(), g_target.get(), dloss, n, nullptr);
-    expect_loss_close(what + " loss", g_loss, loss);
     expect_close(what + " dpred", g_d.download(what + " dpred"), d, kTolUlp);  // one FMA apart
   }
 }
 
 // ---- embeddings, patchify -----------------------------------------------------------------
 
-void run_embedding_case(int64_t B, int64_t T, int64_t C, int32_t V, bool use_wpe, bool use_dwte) {
-  const std::string what =
-      shape_str("embedding", {{"B", B}, {"T", T}, {"C", C}, {"V", V}, {"wpe", use_wpe}, {"dwte", use_dwte}});
-  SCOPED_TRACE(what);
-  const std::vector<int32_t> ids = randint(B * T, V, static_cast<uint32_t>(B * 1000 + T + C));
-  const FVec wte = randn(V * C, 61), wpe = randn(T * C, 62), dout = randn(B * T * C, 63);
-  const FVec dwte0 = randn(V * C, 64), dwpe0 = randn(T * C, 65);
-  FVec out(B * T * C), dwte = dwte0, dwpe = dwpe0;
-  embedding_forward(out.data(), ids.data(), wte.data(), use_wpe ? wpe.data() : nullptr, B, T, C);
-  embedding_backward(use_dwte ? dwte.data() : nullptr, use_wpe ? dwpe.data() : nullptr, dout.data(), ids.data(), B, T,
-                     C);
-  Dev<int32_t> g_ids(ids);
-  Dev<float> g_wte(wte), g_wpe(wpe), g_dout(dout), g_out(zeros(B * T * C)), g_dwte(dwte0), g_dwpe(dwpe0);
-  embedding_forward_cuda(g_out.get(), g_ids.get(), g_wte.get(), use_wpe ? g_wpe.get() : nullptr, B, T, C, nullptr);
-  embedding_backward_cuda(use_dwte ? g_dwte.get() : nullptr, use_wpe ? g_dwpe.get() : nullptr, g_dout.get(),
-                          g_ids.get(), B, T, C, nullptr);
-  // One addition per output; scatter-adds in token order, as the CPU: bit-identical.
-  expect_equal(what + " out", g_out.download(what + " out"), out);
-  expect_equal(what + " dwte", g_dwte.download(what + " dwte"), dwte);
-  expect_equal(what + " dwpe", g_dwpe.download(what + " dwpe"), dwpe);
-}
-
-TEST(OpsCuda, EmbeddingMatchesCpuExactly) {
-  SKIP_WITHOUT_DEVICE();
+// (B, T, C, V, wpe, dwte): T by C by V (V = 1: every token hits the same row), then 2050
+// tokens (three 1024-id tiles) and C > 128 (several column blocks).
+template <class F>
+void for_embedding_shapes(F&& f) {
   uint32_t k = 0;
   for (int64_t T : {1, 33, 129})
     for (int64_t C : kSizes)
-      for (int32_t V : {1, 5, 1025}) {  // V = 1: every token hits the same row
+      for (int32_t V : {1, 5, 1025}) {
         ++k;
-        run_embedding_case(k % 2 ? 1 : 7, T, C, V, k % 3 != 0, k % 5 != 0);
+        f(k % 2 ? 1 : 7, T, C, V, k % 3 != 0, k % 5 != 0);
       }
-  run_embedding_case(2, 1025, 129, 50, true, true);  // 2050 tokens: three 1024-id tiles
-  run_embedding_case(3, 7, 1025, 1025, true, true);  // C > 128: several column blocks
+  f(2, 1025, 129, 50, true, true);
+  f(3, 7, 1025, 1025, true, true);
 }
 
+void check_embedding_forward() {
+  SKIP_WITHOUT_DEVICE();
+  for_embedding_shapes([](int64_t B, int64_t T, int64_t C, int32_t V, bool use_wpe, bool) {
+    const std::string what = shape_str("embedding_forward", {{"B", B}, {"T", T}, {"C", C}, {"V", V}, {"wpe", use_wpe}});
+    SCOPED_TRACE(what);
+    const std::vector<int32_t> ids = randint(B * T, V, static_cast<uint32_t>(B * 1000 + T + C));
+    const FVec wte = randn(V * C, 61), wpe = randn(T * C, 62);
+    FVec out(B * T * C);
+    embedding_forward(out.data(), ids.data(), wte.data(), use_wpe ? wpe.data() : nullptr, B, T, C);
+    Dev<int32_t> g_ids(ids);
+    Dev<float> g_wte(wte), g_wpe(wpe), g_out(zeros(B * T * C));
+    embedding_forward_cuda(g_out.get(), g_ids.get(), g_wte.get(), use_wpe ? g_wpe.get() : nullptr, B, T, C, nullptr);
+    expect_equal(what + " out", g_out.download(what + " out"), out);  // one addition per output
+  });
+}
+
+void check_embedding_backward() {
+  SKIP_WITHOUT_DEVICE();
+  for_embedding_shapes([](int64_t B, int64_t T, int64_t C, int32_t V, bool use_wpe, bool use_dwte) {
+    const std::string what = shape_str("embedding_backward",
+                                       {{"B", B}, {"T", T}, {"C", C}, {"V", V}, {"dwpe", use_wpe}, {"dwte", use_dwte}});
+    SCOPED_TRACE(what);
+    const std::vector<int32_t> ids = randint(B * T, V, static_cast<uint32_t>(B * 1000 + T + C));
+    const FVec dout = randn(B * T * C, 63), dwte0 = randn(V * C, 64), dwpe0 = randn(T * C, 65);
+    FVec dwte = dwte0, dwpe = dwpe0;
+    embedding_backward(use_dwte ? dwte.data() : nullptr, use_wpe ? dwpe.data() : nullptr, dout.data(), ids.data(), B, T,
+                       C);
+    Dev<int32_t> g_ids(ids);
+    Dev<float> g_dout(dout), g_dwte(dwte0), g_dwpe(dwpe0);
+    embedding_backward_cuda(use_dwte ? g_dwte.get() : nullptr, use_wpe ? g_dwpe.get() : nullptr, g_dout.get(),
+                            g_ids.get(), B, T, C, nullptr);
+    // Scatter-adds in token order, as the CPU: bit-identical.
+    expect_equal(what + " dwte", g_dwte.download(what + " dwte"), dwte);
+    expect_equal(what + " dwpe", g_dwpe.download(what + " dwpe"), dwpe);
+  });
+}
+
+// Not a plain op (the model patchifies on the host), but it has a CUDA twin.
 TEST(OpsCuda, PatchifyMatchesCpuExactly) {
   SKIP_WITHOUT_DEVICE();
   struct P {
@@ -448,7 +670,7 @@ TEST(OpsCuda, PatchifyMatchesCpuExactly) {
   }
 }
 
-// ---- optimizers -------------------------------------------------------------------------------
+// ---- optimizers (not plain ops: CudaBackend's read a step graph's scalars) ----------------
 
 TEST(OpsCuda, AdamWMatchesCpu) {
   SKIP_WITHOUT_DEVICE();
@@ -492,6 +714,22 @@ TEST(OpsCuda, SgdMatchesCpu) {
         expect_close(what + " params", g_p.download(what + " params"), p, kTolUlp);
         expect_close(what + " buf", g_buf.download(what + " buf"), buf, kTolUlp);
       }
+}
+
+// Not a plain op (CudaBackend's leaves a step graph's sum of squares on the device).
+TEST(OpsCuda, GlobalNormMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  auto ws = make_workspace();
+  for (int64_t n : kElementwiseSizes) {
+    const std::string what = shape_str("global_norm", {{"n", n}});
+    SCOPED_TRACE(what);
+    const FVec g = randn(n, 950, 0.0037f);
+    Dev<float> g_g(g);
+    // float64 sums of float32 squares in two fixed orders: ~1e-16 relative per term.
+    const double want = global_norm(g.data(), n), got = global_norm_cuda(g_g.get(), n, ws.get(), nullptr);
+    EXPECT_NEAR(got, want, 1e-12 * want) << what;
+    EXPECT_EQ(global_norm_cuda(g_g.get(), n, ws.get(), nullptr), got) << what << ": not deterministic";
+  }
 }
 
 // ---- determinism --------------------------------------------------------------------------------
@@ -578,100 +816,286 @@ TEST(OpsCudaDeterminism, ReductionsBitIdentical) {
 // starts from the same random contents on both sides, so "overwrites" and "leaves the
 // rest alone" are checked as well.
 
-TEST(OpsCuda, ModelOpsMatchCpuExactly) {
+// (B, T, H, hd, off): T = N + off tokens (off = 1: a CLS token), C = H hd.
+struct ModelShape {
+  int64_t B, T, H, hd, off;
+  int64_t C() const { return H * hd; }
+  int64_t N() const { return T - off; }
+  int64_t BTC() const { return B * T * C(); }
+  std::string what(const char* op) const {
+    return shape_str(op, {{"B", B}, {"T", T}, {"H", H}, {"hd", hd}, {"off", off}});
+  }
+};
+const ModelShape kModelShapes[] = {
+    {1, 1, 1, 1, 0}, {2, 7, 2, 16, 1}, {3, 33, 4, 16, 0}, {5, 50, 4, 32, 1}, {2, 129, 3, 7, 1}};
+
+void check_split_heads() {
   SKIP_WITHOUT_DEVICE();
-  struct S {
-    int64_t B, T, H, hd, off;
-  };
   uint32_t seed = 900;
-  for (const S& c : {S{1, 1, 1, 1, 0}, S{2, 7, 2, 16, 1}, S{3, 33, 4, 16, 0}, S{5, 50, 4, 32, 1}, S{2, 129, 3, 7, 1}}) {
-    const int64_t B = c.B, T = c.T, H = c.H, hd = c.hd, C = H * hd, off = c.off, N = T - off;
-    const std::string what = shape_str("model_ops", {{"B", B}, {"T", T}, {"H", H}, {"hd", hd}, {"off", off}});
+  for (const ModelShape& s : kModelShapes) {
+    const std::string what = s.what("split_heads");
     SCOPED_TRACE(what);
-    const int64_t BTC = B * T * C;
-    const FVec qkv = randn(3 * BTC, ++seed), a = randn(BTC, ++seed), b = randn(BTC, ++seed), d = randn(BTC, ++seed);
-    const FVec q0 = randn(BTC, ++seed), k0 = randn(BTC, ++seed), v0 = randn(BTC, ++seed), big0 = randn(3 * BTC, ++seed);
-    {  // split / merge / heads <-> rows
-      FVec q = q0, k = k0, v = v0, m = big0, r = q0, h = k0;
-      split_heads(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
-      merge_heads(m.data(), a.data(), b.data(), d.data(), B, T, H, hd);
-      heads_to_rows(r.data(), a.data(), B, T, H, hd);
-      rows_to_heads(h.data(), b.data(), B, T, H, hd);
-      Dev<float> g_qkv(qkv), g_a(a), g_b(b), g_d(d), g_q(q0), g_k(k0), g_v(v0), g_m(big0), g_r(q0), g_h(k0);
-      split_heads_cuda(g_q.get(), g_k.get(), g_v.get(), g_qkv.get(), B, T, H, hd, nullptr);
-      merge_heads_cuda(g_m.get(), g_a.get(), g_b.get(), g_d.get(), B, T, H, hd, nullptr);
-      heads_to_rows_cuda(g_r.get(), g_a.get(), B, T, H, hd, nullptr);
-      rows_to_heads_cuda(g_h.get(), g_b.get(), B, T, H, hd, nullptr);
-      expect_equal(what + " split q", g_q.download("q"), q);
-      expect_equal(what + " split k", g_k.download("k"), k);
-      expect_equal(what + " split v", g_v.download("v"), v);
-      expect_equal(what + " merge", g_m.download("merge"), m);
-      expect_equal(what + " heads_to_rows", g_r.download("rows"), r);
-      expect_equal(what + " rows_to_heads", g_h.download("heads"), h);
-    }
-    {  // tokens, CLS pooling
-      const FVec emb = randn(B * N * C, ++seed), cls = randn(C, ++seed), wpe = randn(T * C, ++seed);
-      const FVec dwpe0 = randn(T * C, ++seed), dcls0 = randn(C, ++seed), demb0 = randn(B * N * C, ++seed);
-      const FVec pooled0 = randn(B * C, ++seed), dpooled = randn(B * C, ++seed);
-      FVec enc = a, dwpe = dwpe0, dcls = dcls0, demb = demb0, pooled = pooled0, dinp = b;
-      tokens_forward(enc.data(), emb.data(), cls.data(), wpe.data(), B, T, N, C, off);
-      tokens_backward(dwpe.data(), dcls.data(), demb.data(), d.data(), B, T, N, C, off);
-      cls_pool_forward(pooled.data(), a.data(), B, T, C);
-      cls_pool_backward(dinp.data(), dpooled.data(), B, T, C);
-      Dev<float> g_emb(emb), g_cls(cls), g_wpe(wpe), g_enc(a), g_dwpe(dwpe0), g_dcls(dcls0), g_demb(demb0), g_d(d),
-          g_a(a), g_pooled(pooled0), g_dpooled(dpooled), g_dinp(b);
-      tokens_forward_cuda(g_enc.get(), g_emb.get(), g_cls.get(), g_wpe.get(), B, T, N, C, off, nullptr);
-      tokens_backward_cuda(g_dwpe.get(), g_dcls.get(), g_demb.get(), g_d.get(), B, T, N, C, off, nullptr);
-      cls_pool_forward_cuda(g_pooled.get(), g_a.get(), B, T, C, nullptr);
-      cls_pool_backward_cuda(g_dinp.get(), g_dpooled.get(), B, T, C, nullptr);
-      expect_equal(what + " tokens_forward", g_enc.download("encoded"), enc);
-      expect_equal(what + " dwpe", g_dwpe.download("dwpe"), dwpe);
-      expect_equal(what + " dcls", g_dcls.download("dcls"), dcls);
-      expect_equal(what + " demb", g_demb.download("demb"), demb);
-      expect_equal(what + " cls_pool", g_pooled.download("pooled"), pooled);
-      expect_equal(what + " cls_pool_backward", g_dinp.download("dinp"), dinp);
-    }
-    if (T >= 2) {  // the read-out: T tokens, the last one the query
-      const int64_t Lp = T - 1;
-      const FVec rq0 = randn(B * C, ++seed), rk0 = randn(B * Lp * C, ++seed), rv0 = randn(B * Lp * C, ++seed);
-      const FVec pred0 = randn(B, ++seed), dpred = randn(B, ++seed), o = randn(B * C, ++seed),
-                 do0 = randn(B * C, ++seed);
-      FVec q = rq0, k = rk0, v = rv0, m = big0, pred = pred0, dout = do0;
-      readout_split(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
-      readout_merge(m.data(), rq0.data(), rk0.data(), rv0.data(), B, T, H, hd);
-      readout_pick(pred.data(), o.data(), B, H, hd);
-      readout_pick_backward(dout.data(), dpred.data(), B, H, hd);
-      Dev<float> g_qkv(qkv), g_q(rq0), g_k(rk0), g_v(rv0), g_m(big0), g_pred(pred0), g_dpred(dpred), g_o(o), g_do(do0);
-      readout_split_cuda(g_q.get(), g_k.get(), g_v.get(), g_qkv.get(), B, T, H, hd, nullptr);
-      Dev<float> g_rq(rq0), g_rk(rk0), g_rv(rv0);
-      readout_merge_cuda(g_m.get(), g_rq.get(), g_rk.get(), g_rv.get(), B, T, H, hd, nullptr);
-      readout_pick_cuda(g_pred.get(), g_o.get(), B, H, hd, nullptr);
-      readout_pick_backward_cuda(g_do.get(), g_dpred.get(), B, H, hd, nullptr);
-      expect_equal(what + " readout q", g_q.download("q"), q);
-      expect_equal(what + " readout k", g_k.download("k"), k);
-      expect_equal(what + " readout v", g_v.download("v"), v);
-      expect_equal(what + " readout merge", g_m.download("merge"), m);
-      expect_equal(what + " readout pick", g_pred.download("pred"), pred);
-      expect_equal(what + " readout pick backward", g_do.download("dout"), dout);
-    }
+    const FVec qkv = randn(3 * s.BTC(), ++seed), q0 = randn(s.BTC(), ++seed), k0 = randn(s.BTC(), ++seed),
+               v0 = randn(s.BTC(), ++seed);
+    FVec q = q0, k = k0, v = v0;
+    split_heads(q.data(), k.data(), v.data(), qkv.data(), s.B, s.T, s.H, s.hd);
+    Dev<float> g_qkv(qkv), g_q(q0), g_k(k0), g_v(v0);
+    split_heads_cuda(g_q.get(), g_k.get(), g_v.get(), g_qkv.get(), s.B, s.T, s.H, s.hd, nullptr);
+    expect_equal(what + " q", g_q.download(what + " q"), q);
+    expect_equal(what + " k", g_k.download(what + " k"), k);
+    expect_equal(what + " v", g_v.download(what + " v"), v);
   }
 }
 
-TEST(OpsCuda, ScaleExactAndGlobalNormMatchesCpu) {
+void check_merge_heads() {
   SKIP_WITHOUT_DEVICE();
-  auto ws = make_workspace();
-  for (int64_t n : kElementwiseSizes) {
-    const std::string what = shape_str("scale/global_norm", {{"n", n}});
+  uint32_t seed = 920;
+  for (const ModelShape& s : kModelShapes) {
+    const std::string what = s.what("merge_heads");
     SCOPED_TRACE(what);
-    FVec g = randn(n, 950, 0.01f);
-    Dev<float> g_g(g);
-    scale_inplace(g.data(), n, 0.37f);
-    scale_inplace_cuda(g_g.get(), n, 0.37f, nullptr);
-    expect_equal(what + " scale", g_g.download("g"), g);
-    // float64 sums of float32 squares in two fixed orders: ~1e-16 relative per term.
-    const double want = global_norm(g.data(), n), got = global_norm_cuda(g_g.get(), n, ws.get(), nullptr);
-    EXPECT_NEAR(got, want, 1e-12 * want) << what;
-    EXPECT_EQ(global_norm_cuda(g_g.get(), n, ws.get(), nullptr), got) << what << ": not deterministic";
+    const FVec dq = randn(s.BTC(), ++seed), dk = randn(s.BTC(), ++seed), dv = randn(s.BTC(), ++seed),
+               dqkv0 = randn(3 * s.BTC(), ++seed);
+    FVec dqkv = dqkv0;
+    merge_heads(dqkv.data(), dq.data(), dk.data(), dv.data(), s.B, s.T, s.H, s.hd);
+    Dev<float> g_dq(dq), g_dk(dk), g_dv(dv), g_dqkv(dqkv0);
+    merge_heads_cuda(g_dqkv.get(), g_dq.get(), g_dk.get(), g_dv.get(), s.B, s.T, s.H, s.hd, nullptr);
+    expect_equal(what, g_dqkv.download(what), dqkv);
+  }
+}
+
+void check_heads_to_rows() {
+  SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 940;
+  for (const ModelShape& s : kModelShapes) {
+    const std::string what = s.what("heads_to_rows");
+    SCOPED_TRACE(what);
+    const FVec in = randn(s.BTC(), ++seed), out0 = randn(s.BTC(), ++seed);
+    FVec out = out0;
+    heads_to_rows(out.data(), in.data(), s.B, s.T, s.H, s.hd);
+    Dev<float> g_in(in), g_out(out0);
+    heads_to_rows_cuda(g_out.get(), g_in.get(), s.B, s.T, s.H, s.hd, nullptr);
+    expect_equal(what, g_out.download(what), out);
+  }
+}
+
+void check_rows_to_heads() {
+  SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 960;
+  for (const ModelShape& s : kModelShapes) {
+    const std::string what = s.what("rows_to_heads");
+    SCOPED_TRACE(what);
+    const FVec in = randn(s.BTC(), ++seed), out0 = randn(s.BTC(), ++seed);
+    FVec out = out0;
+    rows_to_heads(out.data(), in.data(), s.B, s.T, s.H, s.hd);
+    Dev<float> g_in(in), g_out(out0);
+    rows_to_heads_cuda(g_out.get(), g_in.get(), s.B, s.T, s.H, s.hd, nullptr);
+    expect_equal(what, g_out.download(what), out);
+  }
+}
+
+void check_tokens_forward() {
+  SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 980;
+  for (const ModelShape& s : kModelShapes) {
+    const std::string what = s.what("tokens_forward");
+    SCOPED_TRACE(what);
+    const int64_t B = s.B, T = s.T, N = s.N(), C = s.C();
+    const FVec emb = randn(B * N * C, ++seed), cls = randn(C, ++seed), wpe = randn(T * C, ++seed),
+               enc0 = randn(s.BTC(), ++seed);
+    FVec enc = enc0;
+    tokens_forward(enc.data(), emb.data(), cls.data(), wpe.data(), B, T, N, C, s.off);
+    Dev<float> g_emb(emb), g_cls(cls), g_wpe(wpe), g_enc(enc0);
+    tokens_forward_cuda(g_enc.get(), g_emb.get(), g_cls.get(), g_wpe.get(), B, T, N, C, s.off, nullptr);
+    expect_equal(what + " encoded", g_enc.download(what + " encoded"), enc);
+  }
+}
+
+void check_tokens_backward() {
+  SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 1000;
+  for (const ModelShape& s : kModelShapes) {
+    const std::string what = s.what("tokens_backward");
+    SCOPED_TRACE(what);
+    const int64_t B = s.B, T = s.T, N = s.N(), C = s.C();
+    const FVec denc = randn(s.BTC(), ++seed), dwpe0 = randn(T * C, ++seed), dcls0 = randn(C, ++seed),
+               demb0 = randn(B * N * C, ++seed);
+    FVec dwpe = dwpe0, dcls = dcls0, demb = demb0;
+    tokens_backward(dwpe.data(), dcls.data(), demb.data(), denc.data(), B, T, N, C, s.off);
+    Dev<float> g_denc(denc), g_dwpe(dwpe0), g_dcls(dcls0), g_demb(demb0);
+    tokens_backward_cuda(g_dwpe.get(), g_dcls.get(), g_demb.get(), g_denc.get(), B, T, N, C, s.off, nullptr);
+    expect_equal(what + " dwpe", g_dwpe.download(what + " dwpe"), dwpe);
+    expect_equal(what + " dcls", g_dcls.download(what + " dcls"), dcls);
+    expect_equal(what + " demb", g_demb.download(what + " demb"), demb);
+  }
+}
+
+void check_cls_pool_forward() {
+  SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 1020;
+  for (const ModelShape& s : kModelShapes) {
+    const std::string what = s.what("cls_pool_forward");
+    SCOPED_TRACE(what);
+    const FVec inp = randn(s.BTC(), ++seed), pooled0 = randn(s.B * s.C(), ++seed);
+    FVec pooled = pooled0;
+    cls_pool_forward(pooled.data(), inp.data(), s.B, s.T, s.C());
+    Dev<float> g_inp(inp), g_pooled(pooled0);
+    cls_pool_forward_cuda(g_pooled.get(), g_inp.get(), s.B, s.T, s.C(), nullptr);
+    expect_equal(what, g_pooled.download(what), pooled);
+  }
+}
+
+void check_cls_pool_backward() {
+  SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 1040;
+  for (const ModelShape& s : kModelShapes) {
+    const std::string what = s.what("cls_pool_backward");
+    SCOPED_TRACE(what);
+    const FVec dpooled = randn(s.B * s.C(), ++seed), dinp0 = randn(s.BTC(), ++seed);
+    FVec dinp = dinp0;
+    cls_pool_backward(dinp.data(), dpooled.data(), s.B, s.T, s.C());
+    Dev<float> g_dpooled(dpooled), g_dinp(dinp0);
+    cls_pool_backward_cuda(g_dinp.get(), g_dpooled.get(), s.B, s.T, s.C(), nullptr);
+    expect_equal(what, g_dinp.download(what), dinp);
+  }
+}
+
+// The read-out: T tokens, the last one the query, Lp = T - 1 prompt tokens (T >= 2).
+
+void check_readout_split() {
+  SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 1060;
+  for (const ModelShape& s : kModelShapes) {
+    if (s.T < 2) continue;
+    const std::string what = s.what("readout_split");
+    SCOPED_TRACE(what);
+    const int64_t B = s.B, C = s.C(), Lp = s.T - 1;
+    const FVec qkv = randn(3 * s.BTC(), ++seed), q0 = randn(B * C, ++seed), k0 = randn(B * Lp * C, ++seed),
+               v0 = randn(B * Lp * C, ++seed);
+    FVec q = q0, k = k0, v = v0;
+    readout_split(q.data(), k.data(), v.data(), qkv.data(), B, s.T, s.H, s.hd);
+    Dev<float> g_qkv(qkv), g_q(q0), g_k(k0), g_v(v0);
+    readout_split_cuda(g_q.get(), g_k.get(), g_v.get(), g_qkv.get(), B, s.T, s.H, s.hd, nullptr);
+    expect_equal(what + " q", g_q.download(what + " q"), q);
+    expect_equal(what + " k", g_k.download(what + " k"), k);
+    expect_equal(what + " v", g_v.download(what + " v"), v);
+  }
+}
+
+void check_readout_merge() {
+  SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 1080;
+  for (const ModelShape& s : kModelShapes) {
+    if (s.T < 2) continue;
+    const std::string what = s.what("readout_merge");
+    SCOPED_TRACE(what);
+    const int64_t B = s.B, C = s.C(), Lp = s.T - 1;
+    const FVec dq = randn(B * C, ++seed), dk = randn(B * Lp * C, ++seed), dv = randn(B * Lp * C, ++seed),
+               dqkv0 = randn(3 * s.BTC(), ++seed);
+    FVec dqkv = dqkv0;
+    readout_merge(dqkv.data(), dq.data(), dk.data(), dv.data(), B, s.T, s.H, s.hd);
+    Dev<float> g_dq(dq), g_dk(dk), g_dv(dv), g_dqkv(dqkv0);
+    readout_merge_cuda(g_dqkv.get(), g_dq.get(), g_dk.get(), g_dv.get(), B, s.T, s.H, s.hd, nullptr);
+    expect_equal(what, g_dqkv.download(what), dqkv);
+  }
+}
+
+void check_readout_pick() {
+  SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 1100;
+  for (const ModelShape& s : kModelShapes) {
+    const std::string what = s.what("readout_pick");
+    SCOPED_TRACE(what);
+    const FVec o = randn(s.B * s.C(), ++seed), pred0 = randn(s.B, ++seed);
+    FVec pred = pred0;
+    readout_pick(pred.data(), o.data(), s.B, s.H, s.hd);
+    Dev<float> g_o(o), g_pred(pred0);
+    readout_pick_cuda(g_pred.get(), g_o.get(), s.B, s.H, s.hd, nullptr);
+    expect_equal(what, g_pred.download(what), pred);
+  }
+}
+
+void check_readout_pick_backward() {
+  SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 1120;
+  for (const ModelShape& s : kModelShapes) {
+    const std::string what = s.what("readout_pick_backward");
+    SCOPED_TRACE(what);
+    const FVec dpred = randn(s.B, ++seed), dout0 = randn(s.B * s.C(), ++seed);
+    FVec dout = dout0;
+    readout_pick_backward(dout.data(), dpred.data(), s.B, s.H, s.hd);
+    Dev<float> g_dpred(dpred), g_dout(dout0);
+    readout_pick_backward_cuda(g_dout.get(), g_dpred.get(), s.B, s.H, s.hd, nullptr);
+    expect_equal(what, g_dout.download(what), dout);
+  }
+}
+
+// ---- one test per plain op, from the list ---------------------------------------------------
+
+// TEST(CrossBackendOps, <op>) for each op of kernels/op_list.h: an op without a
+// check_<op> above does not compile.
+#define ATTNSWEEP_CROSS_BACKEND_TEST(name) \
+  TEST(CrossBackendOps, name) {            \
+    check_##name();                        \
+  }
+ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_CROSS_BACKEND_TEST, ATTNSWEEP_CROSS_BACKEND_TEST)
+#undef ATTNSWEEP_CROSS_BACKEND_TEST
+
+// The checks, written out by hand (not from the list, so that the count below means
+// something): a check written for a new op but not entered here, or one left here after
+// its op left the list, fails OpList.EveryPlainOpHasOneCheck.
+struct OpCheck {
+  const char* op;
+  void (*check)();
+};
+const OpCheck kOpChecks[] = {
+    {"matmul_forward", check_matmul_forward},
+    {"matmul_backward", check_matmul_backward},
+    {"layernorm_forward", check_layernorm_forward},
+    {"layernorm_backward", check_layernorm_backward},
+    {"gelu_forward", check_gelu_forward},
+    {"gelu_backward", check_gelu_backward},
+    {"residual_forward", check_residual_forward},
+    {"meanpool_forward", check_meanpool_forward},
+    {"meanpool_backward", check_meanpool_backward},
+    {"softmax_crossentropy_backward", check_softmax_crossentropy_backward},
+    {"mse_backward", check_mse_backward},
+    {"embedding_forward", check_embedding_forward},
+    {"embedding_backward", check_embedding_backward},
+    {"split_heads", check_split_heads},
+    {"merge_heads", check_merge_heads},
+    {"heads_to_rows", check_heads_to_rows},
+    {"rows_to_heads", check_rows_to_heads},
+    {"tokens_forward", check_tokens_forward},
+    {"tokens_backward", check_tokens_backward},
+    {"cls_pool_forward", check_cls_pool_forward},
+    {"cls_pool_backward", check_cls_pool_backward},
+    {"masked_meanpool_forward", check_masked_meanpool_forward},
+    {"masked_meanpool_backward", check_masked_meanpool_backward},
+    {"readout_split", check_readout_split},
+    {"readout_merge", check_readout_merge},
+    {"readout_pick", check_readout_pick},
+    {"readout_pick_backward", check_readout_pick_backward},
+    {"scale_inplace", check_scale_inplace},
+};
+
+#define ATTNSWEEP_OP_NAME(name) #name,
+constexpr const char* kPlainOpNames[] = {ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_OP_NAME, ATTNSWEEP_OP_NAME)};
+#undef ATTNSWEEP_OP_NAME
+constexpr size_t kNumPlainOps = std::size(kPlainOpNames);
+
+// Needs no GPU (no "Cuda" in its name: it runs with the CPU tests).
+TEST(OpList, EveryPlainOpHasOneCheck) {
+  EXPECT_EQ(std::size(kOpChecks), kNumPlainOps)
+      << "kernels/op_list.h has " << kNumPlainOps << " plain ops, kOpChecks " << std::size(kOpChecks) << " checks";
+  for (const char* op : kPlainOpNames) {
+    const auto n = std::count_if(std::begin(kOpChecks), std::end(kOpChecks),
+                                 [&](const OpCheck& c) { return std::string_view(c.op) == op; });
+    EXPECT_EQ(n, 1) << op << ": " << n << " rows in kOpChecks (want one: its check_" << op << ")";
+  }
+  for (const OpCheck& c : kOpChecks) {
+    EXPECT_TRUE(std::any_of(std::begin(kPlainOpNames), std::end(kPlainOpNames),
+                            [&](const char* op) { return std::string_view(c.op) == op; }))
+        << c.op << ": checked, but not in kernels/op_list.h";
   }
 }
 
