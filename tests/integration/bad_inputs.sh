@@ -4,10 +4,10 @@
 # a timeout, and write nothing (the scratch folder is unchanged: no --out DIR, no OUT.h5,
 # no temporary file). All cases run; each failing one is reported by name.
 # In an expectation, @FILE@ stands for the input's path, @ACTIVATIONS@ and @TASKS@ for
-# the registries' names in order (from `attnsweep activations --json` and `attnsweep
-# schema`, so a new activation or task changes no expectation), @VERSION@ for the
-# version; in commands.txt \n is a line break, and a final \n... stands for the usage
-# text that follows the message.
+# the registries' names in order, "a, b, c" (@ACTIVATIONS_OR@: "a, b or c"; from
+# `attnsweep activations --json` and `attnsweep schema`, so a new activation or task
+# changes no expectation), @VERSION@ for the version; in commands.txt \n is a line
+# break, and a final \n... stands for the usage text that follows the message.
 source "$(dirname "$0")/lib.bash"
 C=$SRC/tests/bad_inputs
 LIMIT=${BAD_INPUT_TIMEOUT_S:-30}  # seconds per invocation: a hang is a failure, not a stall
@@ -28,6 +28,7 @@ $PY "$C/attention/make_inputs.py"
 rm -f "$WORK"/*.h5
 ACTIVATIONS=$("$ATTNSWEEP" activations --json | $PY -c 'import json, sys; print(", ".join(a["name"] for a in json.load(sys.stdin)["activations"]))')
 TASKS=$("$ATTNSWEEP" schema | $PY -c 'import json, sys; print(", ".join(json.load(sys.stdin)["$defs"]["task"]["enum"]))')
+ACTIVATIONS_OR=$(sed 's/\(.*\), /\1 or /' <<<"$ACTIVATIONS")
 VERSION=$("$ATTNSWEEP" --version | awk '{print $2}')
 [ -n "$ACTIVATIONS" ] && [ -n "$TASKS" ] && [ -n "$VERSION" ] || fail "cannot read the registries' names or the version"
 # expand FILE: an expectation (stdin) with its placeholders filled in.
@@ -35,6 +36,7 @@ expand() {
   local f=$1 line
   while IFS= read -r line || [ -n "$line" ]; do
     line=${line//@FILE@/$f}
+    line=${line//@ACTIVATIONS_OR@/$ACTIVATIONS_OR}
     line=${line//@ACTIVATIONS@/$ACTIVATIONS}
     line=${line//@TASKS@/$TASKS}
     printf '%s\n' "${line//@VERSION@/$VERSION}"
