@@ -174,7 +174,11 @@ struct Phi<Activation::sigmoid> {
   }
   template <int32_t Deg, class T, class ExpFn>
   static ATTN_HD T dphi(const PhiParams& p, T s, ExpFn exp_fn) {
-    const T y = T(1) / (T(1) + exp_fn(-(s + T(p.bias))));
+    return dphi_from_phi(phi<Deg>(p, s, exp_fn));
+  }
+  // phi' as a function of y = phi(s): a kernel that holds y saves the second exp.
+  template <class T>
+  static ATTN_HD T dphi_from_phi(T y) {
     return y * (T(1) - y);
   }
   static double ref_phi(double s, double, int32_t, double b) { return 1.0 / (1.0 + std::exp(-(s + b))); }
@@ -313,6 +317,22 @@ ATTN_HD T dphi_fixed(const PhiParams& p, T s, ExpFn exp_fn) {
     return Phi<A>::template dphi<Deg>(p, s, exp_fn);
   else
     return T(0);
+}
+
+// Whether Phi<A> offers dphi_from_phi(y), phi' from phi's own value (optional: sigmoid).
+template <Activation A, class = void>
+struct HasDphiFromPhi : std::false_type {};
+template <Activation A>
+struct HasDphiFromPhi<A, std::void_t<decltype(Phi<A>::dphi_from_phi(0.0f))>> : std::true_type {};
+
+// phi and phi' of one score together (y, dy), phi' from y where the activation offers it.
+template <Activation A, int32_t Deg, class T, class ExpFn>
+ATTN_HD void phi_dphi_fixed(const PhiParams& p, T s, ExpFn exp_fn, T& y, T& dy) {
+  y = phi_fixed<A, Deg>(p, s, exp_fn);
+  if constexpr (HasDphiFromPhi<A>::value)
+    dy = Phi<A>::dphi_from_phi(y);
+  else
+    dy = dphi_fixed<A, Deg>(p, s, exp_fn);
 }
 
 // The same with the activation read at run time (p.activation).

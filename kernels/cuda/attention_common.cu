@@ -1,6 +1,7 @@
 // Workspace, error reporting and the small deterministic helper kernels of the CUDA
 // attention paths.
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/launch.cuh"
 
 #include <stdexcept>
 #include <string>
@@ -91,12 +92,59 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ in, __nv_bfloat16* 
     out[i] = __float2bfloat16(in[i]);
 }
 
-unsigned elementwise_blocks(int64_t n) {
-  const int64_t blocks = (n + 255) / 256;
-  return static_cast<unsigned>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+// The AttnArgs part of a call; the key mask's prefix counted into prefix on the stream.
+void set_attn_args(AttnArgs& a, const AttentionSpec& spec, const AttentionShape& sh, const void* Q, const void* K,
+                   const void* V, const float* key_mask, int32_t* prefix, cudaStream_t stream) {
+  a.act = spec.act;
+  a.mask = make_mask(spec, sh, key_mask, prefix, stream);
+  a.H = sh.H;
+  a.scale = score_scale(spec, sh);
+  a.Q = Q;
+  a.K = K;
+  a.V = V;
 }
 
 }  // namespace
+
+FwdArgs forward_args(const AttentionSpec& spec, const AttentionShape& sh, const void* Q, const void* K, const void* V,
+                     const float* key_mask, void* O, float* lse, bool norms, AttentionCudaWorkspace* ws,
+                     cudaStream_t stream) {
+  const int64_t rows = sh.B * sh.H * sh.Nq;
+  Carver sizing(nullptr);
+  sizing.take<double>(rows);
+  sizing.take<double>(rows);
+  sizing.take<int32_t>(sh.B * sh.Nk);
+  Carver carve(ws->reserve(sizing.used()));
+  FwdArgs a;
+  a.row_attn = carve.take<double>(rows);
+  a.row_jac = carve.take<double>(rows);
+  set_attn_args(a, spec, sh, Q, K, V, key_mask, carve.take<int32_t>(sh.B * sh.Nk), stream);
+  a.O = O;
+  a.lse = lse;
+  a.norms = norms;
+  return a;
+}
+
+BwdArgs backward_args(const AttentionSpec& spec, const AttentionShape& sh, const void* Q, const void* K, const void* V,
+                      const float* key_mask, const void* dO, const float* lse, void* dQ, void* dK, void* dV,
+                      AttentionCudaWorkspace* ws, cudaStream_t stream) {
+  const int64_t rows = sh.B * sh.H * sh.Nq;
+  Carver sizing(nullptr);
+  sizing.take<float>(rows);
+  sizing.take<int32_t>(sh.B * sh.Nk);
+  Carver carve(ws->reserve(sizing.used()));
+  const bool softmax = spec.act.activation == Activation::softmax;
+  BwdArgs a;
+  float* dsum = carve.take<float>(rows);
+  set_attn_args(a, spec, sh, Q, K, V, key_mask, carve.take<int32_t>(sh.B * sh.Nk), stream);
+  a.dO = dO;
+  a.lse = softmax ? lse : nullptr;
+  a.Dsum = softmax ? dsum : nullptr;
+  a.dQ = dQ;
+  a.dK = dK;
+  a.dV = dV;
+  return a;
+}
 
 void launch_mask_prefix(const float* key_mask, int32_t* prefix, int64_t B, int64_t Nk, cudaStream_t stream) {
   if (B == 0 || Nk == 0) return;
@@ -114,13 +162,13 @@ void launch_norm_reduce(const double* row_attn, const double* row_jac, int64_t B
 
 void launch_bf16_to_f32(const __nv_bfloat16* in, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  bf16_to_f32_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(in, out, n);
+  bf16_to_f32_kernel<<<map_blocks(n), kMapThreads, 0, stream>>>(in, out, n);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  f32_to_bf16_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(in, out, n);
+  f32_to_bf16_kernel<<<map_blocks(n), kMapThreads, 0, stream>>>(in, out, n);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 

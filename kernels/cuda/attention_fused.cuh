@@ -12,7 +12,7 @@
 // the backward writes every gradient element from exactly one thread (no atomics):
 // one kernel over key tiles computes dK, dV and one over query tiles computes dQ, both
 // recomputing S.
-// About 570 lines: the forward and both backward kernels share the tile loads, the
+// The forward and both backward kernels share the tile loads, the
 // activation templates and the reductions, so they are one header.
 #pragma once
 
@@ -33,12 +33,6 @@ struct Tiles {
   static_assert(D % 16 == 0 && BM % 16 == 0 && BN % 16 == 0);
 };
 
-__device__ __forceinline__ float to_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
 __device__ __forceinline__ void store_as(float* p, float v) {
   *p = v;
 }
@@ -74,21 +68,6 @@ __device__ __forceinline__ void load_tile(float* __restrict__ dst, const T* __re
     const int r = idx / D, k = idx % D;
     dst[r * LD + k] = r < valid_rows ? to_f32(src[static_cast<int64_t>(r) * D + k]) : 0.0f;
   }
-}
-
-// Per key of a tile: 1 when it exists and key_mask lets it be attended.
-template <int BN>
-__device__ __forceinline__ void load_key_ok(float* kok, const MaskInfo& mask, int64_t b, int64_t k0, int krows) {
-  for (int j = threadIdx.x; j < BN; j += kThreads) kok[j] = (j < krows && mask.key_allowed(b, k0 + j)) ? 1.0f : 0.0f;
-}
-
-// One past the last key query row i attends, 0 when it attends nothing (or i >= Nq):
-// element (i, j) is live iff j < row_end(i) and key j's mask allows it.
-__device__ __forceinline__ int64_t row_end(const MaskInfo& mask, int64_t b, int64_t i, int64_t& n_out) {
-  n_out = 0;
-  if (i >= mask.Nq) return 0;
-  n_out = mask.n_attended(b, i);
-  return n_out > 0 ? mask.key_end(i) : 0;
 }
 
 // acc[R][C] += A_tile[rows ty+16r][0..K) . B_tile[cols tx+16c][0..K)  (both row-major in smem)
@@ -128,145 +107,77 @@ __device__ __forceinline__ void tile_accum(float (&acc)[R][C], const float* __re
   }
 }
 
-struct FwdArgs {
-  ActivationSpec act;
-  MaskInfo mask;
-  int64_t H;
-  float scale;
-  bool norms;
-  const void* Q;
-  const void* K;
-  const void* V;
-  void* O;
-  float* lse;
-  double* row_attn;
-  double* row_jac;
-};
-
 template <int D>
 constexpr size_t fwd_smem_floats() {
   constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
   return size_t(BM) * (D + 1) + size_t(BN) * (D + 1) + size_t(BN) * D + size_t(BM) * (BN + 1) + BN;
 }
 
-// O [rows of this tile] = phi(Q K^T * scale) V, lse, per-row norm partials.
-template <Activation A, int D, class T>
-__global__ void __launch_bounds__(kThreads) fused_forward_kernel(FwdArgs a) {
-  constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
-  constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16, LDQ = D + 1, LDP = BN + 1;
-  constexpr bool kSoftmax = A == Activation::softmax;
-  extern __shared__ float smem[];
-  float* Qs = smem;
-  float* Ks = Qs + BM * LDQ;
-  float* Vs = Ks + BN * LDQ;
-  float* Ps = Vs + BN * D;
-  float* kok = Ps + BM * LDP;
-
-  const MaskInfo& mask = a.mask;
-  const int64_t Nq = mask.Nq, Nk = mask.Nk;
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const int64_t nqb = (Nq + BM - 1) / BM;
-  const int64_t qb = blockIdx.x % nqb, bh = blockIdx.x / nqb, b = bh / a.H;
-  const int64_t q0 = qb * BM;
-  const int qrows = static_cast<int>(Nq - q0 < BM ? Nq - q0 : BM);
-  const T* Qg = static_cast<const T*>(a.Q) + (bh * Nq + q0) * D;
-  const T* Kg = static_cast<const T*>(a.K) + bh * Nk * D;
-  const T* Vg = static_cast<const T*>(a.V) + bh * Nk * D;
-
-  load_tile<D, LDQ, BM>(Qs, Qg, qrows);
-
-  PhiParams pp[RM];
-  int64_t end[RM];
-  float m[RM], l[RM], n1[RM], n2[RM], acc[RM][RD];
+// Softmax's online update of one row with this tile's scaled scores s (this thread's
+// columns; dead ones excluded by live): s becomes p~ = exp(s - m_new), l, n1 (sum p~^2),
+// n2 (sum p~^3) and acc are rescaled by alpha = exp(m - m_new).
+template <int RN, int RD>
+__device__ __forceinline__ void softmax_online(float (&s)[RN], const bool (&live)[RN], float& m, float& l, float& n1,
+                                               float& n2, float (&acc)[RD], bool norms) {
+  float mx = -INFINITY;
 #pragma unroll
-  for (int r = 0; r < RM; ++r) {
-    int64_t n;
-    end[r] = row_end(mask, b, q0 + ty + 16 * r, n);
-    pp[r] = resolve_phi(a.act, n);
-    m[r] = -INFINITY;
-    l[r] = n1[r] = n2[r] = 0.0f;
+  for (int c = 0; c < RN; ++c)
+    if (live[c]) mx = fmaxf(mx, s[c]);
+  const float m_new = fmaxf(m, half_warp_max(mx));
+  // Nothing live so far in this row: keep everything at zero (and avoid inf - inf).
+  const float alpha = m_new == -INFINITY ? 1.0f : __expf(m - m_new);
+  float ps = 0.0f, p2 = 0.0f, p3 = 0.0f;
 #pragma unroll
-    for (int c = 0; c < RD; ++c) acc[r][c] = 0.0f;
+  for (int c = 0; c < RN; ++c) {
+    const float p = live[c] ? __expf(s[c] - m_new) : 0.0f;
+    s[c] = p;
+    ps += p;
+    p2 += p * p;
+    p3 += p * p * p;
   }
-
-  // Keys beyond the last row's causal limit contribute nothing.
-  int64_t kend = Nk;
-  if (mask.causal) {
-    const int64_t e = mask.key_end(q0 + qrows - 1);
-    kend = e < 0 ? 0 : e;
+  l = l * alpha + ps;
+  if (norms) {
+    n1 = n1 * alpha * alpha + p2;          // running sum p~^2
+    n2 = n2 * alpha * alpha * alpha + p3;  // running sum p~^3
   }
-  for (int64_t k0 = 0; k0 < kend; k0 += BN) {
-    const int krows = static_cast<int>(Nk - k0 < BN ? Nk - k0 : BN);
-    __syncthreads();  // the previous tile's K, V, P are consumed
-    load_tile<D, LDQ, BN>(Ks, Kg + k0 * D, krows);
-    load_tile<D, D, BN>(Vs, Vg + k0 * D, krows);
-    load_key_ok<BN>(kok, mask, b, k0, krows);
-    __syncthreads();
+#pragma unroll
+  for (int c = 0; c < RD; ++c) acc[c] *= alpha;
+  m = m_new;
+}
 
-    float s[RM][RN] = {};
-    tile_dot<RM, RN, D, LDQ, LDQ>(s, Qs, Ks, ty, tx);
-
+// An element-wise phi on one row's scaled scores: s becomes phi(s) (0 where dead), n1
+// and n2 gather ||phi(S)||^2 and ||phi'(S)||^2 (the Jacobian is diagonal).
+template <Activation A, int RN>
+__device__ __forceinline__ void phi_row(float (&s)[RN], const bool (&live)[RN], const PhiParams& pp, float& n1,
+                                        float& n2, bool norms) {
 #pragma unroll
-    for (int r = 0; r < RM; ++r) {
-      bool live[RN];
-#pragma unroll
-      for (int c = 0; c < RN; ++c) {
-        const int j = tx + 16 * c;
-        live[c] = k0 + j < end[r] && kok[j] != 0.0f;
-        s[r][c] *= a.scale;
-      }
-      if constexpr (kSoftmax) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int c = 0; c < RN; ++c)
-          if (live[c]) mx = fmaxf(mx, s[r][c]);
-        const float m_new = fmaxf(m[r], half_warp_max(mx));
-        // Nothing live so far in this row: keep everything at zero (and avoid inf - inf).
-        const float alpha = m_new == -INFINITY ? 1.0f : __expf(m[r] - m_new);
-        float ps = 0.0f, p2 = 0.0f, p3 = 0.0f;
-#pragma unroll
-        for (int c = 0; c < RN; ++c) {
-          const float p = live[c] ? __expf(s[r][c] - m_new) : 0.0f;
-          s[r][c] = p;
-          ps += p;
-          p2 += p * p;
-          p3 += p * p * p;
-        }
-        l[r] = l[r] * alpha + ps;
-        if (a.norms) {
-          n1[r] = n1[r] * alpha * alpha + p2;          // running sum p~^2
-          n2[r] = n2[r] * alpha * alpha * alpha + p3;  // running sum p~^3
-        }
-#pragma unroll
-        for (int c = 0; c < RD; ++c) acc[r][c] *= alpha;
-        m[r] = m_new;
-      } else {
-#pragma unroll
-        for (int c = 0; c < RN; ++c) {
-          const float x = s[r][c];
-          const float p = live[c] ? phi_t<A>(pp[r], x) : 0.0f;
-          if (a.norms && live[c]) {
-            const float g = dphi_t<A>(pp[r], x);
-            n1[r] = fmaf(p, p, n1[r]);  // ||phi(S)||^2
-            n2[r] = fmaf(g, g, n2[r]);  // ||phi'(S)||^2: the Jacobian is diagonal
-          }
-          s[r][c] = p;
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < RN; ++c) Ps[(ty + 16 * r) * LDP + tx + 16 * c] = s[r][c];
+  for (int c = 0; c < RN; ++c) {
+    const float x = s[c];
+    const float p = live[c] ? phi_t<A>(pp, x) : 0.0f;
+    if (norms && live[c]) {
+      const float g = dphi_t<A>(pp, x);
+      n1 = fmaf(p, p, n1);
+      n2 = fmaf(g, g, n2);
     }
-    __syncthreads();
-    tile_accum<RM, RD, BN, LDP, D, true>(acc, Ps, Vs, ty, tx);  // acc += P V
+    s[c] = p;
   }
+}
 
-  T* Og = static_cast<T*>(a.O) + (bh * Nq + q0) * D;
+// The forward's epilogue for this thread's rows ty + 16 r: O = acc / l (softmax) or acc,
+// lse, and the per-row norms (half-warp reductions outside any row-dependent branch).
+template <Activation A, int D, class T, int RM, int RD>
+__device__ __forceinline__ void fused_forward_store(const FwdArgs& a, const QueryBlock<Tiles<D>::BM>& blk, int ty,
+                                                    int tx, const float (&m)[RM], const float (&l)[RM],
+                                                    const float (&n1)[RM], const float (&n2)[RM],
+                                                    const float (&acc)[RM][RD]) {
+  const int64_t Nq = a.mask.Nq;
+  T* Og = static_cast<T*>(a.O) + (blk.bh * Nq + blk.q0) * D;
 #pragma unroll
   for (int r = 0; r < RM; ++r) {
     const int row = ty + 16 * r;
     float inv = 1.0f;
     double attn = 0.0, jac = 0.0;
-    if constexpr (kSoftmax) {
+    if constexpr (A == Activation::softmax) {
       // Shuffles outside any row-dependent branch: the two half-warps may differ.
       const float z = half_warp_sum(l[r]);
       const float a2 = half_warp_sum(n1[r]), a3 = half_warp_sum(n2[r]);
@@ -276,51 +187,86 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FwdArgs a) {
         attn = rn.attn;
         jac = rn.jac;
       }
-      if (a.lse && row < qrows && tx == 0) a.lse[bh * Nq + q0 + row] = z > 0.0f ? m[r] + logf(z) : -INFINITY;
+      if (a.lse && row < blk.rows && tx == 0) a.lse[blk.bh * Nq + blk.q0 + row] = z > 0.0f ? m[r] + logf(z) : -INFINITY;
     } else if (a.norms) {
       attn = half_warp_sum(n1[r]);
       jac = half_warp_sum(n2[r]);
     }
-    if (row < qrows) {
+    if (row < blk.rows) {
 #pragma unroll
       for (int c = 0; c < RD; ++c) store_as(Og + static_cast<int64_t>(row) * D + tx + 16 * c, acc[r][c] * inv);
       if (a.norms && tx == 0) {
-        a.row_attn[bh * Nq + q0 + row] = attn;
-        a.row_jac[bh * Nq + q0 + row] = jac;
+        a.row_attn[blk.bh * Nq + blk.q0 + row] = attn;
+        a.row_jac[blk.bh * Nq + blk.q0 + row] = jac;
       }
     }
   }
 }
 
-// Softmax backward: Dsum_i = dO_i . O_i (= sum_j P_ij dP_ij). One warp per row.
-template <int D, class T>
-__global__ void __launch_bounds__(kThreads)
-    softmax_dsum_kernel(const T* __restrict__ O, const T* __restrict__ dO, float* __restrict__ Dsum, int64_t rows) {
-  const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  float acc = 0.0f;
-  for (int k = lane; k < D; k += 32) acc = fmaf(to_f32(O[row * D + k]), to_f32(dO[row * D + k]), acc);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) Dsum[row] = acc;
-}
+// O [rows of this tile] = phi(Q K^T * scale) V, lse, per-row norm partials.
+template <Activation A, int D, class T>
+__global__ void __launch_bounds__(kThreads) fused_forward_kernel(FwdArgs a) {
+  constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
+  constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16, LDQ = D + 1, LDP = BN + 1;
+  extern __shared__ float smem[];
+  float* Qs = smem;
+  float* Ks = Qs + BM * LDQ;
+  float* Vs = Ks + BN * LDQ;
+  float* Ps = Vs + BN * D;
+  float* kok = Ps + BM * LDP;
 
-struct BwdArgs {
-  ActivationSpec act;
-  MaskInfo mask;
-  int64_t H;
-  float scale;
-  const void* Q;
-  const void* K;
-  const void* V;
-  const void* dO;
-  const float* lse;
-  const float* Dsum;
-  void* dQ;
-  void* dK;
-  void* dV;
-};
+  const MaskInfo& mask = a.mask;
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  const QueryBlock<BM> blk(mask, a.H);
+  const T* Kg = static_cast<const T*>(a.K) + blk.bh * mask.Nk * D;
+  const T* Vg = static_cast<const T*>(a.V) + blk.bh * mask.Nk * D;
+  load_tile<D, LDQ, BM>(Qs, static_cast<const T*>(a.Q) + (blk.bh * mask.Nq + blk.q0) * D, blk.rows);
+
+  PhiParams pp[RM];
+  int64_t end[RM];
+  float m[RM], l[RM], n1[RM], n2[RM], acc[RM][RD];
+#pragma unroll
+  for (int r = 0; r < RM; ++r) {
+    int64_t n;
+    end[r] = mask.row_end(blk.b, blk.q0 + ty + 16 * r, n);
+    pp[r] = resolve_phi(a.act, n);
+    m[r] = -INFINITY;
+    l[r] = n1[r] = n2[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < RD; ++c) acc[r][c] = 0.0f;
+  }
+
+  for (int64_t k0 = 0; k0 < blk.kend; k0 += BN) {
+    const int krows = tile_rows(mask.Nk, k0, BN);
+    __syncthreads();  // the previous tile's K, V, P are consumed
+    load_tile<D, LDQ, BN>(Ks, Kg + k0 * D, krows);
+    load_tile<D, D, BN>(Vs, Vg + k0 * D, krows);
+    load_key_flags<BN, kThreads>(kok, mask, blk.b, k0, krows);
+    __syncthreads();
+
+    float s[RM][RN] = {};
+    tile_dot<RM, RN, D, LDQ, LDQ>(s, Qs, Ks, ty, tx);
+#pragma unroll
+    for (int r = 0; r < RM; ++r) {
+      bool live[RN];
+#pragma unroll
+      for (int c = 0; c < RN; ++c) {
+        const int j = tx + 16 * c;
+        live[c] = k0 + j < end[r] && kok[j] != 0.0f;
+        s[r][c] *= a.scale;
+      }
+      if constexpr (A == Activation::softmax)
+        softmax_online(s[r], live, m[r], l[r], n1[r], n2[r], acc[r], a.norms);
+      else
+        phi_row<A>(s[r], live, pp[r], n1[r], n2[r], a.norms);
+#pragma unroll
+      for (int c = 0; c < RN; ++c) Ps[(ty + 16 * r) * LDP + tx + 16 * c] = s[r][c];
+    }
+    __syncthreads();
+    tile_accum<RM, RD, BN, LDP, D, true>(acc, Ps, Vs, ty, tx);  // acc += P V
+  }
+  fused_forward_store<A, D, T>(a, blk, ty, tx, m, l, n1, n2, acc);
+}
 
 // P and dS of one (query rows ty+16r, keys tx+16c) sub-tile from S and dP (both
 // unscaled dot products on entry), for the row's resolved phi.
@@ -372,31 +318,23 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(BwdArgs a) {
   const MaskInfo& mask = a.mask;
   const int64_t Nq = mask.Nq, Nk = mask.Nk;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const int64_t nkb = (Nk + BN - 1) / BN;
-  const int64_t kb = blockIdx.x % nkb, bh = blockIdx.x / nkb, b = bh / a.H;
-  const int64_t k0 = kb * BN;
-  const int krows = static_cast<int>(Nk - k0 < BN ? Nk - k0 : BN);
+  const KeyBlock<BN, BM> blk(mask, a.H);
+  const int64_t bh = blk.bh, b = blk.b, k0 = blk.k0;
   const T* Qg = static_cast<const T*>(a.Q) + bh * Nq * D;
   const T* dOg = static_cast<const T*>(a.dO) + bh * Nq * D;
-  load_tile<D, LD, BN>(Ks, static_cast<const T*>(a.K) + (bh * Nk + k0) * D, krows);
-  load_tile<D, LD, BN>(Vs, static_cast<const T*>(a.V) + (bh * Nk + k0) * D, krows);
-  load_key_ok<BN>(kok, mask, b, k0, krows);
+  load_tile<D, LD, BN>(Ks, static_cast<const T*>(a.K) + (bh * Nk + k0) * D, blk.rows);
+  load_tile<D, LD, BN>(Vs, static_cast<const T*>(a.V) + (bh * Nk + k0) * D, blk.rows);
+  load_key_flags<BN, kThreads>(kok, mask, b, k0, blk.rows);
 
   float dK[RN][RD] = {}, dV[RN][RD] = {};
-  // Causal: query i sees key k0 only when i + (Nk - Nq) >= k0.
-  int64_t qstart = 0;
-  if (mask.causal) {
-    const int64_t first = k0 - (Nk - Nq);
-    qstart = first > 0 ? first / BM * BM : 0;
-  }
-  for (int64_t q0 = qstart; q0 < Nq; q0 += BM) {
-    const int qrows = static_cast<int>(Nq - q0 < BM ? Nq - q0 : BM);
+  for (int64_t q0 = blk.qstart; q0 < Nq; q0 += BM) {
+    const int qrows = tile_rows(Nq, q0, BM);
     __syncthreads();  // previous Q, dO, P, dS consumed
     load_tile<D, LD, BM>(Qs, Qg + q0 * D, qrows);
     load_tile<D, LD, BM>(dOs, dOg + q0 * D, qrows);
     for (int i = threadIdx.x; i < BM; i += kThreads) {
       int64_t n;
-      r_end[i] = row_end(mask, b, q0 + i, n);
+      r_end[i] = mask.row_end(b, q0 + i, n);
       r_pp[i] = resolve_phi(a.act, n);
       r_lse[i] = a.lse && i < qrows ? a.lse[bh * Nq + q0 + i] : 0.0f;
       r_dsum[i] = a.Dsum && i < qrows ? a.Dsum[bh * Nq + q0 + i] : 0.0f;
@@ -436,7 +374,7 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(BwdArgs a) {
 #pragma unroll
   for (int r = 0; r < RN; ++r) {
     const int key = ty + 16 * r;
-    if (key >= krows) continue;
+    if (key >= blk.rows) continue;
 #pragma unroll
     for (int c = 0; c < RD; ++c) {
       store_as(dKg + static_cast<int64_t>(key) * D + tx + 16 * c, dK[r][c] * a.scale);
@@ -467,10 +405,9 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(BwdArgs a) {
   const MaskInfo& mask = a.mask;
   const int64_t Nq = mask.Nq, Nk = mask.Nk;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const int64_t nqb = (Nq + BM - 1) / BM;
-  const int64_t qb = blockIdx.x % nqb, bh = blockIdx.x / nqb, b = bh / a.H;
-  const int64_t q0 = qb * BM;
-  const int qrows = static_cast<int>(Nq - q0 < BM ? Nq - q0 : BM);
+  const QueryBlock<BM> blk(mask, a.H);
+  const int64_t bh = blk.bh, b = blk.b, q0 = blk.q0;
+  const int qrows = blk.rows;
   const T* Kg = static_cast<const T*>(a.K) + bh * Nk * D;
   const T* Vg = static_cast<const T*>(a.V) + bh * Nk * D;
   load_tile<D, LD, BM>(Qs, static_cast<const T*>(a.Q) + (bh * Nq + q0) * D, qrows);
@@ -483,22 +420,17 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(BwdArgs a) {
   for (int r = 0; r < RM; ++r) {
     const int64_t i = q0 + ty + 16 * r;
     int64_t n;
-    end[r] = row_end(mask, b, i, n);
+    end[r] = mask.row_end(b, i, n);
     pp[r] = resolve_phi(a.act, n);
     lse[r] = a.lse && i < Nq ? a.lse[bh * Nq + i] : 0.0f;
     dsum[r] = a.Dsum && i < Nq ? a.Dsum[bh * Nq + i] : 0.0f;
   }
-  int64_t kend = Nk;
-  if (mask.causal) {
-    const int64_t e = mask.key_end(q0 + qrows - 1);
-    kend = e < 0 ? 0 : e;
-  }
-  for (int64_t k0 = 0; k0 < kend; k0 += BN) {
-    const int krows = static_cast<int>(Nk - k0 < BN ? Nk - k0 : BN);
+  for (int64_t k0 = 0; k0 < blk.kend; k0 += BN) {
+    const int krows = tile_rows(Nk, k0, BN);
     __syncthreads();  // previous K, V, dS consumed
     load_tile<D, LD, BN>(Ks, Kg + k0 * D, krows);
     load_tile<D, LD, BN>(Vs, Vg + k0 * D, krows);
-    load_key_ok<BN>(kok, mask, b, k0, krows);
+    load_key_flags<BN, kThreads>(kok, mask, b, k0, krows);
     __syncthreads();
     float s[RM][RN] = {}, dp[RM][RN] = {};
     tile_dot<RM, RN, D, LD, LD>(s, Qs, Ks, ty, tx);
@@ -542,16 +474,6 @@ void dispatch(Activation act, int64_t d, CudaDType dtype, F&& f) {
     }
   };
   visit_activation(act, with_d);
-}
-
-template <class Kernel, class Args>
-void launch(Kernel kernel, int64_t blocks, size_t smem_bytes, cudaStream_t stream, const Args& args) {
-  if (blocks <= 0) return;
-  if (blocks > (int64_t{1} << 31) - 1) throw std::invalid_argument("attention (CUDA fused): grid too large");
-  ATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
-  kernel<<<static_cast<unsigned>(blocks), kThreads, smem_bytes, stream>>>(args);
-  ATTN_CUDA_CHECK_LAUNCH();
 }
 
 // Stream-ordered float32 copies of bf16 tensors for the materialising fallback.

@@ -6,8 +6,7 @@
 namespace attnsweep {
 
 using namespace cuda::fused;
-using cuda::make_mask;
-using cuda::score_scale;
+using cuda::BwdArgs;
 
 void attention_backward_cuda(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
                              const void* K, const void* V, const float* key_mask, const void* O, const void* dO,
@@ -48,42 +47,19 @@ void attention_backward_cuda(const AttentionSpec& spec, const AttentionShape& sh
   if (BH == 0) return;
   if (sh.Nq == 0 || sh.Nk == 0) throw std::invalid_argument("attention (CUDA fused): Nq == 0 or Nk == 0");
   if (softmax && (!lse || !O)) throw std::invalid_argument("attention backward (CUDA fused): softmax needs lse and O");
-  cuda::Carver sizing(nullptr);
-  sizing.take<float>(BH * sh.Nq);
-  sizing.take<int32_t>(sh.B * sh.Nk);
-  cuda::Carver carve(ws->reserve(sizing.used()));
-  float* dsum = carve.take<float>(BH * sh.Nq);
-  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
-
-  BwdArgs a;
-  a.act = spec.act;
-  a.mask = make_mask(spec, sh, key_mask, prefix, stream);
-  a.H = sh.H;
-  a.scale = score_scale(spec, sh);
-  a.Q = Q;
-  a.K = K;
-  a.V = V;
-  a.dO = dO;
-  a.lse = softmax ? lse : nullptr;
-  a.Dsum = softmax ? dsum : nullptr;
-  a.dQ = dQ;
-  a.dK = dK;
-  a.dV = dV;
+  const BwdArgs a = cuda::backward_args(spec, sh, Q, K, V, key_mask, dO, lse, dQ, dK, dV, ws, stream);
   dispatch(spec.act.activation, sh.d, dtype, [&](auto a_tag, auto d_tag, auto t_tag) {
     constexpr Activation A = decltype(a_tag)::value;
     constexpr int D = decltype(d_tag)::value;
     using T = decltype(t_tag);
-    if constexpr (A == Activation::softmax) {
-      const int64_t rows = BH * sh.Nq;
-      const int64_t blocks = (rows + kThreads / 32 - 1) / (kThreads / 32);
-      softmax_dsum_kernel<D, T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          static_cast<const T*>(O), static_cast<const T*>(dO), dsum, rows);
-      ATTN_CUDA_CHECK_LAUNCH();
-    }
+    if constexpr (A == Activation::softmax) cuda::launch_dsum<D, T>(O, dO, a.Dsum, BH * sh.Nq, stream);
     const int64_t nkb = (sh.Nk + Tiles<D>::BN - 1) / Tiles<D>::BN;
     const int64_t nqb = (sh.Nq + Tiles<D>::BM - 1) / Tiles<D>::BM;
-    launch(fused_dkdv_kernel<A, D, T>, nkb * BH, sizeof(float) * dkdv_smem_floats<D>(), stream, a);
-    launch(fused_dq_kernel<A, D, T>, nqb * BH, sizeof(float) * dq_smem_floats<D>(), stream, a);
+    const char* what = "attention backward (CUDA fused)";
+    cuda::launch_blocks(what, fused_dkdv_kernel<A, D, T>, nkb * BH, kThreads, sizeof(float) * dkdv_smem_floats<D>(),
+                        stream, a);
+    cuda::launch_blocks(what, fused_dq_kernel<A, D, T>, nqb * BH, kThreads, sizeof(float) * dq_smem_floats<D>(), stream,
+                        a);
   });
 }
 

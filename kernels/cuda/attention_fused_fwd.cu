@@ -6,8 +6,7 @@
 namespace attnsweep {
 
 using namespace cuda::fused;
-using cuda::make_mask;
-using cuda::score_scale;
+using cuda::FwdArgs;
 
 bool attention_cuda_fused_supported(const AttentionShape& sh) {
   return sh.d == sh.dv && (sh.d == 16 || sh.d == 32 || sh.d == 64 || sh.d == 128);
@@ -40,36 +39,16 @@ void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& sh,
   if (BH == 0 || sh.Nq == 0) return;
   if (sh.Nk == 0) throw std::invalid_argument("attention (CUDA fused): Nk == 0 is not supported");
   const bool norms = spec.collect_norms && attn_fro && jac_fro;
-  cuda::Carver sizing(nullptr);
-  sizing.take<double>(BH * sh.Nq);
-  sizing.take<double>(BH * sh.Nq);
-  sizing.take<int32_t>(sh.B * sh.Nk);
-  cuda::Carver carve(ws->reserve(sizing.used()));
-  double* row_attn = carve.take<double>(BH * sh.Nq);
-  double* row_jac = carve.take<double>(BH * sh.Nq);
-  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
-
-  FwdArgs a;
-  a.act = spec.act;
-  a.mask = make_mask(spec, sh, key_mask, prefix, stream);
-  a.H = sh.H;
-  a.scale = score_scale(spec, sh);
-  a.norms = norms;
-  a.Q = Q;
-  a.K = K;
-  a.V = V;
-  a.O = O;
-  a.lse = lse;
-  a.row_attn = row_attn;
-  a.row_jac = row_jac;
+  const FwdArgs a = cuda::forward_args(spec, sh, Q, K, V, key_mask, O, lse, norms, ws, stream);
   dispatch(spec.act.activation, sh.d, dtype, [&](auto a_tag, auto d_tag, auto t_tag) {
     constexpr Activation A = decltype(a_tag)::value;
     constexpr int D = decltype(d_tag)::value;
     using T = decltype(t_tag);
     const int64_t nqb = (sh.Nq + Tiles<D>::BM - 1) / Tiles<D>::BM;
-    launch(fused_forward_kernel<A, D, T>, nqb * BH, sizeof(float) * fwd_smem_floats<D>(), stream, a);
+    cuda::launch_blocks("attention (CUDA fused)", fused_forward_kernel<A, D, T>, nqb * BH, kThreads,
+                        sizeof(float) * fwd_smem_floats<D>(), stream, a);
   });
-  if (norms) cuda::launch_norm_reduce(row_attn, row_jac, BH, sh.Nq, attn_fro, jac_fro, stream);
+  if (norms) cuda::launch_norm_reduce(a.row_attn, a.row_jac, BH, sh.Nq, attn_fro, jac_fro, stream);
 }
 
 }  // namespace attnsweep

@@ -34,34 +34,14 @@ void attention_forward_cuda_mma(const AttentionSpec& spec, const AttentionShape&
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
       throw std::invalid_argument("attention (CUDA mma): Q, K, V, O must be 16-byte aligned");
   const bool norms = spec.collect_norms && attn_fro && jac_fro;
-  cuda::Carver sizing(nullptr);
-  sizing.take<double>(BH * sh.Nq);
-  sizing.take<double>(BH * sh.Nq);
-  sizing.take<int32_t>(sh.B * sh.Nk);
-  cuda::Carver carve(ws->reserve(sizing.used()));
-  double* row_attn = carve.take<double>(BH * sh.Nq);
-  double* row_jac = carve.take<double>(BH * sh.Nq);
-  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
-
-  cuda::mma::FwdArgs a;
-  a.act = spec.act;
-  a.mask = cuda::make_mask(spec, sh, key_mask, prefix, stream);
-  a.H = sh.H;
-  a.scale = cuda::score_scale(spec, sh);
-  a.Q = Q;
-  a.K = K;
-  a.V = V;
-  a.O = O;
-  a.lse = lse;
-  a.row_attn = row_attn;
-  a.row_jac = row_jac;
+  const cuda::FwdArgs a = cuda::forward_args(spec, sh, Q, K, V, key_mask, O, lse, norms, ws, stream);
   const int64_t blocks = (sh.Nq + cuda::mma::kBM - 1) / cuda::mma::kBM * BH;
   const bool bf16 = dtype == CudaDType::bf16;
   if (sh.d == 64)
     (bf16 ? cuda::mma::forward_d64_bf16 : cuda::mma::forward_d64_f16)(a, norms, blocks, stream);
   else
     (bf16 ? cuda::mma::forward_d128_bf16 : cuda::mma::forward_d128_f16)(a, norms, blocks, stream);
-  if (norms) cuda::launch_norm_reduce(row_attn, row_jac, BH, sh.Nq, attn_fro, jac_fro, stream);
+  if (norms) cuda::launch_norm_reduce(a.row_attn, a.row_jac, BH, sh.Nq, attn_fro, jac_fro, stream);
 }
 
 void attention_backward_cuda_mma(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,
@@ -79,32 +59,13 @@ void attention_backward_cuda_mma(const AttentionSpec& spec, const AttentionShape
        {Q, K, V, dO, static_cast<const void*>(dQ), static_cast<const void*>(dK), static_cast<const void*>(dV)})
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
       throw std::invalid_argument("attention backward (CUDA mma): tensors must be 16-byte aligned");
-  cuda::Carver sizing(nullptr);
-  sizing.take<float>(BH * sh.Nq);
-  sizing.take<int32_t>(sh.B * sh.Nk);
-  cuda::Carver carve(ws->reserve(sizing.used()));
-  float* dsum = carve.take<float>(BH * sh.Nq);
-  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
-
-  cuda::mma::BwdArgs a;
-  a.act = spec.act;
-  a.mask = cuda::make_mask(spec, sh, key_mask, prefix, stream);
-  a.H = sh.H;
-  a.scale = cuda::score_scale(spec, sh);
-  a.Q = Q;
-  a.K = K;
-  a.V = V;
-  a.dO = dO;
-  a.lse = softmax ? lse : nullptr;
-  a.Dsum = softmax ? dsum : nullptr;
-  a.dQ = dQ;
-  a.dK = dK;
-  a.dV = dV;
+  const cuda::BwdArgs a = cuda::backward_args(spec, sh, Q, K, V, key_mask, dO, lse, dQ, dK, dV, ws, stream);
+  const int64_t rows = BH * sh.Nq;
   if (sh.d == 64) {
-    if (softmax) cuda::mma::dsum_d64_bf16(O, dO, dsum, BH * sh.Nq, stream);
+    if (softmax) cuda::launch_dsum<64, __nv_bfloat16>(O, dO, a.Dsum, rows, stream);
     cuda::mma::backward_d64_bf16(a, BH, sh.Nq, sh.Nk, stream);
   } else {
-    if (softmax) cuda::mma::dsum_d128_bf16(O, dO, dsum, BH * sh.Nq, stream);
+    if (softmax) cuda::launch_dsum<128, __nv_bfloat16>(O, dO, a.Dsum, rows, stream);
     cuda::mma::backward_d128_bf16(a, BH, sh.Nq, sh.Nk, stream);
   }
 }

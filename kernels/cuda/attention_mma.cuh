@@ -51,19 +51,22 @@
 // making these the default of attention_forward_cuda / attention_backward_cuda (bf16).
 //
 // Resources, measured (cuobjdump -res-usage of the built library, CUDA 13.0, sm_90,
-// 2026-12-01 after the registry dispatch: every registry activation, poly at degrees
-// 1..4 and run-time; tests/sass/check_mma_sass.sh prints them per kernel): each of the 72
-// forward kernels has 0 bytes stack frame, 0 spill stores / loads, no LDL/STL,
-// HMMA.16816.F32.* 64 (d = 64) or 128 (d = 128) per key-tile iteration, LDSM (ldmatrix)
-// and LDGSTS (cp.async.cg 16 bytes). Registers per thread (bf16 and fp16 identical),
-// norms off / on:
+// 2026-12-02 after the split into forced-inline steps: every registry activation, poly
+// at degrees 1..4 and run-time; tests/sass/check_mma_sass.sh prints them per kernel):
+// each of the 72 forward kernels has 0 bytes stack frame, 0 spill stores / loads, no
+// LDL/STL, HMMA.16816.F32.* 64 (d = 64) or 128 (d = 128) per key-tile iteration, LDSM
+// (ldmatrix) and LDGSTS (cp.async.cg 16 bytes). Registers per thread (bf16 and fp16
+// identical), norms off / on:
 //                      d = 64      d = 128
-//   softmax            157 / 162   226 / 238
-//   poly degree 1..4   144-148 / 184-196   213-216 / 255
-//   poly, run-time deg 158 / 166   218 / 225
-//   relu               156 / 194   224 / 255
-//   relu2              158 / 196   228 / 255
-//   sigmoid            157 / 164   215 / 220
+//   softmax            163 / 161   232 / 238
+//   poly degree 1..4   144-151 / 182-196   215-218 / 254-255
+//   poly, run-time deg 158 / 164   215 / 222
+//   relu               156 / 182   220 / 254
+//   relu2              156 / 196   228 / 255
+//   sigmoid            156 / 160   215 / 220
+// (Before the split, 2026-12-01: within -6..+14 of these; the split made the compiler
+// predicate the key-flag tests instead of branching around them: forward 0.85-1.01x
+// the instructions, dK/dV 0.88-1.03x, dQ 0.92-0.95x, the same HMMA count.)
 // d = 128 with norms sits at the 255-register limit (no spill yet): a larger tile or one
 // more live value there will spill, and the SASS test will say so.
 // At 128 threads a block, <= 255 registers and 87.5 KB of shared memory (d = 128), two
@@ -105,20 +108,6 @@ struct Geom {
   static constexpr size_t smem_bytes(size_t elem) {
     return (size_t(kBM) * LD + 4 * size_t(kBN) * LD) * elem + 2 * size_t(kBN) * sizeof(float);
   }
-};
-
-struct FwdArgs {
-  ActivationSpec act;
-  MaskInfo mask;
-  int64_t H;
-  float scale;
-  const void* Q;
-  const void* K;
-  const void* V;
-  void* O;
-  float* lse;
-  double* row_attn;
-  double* row_jac;
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------
@@ -214,15 +203,252 @@ __device__ __forceinline__ void async_tile(T* __restrict__ dst, const T* __restr
   }
 }
 
-// ---- the kernel -------------------------------------------------------------------------
+// ---- the steps the kernels share ---------------------------------------------------------
+
+// The two query rows a thread holds in the C fragments (h = 0: groupID, h = 1: groupID + 8
+// of its warp's 16, the first at row0): their resolved phi and key limit (row_end).
+struct QuadRows {
+  PhiParams pp[2];
+  int64_t end[2];
+  __device__ __forceinline__ QuadRows(const MaskInfo& mask, const ActivationSpec& act, int64_t b, int64_t row0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int64_t n;
+      end[h] = mask.row_end(b, row0 + 8 * h, n);
+      pp[h] = resolve_phi(act, n);
+    }
+  }
+};
+
+// Which elements of key tile k0 are live for a thread's two rows. Element e of n-tile j:
+// row h = e >> 1, key column 8 j + 2 tq + (e & 1) of the tile; live iff the column is
+// below the row's limit (its key_end and Nk, relative to the tile) and the key mask
+// allows the key (flags: the tile's key flags, read only when has_mask).
+struct TileLive {
+  int lim[2];
+  const float* flags;
+  bool has_mask;
+  int tq;
+  __device__ __forceinline__ TileLive(const int64_t (&end)[2], int64_t k0, const float* flags_, bool has_mask_, int tq_)
+      : flags(flags_), has_mask(has_mask_), tq(tq_) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = end[h] - k0;
+      lim[h] = r < 0 ? 0 : (r > kBN ? kBN : static_cast<int>(r));
+    }
+  }
+  __device__ __forceinline__ bool operator()(int j, int e) const {
+    const int col = 8 * j + 2 * tq + (e & 1);
+    return col < lim[e >> 1] && (!has_mask || flags[col] != 0.0f);
+  }
+};
+
+// Key tile t (K and V rows, and with a key mask their flags) into stage t & 1.
+template <int D, class T>
+__device__ __forceinline__ void issue_kv_tile(T* Ks, T* Vs, float* flags, const T* Kg, const T* Vg,
+                                              const MaskInfo& mask, int64_t b, int t) {
+  constexpr int LD = Geom<D>::LD;
+  const int64_t k0 = int64_t(t) * kBN;
+  const int st = t & 1;
+  const int krows = tile_rows(mask.Nk, k0, kBN);
+  async_tile<D, kBN>(Ks + st * kBN * LD, Kg + k0 * D, krows);
+  async_tile<D, kBN>(Vs + st * kBN * LD, Vg + k0 * D, krows);
+  if (mask.key_mask != nullptr) load_key_flags<kBN, kThreads>(flags + st * kBN, mask, b, k0, krows);
+}
+
+// The two-stage cp.async loop over ntiles tiles: issue(t + 1) is in flight while
+// body(t, stage) computes tile t. The caller has issued and committed tile 0; one commit
+// group per iteration (empty ones too), so wait_group 1 means "tile t has landed".
+template <class Issue, class Body>
+__device__ __forceinline__ void pipelined_tiles(int ntiles, const Issue& issue, const Body& body) {
+  for (int t = 0; t < ntiles; ++t) {
+    if (t + 1 < ntiles) issue(t + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    body(t, t & 1);
+    __syncthreads();  // stage t & 1 is free for tile t + 2
+  }
+  cp_async_wait<0>();
+}
+
+// S (16 x 64 per warp, 8 n-tiles) = Q K^T with the warp's Q fragments in registers (qf,
+// one per k-step) and the key tile in shared memory (Kst, [kBN][LD]).
+template <int D, class T>
+__device__ __forceinline__ void mma_qk(float (&s)[kBN / 8][4], const uint32_t (&qf)[D / 16][4], const T* Kst,
+                                       int lane) {
+  constexpr int LD = Geom<D>::LD;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int nn = 0; nn < kBN / 16; ++nn) {
+      uint32_t kf[4];
+      ldmatrix_x4(kf, Kst + (nn * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+      mma16816<T>(s[2 * nn], qf[kk], kf[0], kf[1]);
+      mma16816<T>(s[2 * nn + 1], qf[kk], kf[2], kf[3]);
+    }
+  }
+}
+
+// out (16 x D per warp) += P (16 x 64, the accumulators of mma_qk / mma_abt, rounded to
+// T) times X (64 rows [.][LD], the reduction index first): the forward's O += P V. The
+// C fragments of n-tiles 2k, 2k+1 are the A fragment of k-step k.
+template <int D, class T>
+__device__ __forceinline__ void mma_px(float (&out)[D / 8][4], const float (&p)[kBN / 8][4], const T* x_rows,
+                                       int lane) {
+  constexpr int LD = Geom<D>::LD;
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) {
+    const uint32_t pa[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
+                            pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int dn = 0; dn < D / 16; ++dn) {
+      uint32_t xf[4];
+      ldmatrix_x4_trans(xf, x_rows + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dn * 16 + (lane >> 4) * 8);
+      mma16816<T>(out[2 * dn], pa, xf[0], xf[1]);
+      mma16816<T>(out[2 * dn + 1], pa, xf[2], xf[3]);
+    }
+  }
+}
+
+// ---- the forward kernel ------------------------------------------------------------------
+
+// The running state of a thread's two rows: softmax's maximum m (log2 units), sum l and
+// sums of p~^2 (n1) and p~^3 (n2); element-wise, ||phi||^2 (n1) and ||phi'||^2 (n2).
+// o: the O accumulators (OT n-tiles of 8 columns).
+template <int OT>
+struct FwdState {
+  float m[2], l[2], n1[2], n2[2];
+  float o[OT][4];
+  __device__ __forceinline__ FwdState() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m[h] = -INFINITY;
+      l[h] = n1[h] = n2[h] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < OT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  }
+};
+
+// Softmax on one tile: s (scores, scaled by sc = scale * log2(e) here) becomes
+// p~ = 2^(s - m_new), dead entries -inf first so they give 0; l, n1, n2 and o rescale.
+template <bool Norms, int OT>
+__device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], const TileLive& live, float sc, FwdState<OT>& f) {
+  constexpr int NT = kBN / 8;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = live(j, e) ? s[j][e] * sc : -INFINITY;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = f.m[h];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+    const float m_new = quad_max(mx);
+    // Nothing live so far in this row: m stays -inf, p = ex2(-inf - 0) = 0 and
+    // alpha = 1 (no inf - inf).
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = m_new == -INFINITY ? 1.0f : ex2(f.m[h] - m_new);
+    float ps = 0.0f, p2 = 0.0f, p3 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        const float p = ex2(s[j][e] - m_use);
+        s[j][e] = p;
+        ps += p;
+        if constexpr (Norms) {
+          p2 = fmaf(p, p, p2);
+          p3 = fmaf(p * p, p, p3);
+        }
+      }
+    f.l[h] = fmaf(f.l[h], alpha, ps);
+    if constexpr (Norms) {
+      f.n1[h] = fmaf(f.n1[h], alpha * alpha, p2);
+      f.n2[h] = fmaf(f.n2[h], alpha * alpha * alpha, p3);
+    }
+#pragma unroll
+    for (int j = 0; j < OT; ++j) {
+      f.o[j][2 * h] *= alpha;
+      f.o[j][2 * h + 1] *= alpha;
+    }
+    f.m[h] = m_new;
+  }
+}
+
+// An element-wise phi on one tile: s (scores; sc = scale) becomes phi(s * sc), 0 where
+// dead; n1, n2 gather ||phi(S)||^2 and ||phi'(S)||^2 (the Jacobian is diagonal).
+template <Activation A, int Deg, bool Norms, int OT>
+__device__ __forceinline__ void phi_tile(float (&s)[kBN / 8][4], const TileLive& live, float sc, const QuadRows& rows,
+                                         FwdState<OT>& f) {
+  auto exp_fn = [](float v) { return __expf(v); };
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int h = e >> 1;
+      const bool ok = live(j, e);
+      const float x = s[j][e] * sc;
+      const float p = ok ? phi_fixed<A, Deg>(rows.pp[h], x, exp_fn) : 0.0f;
+      if constexpr (Norms) {
+        const float gd = ok ? dphi_fixed<A, Deg>(rows.pp[h], x, exp_fn) : 0.0f;
+        f.n1[h] = fmaf(p, p, f.n1[h]);
+        f.n2[h] = fmaf(gd, gd, f.n2[h]);
+      }
+      s[j][e] = p;
+    }
+}
+
+// The epilogue: quad reductions (outside any row-dependent branch), O, lse, row norms.
+template <Activation A, int D, class T, bool Norms>
+__device__ __forceinline__ void forward_store(const FwdArgs& a, const QueryBlock<kBM>& blk, int warp, int lane,
+                                              const FwdState<D / 8>& f) {
+  const int g = lane >> 2, tq = lane & 3;
+  const int64_t Nq = a.mask.Nq;
+  T* Og = static_cast<T*>(a.O) + (blk.bh * Nq + blk.q0) * D;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = warp * 16 + g + 8 * h;
+    float inv = 1.0f;
+    double attn = 0.0, jac = 0.0;
+    if constexpr (A == Activation::softmax) {
+      const float z = quad_sum(f.l[h]);
+      inv = z > 0.0f ? 1.0f / z : 0.0f;
+      if constexpr (Norms) {
+        const float a2 = quad_sum(f.n1[h]), a3 = quad_sum(f.n2[h]);
+        if (z > 0.0f) {
+          const RowNormSq rn = softmax_row_norms_from_sums(z, a2, a3);
+          attn = rn.attn;
+          jac = rn.jac;
+        }
+      }
+      if (a.lse && row < blk.rows && tq == 0)
+        a.lse[blk.bh * Nq + blk.q0 + row] = z > 0.0f ? f.m[h] * 0.6931471805599453f + logf(z) : -INFINITY;
+    } else if constexpr (Norms) {
+      attn = quad_sum(f.n1[h]);
+      jac = quad_sum(f.n2[h]);
+    }
+    if (row < blk.rows) {
+      T* orow = Og + static_cast<int64_t>(row) * D + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)
+        *reinterpret_cast<uint32_t*>(orow + 8 * j) = pack2<T>(f.o[j][2 * h] * inv, f.o[j][2 * h + 1] * inv);
+      if constexpr (Norms) {
+        if (tq == 0) {
+          a.row_attn[blk.bh * Nq + blk.q0 + row] = attn;
+          a.row_jac[blk.bh * Nq + blk.q0 + row] = jac;
+        }
+      }
+    }
+  }
+}
 
 template <Activation A, int Deg, int D, class T, bool Norms>
 __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_forward_kernel(FwdArgs a) {
   constexpr int LD = Geom<D>::LD;
-  constexpr int NT = kBN / 8;  // n-tiles of S per warp
-  constexpr int KQ = D / 16;   // k-steps of Q K^T
-  constexpr int OT = D / 8;    // n-tiles of O per warp
-  constexpr bool kSoftmax = A == Activation::softmax;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);
   T* Ks = Qs + kBM * LD;                                     // [2][kBN][LD]
@@ -230,240 +456,47 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_forwar
   float* kok = reinterpret_cast<float*>(Vs + 2 * kBN * LD);  // [2][kBN]
 
   const MaskInfo& mask = a.mask;
-  const int64_t Nq = mask.Nq, Nk = mask.Nk;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane >> 2, tq = lane & 3;  // groupID, thread in group
-  const int64_t nqb = (Nq + kBM - 1) / kBM;
-  const int64_t qb = blockIdx.x % nqb, bh = blockIdx.x / nqb, b = bh / a.H;
-  const int64_t q0 = qb * kBM;
-  const int qrows = static_cast<int>(Nq - q0 < kBM ? Nq - q0 : kBM);
-  const T* Qg = static_cast<const T*>(a.Q) + (bh * Nq + q0) * D;
-  const T* Kg = static_cast<const T*>(a.K) + bh * Nk * D;
-  const T* Vg = static_cast<const T*>(a.V) + bh * Nk * D;
-  const bool has_mask = mask.key_mask != nullptr;
+  const QueryBlock<kBM> blk(mask, a.H);
+  const T* Kg = static_cast<const T*>(a.K) + blk.bh * mask.Nk * D;
+  const T* Vg = static_cast<const T*>(a.V) + blk.bh * mask.Nk * D;
+  const int ntiles = static_cast<int>((blk.kend + kBN - 1) / kBN);
+  auto issue = [&](int t) { issue_kv_tile<D>(Ks, Vs, kok, Kg, Vg, mask, blk.b, t); };
 
-  // Keys beyond the last row's causal limit contribute nothing.
-  int64_t kend = Nk;
-  if (mask.causal) {
-    const int64_t e = mask.key_end(q0 + qrows - 1);
-    kend = e < 0 ? 0 : e;
-  }
-  const int ntiles = static_cast<int>((kend + kBN - 1) / kBN);
-
-  auto issue_tile = [&](int t) {
-    const int64_t k0 = int64_t(t) * kBN;
-    const int st = t & 1;
-    const int krows = static_cast<int>(Nk - k0 < kBN ? Nk - k0 : kBN);
-    async_tile<D, kBN>(Ks + st * kBN * LD, Kg + k0 * D, krows);
-    async_tile<D, kBN>(Vs + st * kBN * LD, Vg + k0 * D, krows);
-    if (has_mask)
-      for (int j = threadIdx.x; j < kBN; j += kThreads)
-        kok[st * kBN + j] = (j < krows && mask.key_allowed(b, k0 + j)) ? 1.0f : 0.0f;
-  };
-
-  async_tile<D, kBM>(Qs, Qg, qrows);
+  async_tile<D, kBM>(Qs, static_cast<const T*>(a.Q) + (blk.bh * mask.Nq + blk.q0) * D, blk.rows);
   cp_async_commit();  // group: Q
-  if (ntiles > 0) issue_tile(0);
+  if (ntiles > 0) issue(0);
   cp_async_commit();  // group: tile 0
 
-  // This thread's two rows: h = 0 -> groupID, h = 1 -> groupID + 8 of the warp's 16.
-  PhiParams pp[2];
-  int64_t end[2];
-  float m[2], l[2], n1[2], n2[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t i = q0 + warp * 16 + g + 8 * h;
-    int64_t n = 0;
-    end[h] = 0;
-    if (i < Nq) {
-      n = mask.n_attended(b, i);
-      end[h] = n > 0 ? mask.key_end(i) : 0;
-    }
-    pp[h] = resolve_phi(a.act, n);
-    m[h] = -INFINITY;
-    l[h] = n1[h] = n2[h] = 0.0f;
-  }
-  float o[OT][4];
-#pragma unroll
-  for (int j = 0; j < OT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-
+  const QuadRows rows(mask, a.act, blk.b, blk.q0 + warp * 16 + (lane >> 2));
+  FwdState<D / 8> f;
   cp_async_wait<1>();  // Q has landed (tile 0 may still be in flight)
   __syncthreads();
-  uint32_t qf[KQ][4];
+  uint32_t qf[D / 16][4];
 #pragma unroll
-  for (int kk = 0; kk < KQ; ++kk)
+  for (int kk = 0; kk < D / 16; ++kk)
     ldmatrix_x4(qf[kk], Qs + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk * 16 + (lane >> 4) * 8);
 
-  const float kLog2e = 1.4426950408889634f;
-  const float sc = kSoftmax ? a.scale * kLog2e : a.scale;
-  auto exp_fn = [](float v) { return __expf(v); };
-
-  for (int t = 0; t < ntiles; ++t) {
-    if (t + 1 < ntiles) issue_tile(t + 1);
-    cp_async_commit();   // possibly empty: keeps one group per iteration
-    cp_async_wait<1>();  // tile t has landed
-    __syncthreads();
-    const int st = t & 1;
-    const T* Kst = Ks + st * kBN * LD;
-    const T* Vst = Vs + st * kBN * LD;
-    const float* kst = kok + st * kBN;
-    const int64_t k0 = int64_t(t) * kBN;
-
-    // S = Q K^T (16 x 64 per warp).
-    float s[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < KQ; ++kk) {
-#pragma unroll
-      for (int nn = 0; nn < NT / 2; ++nn) {
-        uint32_t kf[4];
-        ldmatrix_x4(kf, Kst + (nn * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma16816<T>(s[2 * nn], qf[kk], kf[0], kf[1]);
-        mma16816<T>(s[2 * nn + 1], qf[kk], kf[2], kf[3]);
-      }
-    }
-
-    // phi, masks, row statistics. Element e of n-tile j: row h = e >> 1, key column
-    // 8 j + 2 tq + (e & 1); live iff column < lim[h] (the row's key_end and Nk, relative
-    // to this tile) and the key mask allows it.
-    int lim[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t r = end[h] - k0;
-      lim[h] = r < 0 ? 0 : (r > kBN ? kBN : static_cast<int>(r));
-    }
-    auto live = [&](int j, int e) {
-      const int col = 8 * j + 2 * tq + (e & 1);
-      return col < lim[e >> 1] && (!has_mask || kst[col] != 0.0f);
-    };
-    if constexpr (kSoftmax) {
-      // Dead entries become -inf, so ex2 gives them 0.
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = live(j, e) ? s[j][e] * sc : -INFINITY;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = m[h];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-        const float m_new = quad_max(mx);
-        // Nothing live so far in this row: m stays -inf, p = ex2(-inf - 0) = 0 and
-        // alpha = 1 (no inf - inf).
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        const float alpha = m_new == -INFINITY ? 1.0f : ex2(m[h] - m_new);
-        float ps = 0.0f, p2 = 0.0f, p3 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            const float p = ex2(s[j][e] - m_use);
-            s[j][e] = p;
-            ps += p;
-            if constexpr (Norms) {
-              p2 = fmaf(p, p, p2);
-              p3 = fmaf(p * p, p, p3);
-            }
-          }
-        l[h] = fmaf(l[h], alpha, ps);
-        if constexpr (Norms) {
-          n1[h] = fmaf(n1[h], alpha * alpha, p2);
-          n2[h] = fmaf(n2[h], alpha * alpha * alpha, p3);
-        }
-#pragma unroll
-        for (int j = 0; j < OT; ++j) {
-          o[j][2 * h] *= alpha;
-          o[j][2 * h + 1] *= alpha;
-        }
-        m[h] = m_new;
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const bool ok = live(j, e);
-          const float x = s[j][e] * sc;
-          const float p = ok ? phi_fixed<A, Deg>(pp[h], x, exp_fn) : 0.0f;
-          if constexpr (Norms) {
-            const float gd = ok ? dphi_fixed<A, Deg>(pp[h], x, exp_fn) : 0.0f;
-            n1[h] = fmaf(p, p, n1[h]);    // ||phi(S)||^2
-            n2[h] = fmaf(gd, gd, n2[h]);  // ||phi'(S)||^2: the Jacobian is diagonal
-          }
-          s[j][e] = p;
-        }
-    }
-
-    // O += P V: the C fragments of n-tiles 2k, 2k+1 are the A fragment of k-step k.
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t vf[4];
-        ldmatrix_x4_trans(vf, Vst + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dn * 16 + (lane >> 4) * 8);
-        mma16816<T>(o[2 * dn], pa, vf[0], vf[1]);
-        mma16816<T>(o[2 * dn + 1], pa, vf[2], vf[3]);
-      }
-    }
-    __syncthreads();  // stage st is free for tile t + 2
-  }
-  cp_async_wait<0>();
-
-  // Epilogue: quad reductions (outside any row-dependent branch), O, lse, row norms.
-  T* Og = static_cast<T*>(a.O) + (bh * Nq + q0) * D;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = warp * 16 + g + 8 * h;
-    float inv = 1.0f;
-    double attn = 0.0, jac = 0.0;
-    if constexpr (kSoftmax) {
-      const float z = quad_sum(l[h]);
-      inv = z > 0.0f ? 1.0f / z : 0.0f;
-      if constexpr (Norms) {
-        const float a2 = quad_sum(n1[h]), a3 = quad_sum(n2[h]);
-        if (z > 0.0f) {
-          const RowNormSq rn = softmax_row_norms_from_sums(z, a2, a3);
-          attn = rn.attn;
-          jac = rn.jac;
-        }
-      }
-      if (a.lse && row < qrows && tq == 0)
-        a.lse[bh * Nq + q0 + row] = z > 0.0f ? m[h] * 0.6931471805599453f + logf(z) : -INFINITY;
-    } else if constexpr (Norms) {
-      attn = quad_sum(n1[h]);
-      jac = quad_sum(n2[h]);
-    }
-    if (row < qrows) {
-      T* orow = Og + static_cast<int64_t>(row) * D + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < OT; ++j)
-        *reinterpret_cast<uint32_t*>(orow + 8 * j) = pack2<T>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-      if constexpr (Norms) {
-        if (tq == 0) {
-          a.row_attn[bh * Nq + q0 + row] = attn;
-          a.row_jac[bh * Nq + q0 + row] = jac;
-        }
-      }
-    }
-  }
+  const float sc = A == Activation::softmax ? a.scale * 1.4426950408889634f : a.scale;
+  pipelined_tiles(ntiles, issue, [&](int t, int st) {
+    float s[kBN / 8][4];
+    mma_qk<D, T>(s, qf, Ks + st * kBN * LD, lane);  // S = Q K^T (16 x 64 per warp)
+    const TileLive live(rows.end, int64_t(t) * kBN, kok + st * kBN, mask.key_mask != nullptr, lane & 3);
+    if constexpr (A == Activation::softmax)
+      softmax_tile<Norms>(s, live, sc, f);
+    else
+      phi_tile<A, Deg, Norms>(s, live, sc, rows, f);
+    mma_px<D, T>(f.o, s, Vs + st * kBN * LD, lane);  // O += P V
+  });
+  forward_store<A, D, T, Norms>(a, blk, warp, lane, f);
 }
 
 // ---- host side ------------------------------------------------------------------------
 
 template <Activation A, int Deg, int D, class T, bool Norms>
 void launch_forward(const FwdArgs& args, int64_t blocks, cudaStream_t stream) {
-  if (blocks <= 0) return;
-  if (blocks > (int64_t{1} << 31) - 1) throw std::invalid_argument("attention (CUDA mma): grid too large");
-  const size_t smem = Geom<D>::smem_bytes(sizeof(T));
-  auto kernel = mma_forward_kernel<A, Deg, D, T, Norms>;
-  ATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(args);
-  ATTN_CUDA_CHECK_LAUNCH();
+  launch_blocks("attention (CUDA mma)", mma_forward_kernel<A, Deg, D, T, Norms>, blocks, kThreads,
+                Geom<D>::smem_bytes(sizeof(T)), stream, args);
 }
 
 // Every variant of one (D, T): each activation of the registry (kernels/activation.h;

@@ -4,7 +4,7 @@
 //
 // STATUS: COMPILED ONLY, NEVER RUN ON A GPU (as attention_mma.cuh). Reached only through
 // attention_backward_cuda_mma (attention_cuda.h), not from attention_backward_cuda.
-// About 500 lines: dK/dV and dQ share the fragment layouts and the recomputation of S.
+// One header: dK/dV and dQ share the fragment layouts and the recomputation of S.
 //
 // The math of fused_dkdv_kernel / fused_dq_kernel (attention_fused.cuh), per element
 // (i query, j key), s = (q_i . k_j) * scale, live(i, j) as in the forward:
@@ -26,13 +26,13 @@
 //
 // Resources (ptxas / cuobjdump -res-usage, CUDA 13.0, sm_90; tests/sass/check_mma_sass.sh):
 // all 36 kernels (every registry activation; poly at degrees 1..4 and run-time) 0 stack,
-// 0 spills, no LDL/STL (2026-12-01). Registers:
+// 0 spills, no LDL/STL (2026-12-02, after the split into forced-inline steps). Registers:
 //                 dkdv d=64   dq d=64   dkdv d=128  dq d=128
-//   softmax       197         185       253         233
-//   poly 1..4     193-195     151-183   250-252     199-231
-//   poly run-time 205         183       255         231
-//   relu, relu2   193-195     183       247         231
-//   sigmoid       194         182       247         230
+//   softmax       197         185       252         233
+//   poly 1..4     193-195     151-183   250-254     199-231
+//   poly run-time 195         183       255         231
+//   relu, relu2   193-195     183       248-251     231
+//   sigmoid       194         182       253         230
 // (poly degree 1: phi' = c does not depend on S, so the dQ kernel drops S = Q K^T.) The
 // d = 128 dK/dV kernel sits at the 255 cap: full unrolling of the Q K^T k-loop spilled
 // 32-56 bytes (unrolled by 2 now), and sigmoid spilled 24 bytes until phi' reused y.
@@ -42,22 +42,6 @@
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace attnsweep::cuda::mma {
-
-struct BwdArgs {
-  ActivationSpec act;
-  MaskInfo mask;
-  int64_t H;
-  float scale;
-  const void* Q;
-  const void* K;
-  const void* V;
-  const void* dO;
-  const float* lse;   // softmax only
-  const float* Dsum;  // softmax only
-  void* dQ;
-  void* dK;
-  void* dV;
-};
 
 template <int D>
 constexpr size_t bwd_smem_bytes() {
@@ -86,27 +70,8 @@ __device__ __forceinline__ void mma_abt(float (&acc)[kBN / 8][4], const T* a_row
   }
 }
 
-// out (16 x D per warp) += P (16 x 64, the accumulators of mma_abt, rounded to T) times
-// X (64 rows [.][LD], the reduction index first): the forward's O += P V.
-template <int D, class T>
-__device__ __forceinline__ void mma_px(float (&out)[D / 8][4], const float (&p)[kBN / 8][4], const T* x_rows,
-                                       int lane) {
-  constexpr int LD = Geom<D>::LD;
-#pragma unroll
-  for (int kk = 0; kk < kBN / 16; ++kk) {
-    const uint32_t pa[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
-                            pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-#pragma unroll
-    for (int dn = 0; dn < D / 16; ++dn) {
-      uint32_t xf[4];
-      ldmatrix_x4_trans(xf, x_rows + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dn * 16 + (lane >> 4) * 8);
-      mma16816<T>(out[2 * dn], pa, xf[0], xf[1]);
-      mma16816<T>(out[2 * dn + 1], pa, xf[2], xf[3]);
-    }
-  }
-}
-
-// The same with A already packed (pa[k][4]: the A fragments of the 4 k-steps).
+// mma_px (attention_mma.cuh) with A already packed (pa[k][4]: the A fragments of the 4
+// k-steps).
 template <int D, class T>
 __device__ __forceinline__ void mma_px_packed(float (&out)[D / 8][4], const uint32_t (&pa)[kBN / 16][4],
                                               const T* x_rows, int lane) {
@@ -147,7 +112,8 @@ __device__ __forceinline__ float unpack_a(const uint32_t (&pa)[kBN / 16][4], int
 }
 
 // p and g of one element from the raw dot product s (q.k unscaled): softmax g = p,
-// element-wise g = phi'(s); dead: both 0.
+// element-wise g = phi'(s) (from phi's value where the activation offers it); dead:
+// both 0.
 template <Activation A, int Deg>
 __device__ __forceinline__ void p_g(float& s, float& g, bool live, float scale, float lse2, float c, float bias,
                                     int32_t degree) {
@@ -161,16 +127,11 @@ __device__ __forceinline__ void p_g(float& s, float& g, bool live, float scale, 
     pp.degree = degree;
     pp.c = c;
     pp.bias = bias;
-    auto exp_fn = [](float v) { return __expf(v); };
-    const float x = s * scale;
-    if constexpr (A == Activation::sigmoid) {  // phi' = y (1 - y) of the same y (dphi_fixed's formula)
-      const float y = live ? phi_fixed<A, Deg>(pp, x, exp_fn) : 0.0f;
-      s = y;
-      g = y * (1.0f - y);
-    } else {
-      s = live ? phi_fixed<A, Deg>(pp, x, exp_fn) : 0.0f;
-      g = live ? dphi_fixed<A, Deg>(pp, x, exp_fn) : 0.0f;
-    }
+    float y, dy;
+    phi_dphi_fixed<A, Deg>(
+        pp, s * scale, [](float v) { return __expf(v); }, y, dy);
+    s = live ? y : 0.0f;
+    g = live ? dy : 0.0f;
   }
 }
 
@@ -195,76 +156,132 @@ __device__ __forceinline__ void p_ds(float& s, float& dp, bool live, float scale
   }
 }
 
+// ---- dK, dV ------------------------------------------------------------------------------
+
+// Per query row of a streamed tile, in shared memory ([2 stages][kBM] each): its key
+// limit (row_end, int bits in a float), lse * log2(e) and D (softmax), c and bias.
+struct QueryStats {
+  float* end;
+  float* lse;
+  float* dsum;
+  float* c;
+  float* bias;
+  __device__ __forceinline__ explicit QueryStats(float* base)
+      : end(base), lse(base + 2 * kBM), dsum(base + 4 * kBM), c(base + 6 * kBM), bias(base + 8 * kBM) {}
+
+  // Query tile starting at q0 into stage st.
+  template <bool Softmax>
+  __device__ __forceinline__ void load(const BwdArgs& a, int64_t bh, int64_t b, int64_t q0, int st) const {
+    const MaskInfo& mask = a.mask;
+    for (int r = threadIdx.x; r < kBM; r += kThreads) {
+      const int64_t i = q0 + r;
+      int64_t n;
+      const int64_t e = mask.row_end(b, i, n);
+      const PhiParams pp = resolve_phi(a.act, n);
+      end[st * kBM + r] = __int_as_float(static_cast<int>(e));
+      lse[st * kBM + r] = Softmax && i < mask.Nq ? a.lse[bh * mask.Nq + i] * 1.4426950408889634f : 0.0f;
+      dsum[st * kBM + r] = Softmax && i < mask.Nq ? a.Dsum[bh * mask.Nq + i] : 0.0f;
+      c[st * kBM + r] = pp.c;
+      bias[st * kBM + r] = pp.bias;
+    }
+  }
+};
+
+// The keys of a thread's two rows of S^T (h = 0: groupID, h = 1: groupID + 8 of its
+// warp's 16): their index and whether they exist and the key mask allows them.
+struct QuadKeys {
+  bool ok[2];
+  int abs[2];
+  __device__ __forceinline__ QuadKeys(const MaskInfo& mask, const KeyBlock<kBN, kBM>& blk, int warp, int g) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int key = warp * 16 + g + 8 * h;
+      abs[h] = static_cast<int>(blk.k0 + key);
+      ok[h] = key < blk.rows && mask.key_allowed(blk.b, blk.k0 + key);
+    }
+  }
+};
+
+// First half of a query tile (stage st): S^T = K Q^T, then P^T and G^T (softmax: G = P;
+// element-wise: G = phi'(S)) packed to T in pP and pG.
+template <Activation A, int Deg, int D, class T>
+__device__ __forceinline__ void dkdv_p_g(uint32_t (&pP)[kBN / 16][4], uint32_t (&pG)[kBN / 16][4], const BwdArgs& a,
+                                         const T* Kw, const T* Qst, const QueryStats& qs, const QuadKeys& keys, int st,
+                                         int lane) {
+  constexpr int NT = kBN / 8;
+  const int tq = lane & 3;
+  float sT[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) sT[j][0] = sT[j][1] = sT[j][2] = sT[j][3] = 0.0f;
+  mma_abt<D, T>(sT, Kw, Qst, lane);  // S^T = K Q^T
+  float gT[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = st * kBM + 8 * j + 2 * tq + (e & 1);  // this element's query
+      const int h = e >> 1;
+      const bool live = keys.ok[h] && keys.abs[h] < __float_as_int(qs.end[col]);
+      p_g<A, Deg>(sT[j][e], gT[j][e], live, a.scale, qs.lse[col], qs.c[col], qs.bias[col], a.act.degree);
+    }
+  pack_a<T>(pP, sT);
+  pack_a<T>(pG, gT);
+}
+
+// Second half: dP^T = V dO^T, dS^T = G^T (dP^T - D) (softmax) or G^T dP^T, packed to T
+// in pS.
+template <Activation A, int D, class T>
+__device__ __forceinline__ void dkdv_ds(uint32_t (&pS)[kBN / 16][4], const uint32_t (&pG)[kBN / 16][4], const T* Vw,
+                                        const T* dOst, const QueryStats& qs, int st, int lane) {
+  constexpr int NT = kBN / 8;
+  const int tq = lane & 3;
+  float dpT[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) dpT[j][0] = dpT[j][1] = dpT[j][2] = dpT[j][3] = 0.0f;
+  mma_abt<D, T>(dpT, Vw, dOst, lane);  // dP^T = V dO^T
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = st * kBM + 8 * j + 2 * tq + (e & 1);
+      const float gv = unpack_a<T>(pG, j, e);
+      dpT[j][e] = A == Activation::softmax ? gv * (dpT[j][e] - qs.dsum[col]) : gv * dpT[j][e];
+    }
+  pack_a<T>(pS, dpT);
+}
+
 template <Activation A, int Deg, int D, class T>
 __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dkdv_kernel(BwdArgs a) {
   constexpr int LD = Geom<D>::LD;
-  constexpr int NT = kBN / 8, OT = D / 8;
+  constexpr int OT = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* Ks = reinterpret_cast<T*>(smem_raw);
   T* Vs = Ks + kBN * LD;
-  T* Qs = Vs + kBN * LD;                                         // [2][kBM][LD]
-  T* dOs = Qs + 2 * kBM * LD;                                    // [2][kBM][LD]
-  float* st_end = reinterpret_cast<float*>(dOs + 2 * kBM * LD);  // [2][kBM] key_end as float bits (int)
-  float* st_lse = st_end + 2 * kBM;                              // lse * log2(e)
-  float* st_dsum = st_lse + 2 * kBM;
-  float* st_c = st_dsum + 2 * kBM;
-  float* st_bias = st_c + 2 * kBM;
+  T* Qs = Vs + kBN * LD;                                              // [2][kBM][LD]
+  T* dOs = Qs + 2 * kBM * LD;                                         // [2][kBM][LD]
+  const QueryStats qs(reinterpret_cast<float*>(dOs + 2 * kBM * LD));  // [5][2][kBM]
 
   const MaskInfo& mask = a.mask;
   const int64_t Nq = mask.Nq, Nk = mask.Nk;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane >> 2, tq = lane & 3;
-  const int64_t nkb = (Nk + kBN - 1) / kBN;
-  const int64_t kb = blockIdx.x % nkb, bh = blockIdx.x / nkb, b = bh / a.H;
-  const int64_t k0 = kb * kBN;
-  const int krows = static_cast<int>(Nk - k0 < kBN ? Nk - k0 : kBN);
-  const T* Qg = static_cast<const T*>(a.Q) + bh * Nq * D;
-  const T* dOg = static_cast<const T*>(a.dO) + bh * Nq * D;
-  const bool softmax = A == Activation::softmax;
+  const KeyBlock<kBN, kBM> blk(mask, a.H);
+  const T* Qg = static_cast<const T*>(a.Q) + blk.bh * Nq * D;
+  const T* dOg = static_cast<const T*>(a.dO) + blk.bh * Nq * D;
 
-  async_tile<D, kBN>(Ks, static_cast<const T*>(a.K) + (bh * Nk + k0) * D, krows);
-  async_tile<D, kBN>(Vs, static_cast<const T*>(a.V) + (bh * Nk + k0) * D, krows);
+  async_tile<D, kBN>(Ks, static_cast<const T*>(a.K) + (blk.bh * Nk + blk.k0) * D, blk.rows);
+  async_tile<D, kBN>(Vs, static_cast<const T*>(a.V) + (blk.bh * Nk + blk.k0) * D, blk.rows);
   cp_async_commit();
+  const QuadKeys keys(mask, blk, warp, lane >> 2);
 
-  // This thread's two keys (rows of S^T): exist and allowed by the key mask.
-  bool kok[2];
-  int kabs[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int key = warp * 16 + g + 8 * h;
-    kabs[h] = static_cast<int>(k0 + key);
-    kok[h] = key < krows && mask.key_allowed(b, k0 + key);
-  }
-
-  int64_t qstart = 0;
-  if (mask.causal) {
-    const int64_t first = k0 - (Nk - Nq);
-    qstart = first > 0 ? first / kBM * kBM : 0;
-  }
-  const int ntiles = qstart < Nq ? static_cast<int>((Nq - qstart + kBM - 1) / kBM) : 0;
-
-  auto issue_tile = [&](int t) {
-    const int64_t q0 = qstart + int64_t(t) * kBM;
-    const int st = t & 1;
-    const int qrows = static_cast<int>(Nq - q0 < kBM ? Nq - q0 : kBM);
+  const int ntiles = blk.qstart < Nq ? static_cast<int>((Nq - blk.qstart + kBM - 1) / kBM) : 0;
+  auto issue = [&](int t) {
+    const int64_t q0 = blk.qstart + int64_t(t) * kBM;
+    const int st = t & 1, qrows = tile_rows(Nq, q0, kBM);
     async_tile<D, kBM>(Qs + st * kBM * LD, Qg + q0 * D, qrows);
     async_tile<D, kBM>(dOs + st * kBM * LD, dOg + q0 * D, qrows);
-    for (int r = threadIdx.x; r < kBM; r += kThreads) {
-      const int64_t i = q0 + r;
-      int64_t n = 0, e = 0;
-      if (i < Nq) {
-        n = mask.n_attended(b, i);
-        e = n > 0 ? mask.key_end(i) : 0;
-      }
-      const PhiParams pp = resolve_phi(a.act, n);
-      st_end[st * kBM + r] = __int_as_float(static_cast<int>(e));
-      st_lse[st * kBM + r] = softmax && i < Nq ? a.lse[bh * Nq + i] * 1.4426950408889634f : 0.0f;
-      st_dsum[st * kBM + r] = softmax && i < Nq ? a.Dsum[bh * Nq + i] : 0.0f;
-      st_c[st * kBM + r] = pp.c;
-      st_bias[st * kBM + r] = pp.bias;
-    }
+    qs.load<A == Activation::softmax>(a, blk.bh, blk.b, q0, st);
   };
-  if (ntiles > 0) issue_tile(0);
+  if (ntiles > 0) issue(0);
   cp_async_commit();
 
   float dK[OT][4], dV[OT][4];
@@ -273,64 +290,25 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dkdv_k
 #pragma unroll
     for (int e = 0; e < 4; ++e) dK[j][e] = dV[j][e] = 0.0f;
 
-  for (int t = 0; t < ntiles; ++t) {
-    if (t + 1 < ntiles) issue_tile(t + 1);
-    cp_async_commit();
-    cp_async_wait<1>();  // K, V and tile t have landed
-    __syncthreads();
-    const int st = t & 1;
+  // Each tile in two halves, to keep the live registers near dK + dV + 48. G is rounded
+  // to T before dS: a relative 2^-9 (bf16), as dS's own rounding for the mma.
+  pipelined_tiles(ntiles, issue, [&](int, int st) {
     const T* Qst = Qs + st * kBM * LD;
     const T* dOst = dOs + st * kBM * LD;
-    // In two halves, to keep the live registers near dK + dV + 48: (1) S^T, then P^T and
-    // G^T (softmax: G = P; element-wise: G = phi'(S)) packed to T, dV += P^T dO;
-    // (2) dP^T, dS^T = G^T (dP^T - D) (softmax) or G^T dP^T, packed, dK += dS^T Q.
-    // G rounded to T before dS: a relative 2^-9 (bf16), as dS's own rounding for the mma.
     uint32_t pP[kBN / 16][4], pG[kBN / 16][4];
-    {
-      float sT[NT][4];
-#pragma unroll
-      for (int j = 0; j < NT; ++j) sT[j][0] = sT[j][1] = sT[j][2] = sT[j][3] = 0.0f;
-      mma_abt<D, T>(sT, Ks + warp * 16 * LD, Qst, lane);  // S^T = K Q^T
-      float gT[NT][4];
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = st * kBM + 8 * j + 2 * tq + (e & 1);  // this element's query
-          const int h = e >> 1;
-          const bool live = kok[h] && kabs[h] < __float_as_int(st_end[col]);
-          p_g<A, Deg>(sT[j][e], gT[j][e], live, a.scale, st_lse[col], st_c[col], st_bias[col], a.act.degree);
-        }
-      pack_a<T>(pP, sT);
-      pack_a<T>(pG, gT);
-    }
+    dkdv_p_g<A, Deg, D, T>(pP, pG, a, Ks + warp * 16 * LD, Qst, qs, keys, st, lane);
     mma_px_packed<D, T>(dV, pP, dOst, lane);  // dV += P^T dO
-    {
-      float dpT[NT][4];
-#pragma unroll
-      for (int j = 0; j < NT; ++j) dpT[j][0] = dpT[j][1] = dpT[j][2] = dpT[j][3] = 0.0f;
-      mma_abt<D, T>(dpT, Vs + warp * 16 * LD, dOst, lane);  // dP^T = V dO^T
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = st * kBM + 8 * j + 2 * tq + (e & 1);
-          const float gv = unpack_a<T>(pG, j, e);
-          dpT[j][e] = softmax ? gv * (dpT[j][e] - st_dsum[col]) : gv * dpT[j][e];
-        }
-      pack_a<T>(pP, dpT);  // pP now holds dS^T
-    }
-    mma_px_packed<D, T>(dK, pP, Qst, lane);  // dK += dS^T Q
-    __syncthreads();
-  }
-  cp_async_wait<0>();
+    dkdv_ds<A, D, T>(pP, pG, Vs + warp * 16 * LD, dOst, qs, st, lane);
+    mma_px_packed<D, T>(dK, pP, Qst, lane);  // dK += dS^T Q (pP now holds dS^T)
+  });
 
-  T* dKg = static_cast<T*>(a.dK) + (bh * Nk + k0) * D;
-  T* dVg = static_cast<T*>(a.dV) + (bh * Nk + k0) * D;
+  T* dKg = static_cast<T*>(a.dK) + (blk.bh * Nk + blk.k0) * D;
+  T* dVg = static_cast<T*>(a.dV) + (blk.bh * Nk + blk.k0) * D;
+  const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int key = warp * 16 + g + 8 * h;
-    if (key >= krows) continue;
+    if (key >= blk.rows) continue;
 #pragma unroll
     for (int j = 0; j < OT; ++j) {
       const int64_t off = static_cast<int64_t>(key) * D + 8 * j + 2 * tq;
@@ -339,6 +317,8 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dkdv_k
     }
   }
 }
+
+// ---- dQ ----------------------------------------------------------------------------------
 
 template <Activation A, int Deg, int D, class T>
 __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dq_kernel(BwdArgs a) {
@@ -354,101 +334,58 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dq_ker
   const MaskInfo& mask = a.mask;
   const int64_t Nq = mask.Nq, Nk = mask.Nk;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane >> 2, tq = lane & 3;
-  const int64_t nqb = (Nq + kBM - 1) / kBM;
-  const int64_t qb = blockIdx.x % nqb, bh = blockIdx.x / nqb, b = bh / a.H;
-  const int64_t q0 = qb * kBM;
-  const int qrows = static_cast<int>(Nq - q0 < kBM ? Nq - q0 : kBM);
-  const T* Kg = static_cast<const T*>(a.K) + bh * Nk * D;
-  const T* Vg = static_cast<const T*>(a.V) + bh * Nk * D;
-  const bool has_mask = mask.key_mask != nullptr;
+  const QueryBlock<kBM> blk(mask, a.H);
+  const T* Kg = static_cast<const T*>(a.K) + blk.bh * Nk * D;
+  const T* Vg = static_cast<const T*>(a.V) + blk.bh * Nk * D;
   constexpr bool kSoftmax = A == Activation::softmax;
 
-  async_tile<D, kBM>(Qs, static_cast<const T*>(a.Q) + (bh * Nq + q0) * D, qrows);
-  async_tile<D, kBM>(dOs, static_cast<const T*>(a.dO) + (bh * Nq + q0) * D, qrows);
+  async_tile<D, kBM>(Qs, static_cast<const T*>(a.Q) + (blk.bh * Nq + blk.q0) * D, blk.rows);
+  async_tile<D, kBM>(dOs, static_cast<const T*>(a.dO) + (blk.bh * Nq + blk.q0) * D, blk.rows);
+  cp_async_commit();
+  const int ntiles = static_cast<int>((blk.kend + kBN - 1) / kBN);
+  auto issue = [&](int t) { issue_kv_tile<D>(Ks, Vs, kokf, Kg, Vg, mask, blk.b, t); };
+  if (ntiles > 0) issue(0);
   cp_async_commit();
 
-  int64_t kend = Nk;
-  if (mask.causal) {
-    const int64_t e = mask.key_end(q0 + qrows - 1);
-    kend = e < 0 ? 0 : e;
-  }
-  const int ntiles = static_cast<int>((kend + kBN - 1) / kBN);
-  auto issue_tile = [&](int t) {
-    const int64_t k0 = int64_t(t) * kBN;
-    const int st = t & 1;
-    const int krows = static_cast<int>(Nk - k0 < kBN ? Nk - k0 : kBN);
-    async_tile<D, kBN>(Ks + st * kBN * LD, Kg + k0 * D, krows);
-    async_tile<D, kBN>(Vs + st * kBN * LD, Vg + k0 * D, krows);
-    if (has_mask)
-      for (int j = threadIdx.x; j < kBN; j += kThreads)
-        kokf[st * kBN + j] = (j < krows && mask.key_allowed(b, k0 + j)) ? 1.0f : 0.0f;
-  };
-  if (ntiles > 0) issue_tile(0);
-  cp_async_commit();
-
-  PhiParams pp[2];
-  int64_t end[2];
+  const QuadRows rows(mask, a.act, blk.b, blk.q0 + warp * 16 + (lane >> 2));
   float lse2[2], dsum[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int64_t i = q0 + warp * 16 + g + 8 * h;
-    int64_t n = 0;
-    end[h] = 0;
-    if (i < Nq) {
-      n = mask.n_attended(b, i);
-      end[h] = n > 0 ? mask.key_end(i) : 0;
-    }
-    pp[h] = resolve_phi(a.act, n);
-    lse2[h] = kSoftmax && i < Nq ? a.lse[bh * Nq + i] * 1.4426950408889634f : 0.0f;
-    dsum[h] = kSoftmax && i < Nq ? a.Dsum[bh * Nq + i] : 0.0f;
+    const int64_t i = blk.q0 + warp * 16 + (lane >> 2) + 8 * h;
+    lse2[h] = kSoftmax && i < Nq ? a.lse[blk.bh * Nq + i] * 1.4426950408889634f : 0.0f;
+    dsum[h] = kSoftmax && i < Nq ? a.Dsum[blk.bh * Nq + i] : 0.0f;
   }
   float dQ[OT][4];
 #pragma unroll
   for (int j = 0; j < OT; ++j) dQ[j][0] = dQ[j][1] = dQ[j][2] = dQ[j][3] = 0.0f;
 
-  for (int t = 0; t < ntiles; ++t) {
-    if (t + 1 < ntiles) issue_tile(t + 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    const int st = t & 1;
+  pipelined_tiles(ntiles, issue, [&](int t, int st) {
     const T* Kst = Ks + st * kBN * LD;
-    const T* Vst = Vs + st * kBN * LD;
-    const float* kst = kokf + st * kBN;
-    const int64_t k0 = int64_t(t) * kBN;
-    int lim[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t r = end[h] - k0;
-      lim[h] = r < 0 ? 0 : (r > kBN ? kBN : static_cast<int>(r));
-    }
+    const TileLive live(rows.end, int64_t(t) * kBN, kokf + st * kBN, mask.key_mask != nullptr, lane & 3);
     float s[NT][4], dp[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
-    mma_abt<D, T>(s, Qs + warp * 16 * LD, Kst, lane);    // S = Q K^T
-    mma_abt<D, T>(dp, dOs + warp * 16 * LD, Vst, lane);  // dP = dO V^T
+    mma_abt<D, T>(s, Qs + warp * 16 * LD, Kst, lane);                   // S = Q K^T
+    mma_abt<D, T>(dp, dOs + warp * 16 * LD, Vs + st * kBN * LD, lane);  // dP = dO V^T
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int col = 8 * j + 2 * tq + (e & 1);
         const int h = e >> 1;
-        const bool live = col < lim[h] && (!has_mask || kst[col] != 0.0f);
-        p_ds<A, Deg>(s[j][e], dp[j][e], live, a.scale, lse2[h], dsum[h], pp[h].c, pp[h].bias, a.act.degree);
+        p_ds<A, Deg>(s[j][e], dp[j][e], live(j, e), a.scale, lse2[h], dsum[h], rows.pp[h].c, rows.pp[h].bias,
+                     a.act.degree);
       }
     mma_px<D, T>(dQ, dp, Kst, lane);  // dQ += dS K
-    __syncthreads();
-  }
-  cp_async_wait<0>();
+  });
 
-  T* dQg = static_cast<T*>(a.dQ) + (bh * Nq + q0) * D;
+  T* dQg = static_cast<T*>(a.dQ) + (blk.bh * Nq + blk.q0) * D;
+  const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = warp * 16 + g + 8 * h;
-    if (row >= qrows) continue;
+    if (row >= blk.rows) continue;
 #pragma unroll
     for (int j = 0; j < OT; ++j)
       *reinterpret_cast<uint32_t*>(dQg + static_cast<int64_t>(row) * D + 8 * j + 2 * tq) =
@@ -456,35 +393,12 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dq_ker
   }
 }
 
-// Dsum_i = dO_i . O_i (softmax), one warp a row, float32.
-template <int D, class T>
-__global__ void __launch_bounds__(256)
-    mma_dsum_kernel(const T* __restrict__ O, const T* __restrict__ dO, float* __restrict__ Dsum, int64_t rows) {
-  const int64_t row = blockIdx.x * int64_t{8} + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  float acc = 0.0f;
-  for (int k = lane; k < D; k += 32)
-    acc = fmaf(static_cast<float>(O[row * D + k]), static_cast<float>(dO[row * D + k]), acc);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) Dsum[row] = acc;
-}
-
 template <Activation A, int Deg, int D, class T>
 void launch_backward(const BwdArgs& args, int64_t BH, int64_t Nq, int64_t Nk, cudaStream_t stream) {
   const size_t smem = bwd_smem_bytes<D>();
-  const int64_t nkb = (Nk + kBN - 1) / kBN * BH, nqb = (Nq + kBM - 1) / kBM * BH;
-  if (nkb > (int64_t{1} << 31) - 1 || nqb > (int64_t{1} << 31) - 1)
-    throw std::invalid_argument("attention backward (CUDA mma): grid too large");
-  auto k1 = mma_dkdv_kernel<A, Deg, D, T>;
-  auto k2 = mma_dq_kernel<A, Deg, D, T>;
-  ATTN_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  ATTN_CUDA_CHECK(cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  k1<<<static_cast<unsigned>(nkb), kThreads, smem, stream>>>(args);
-  ATTN_CUDA_CHECK_LAUNCH();
-  k2<<<static_cast<unsigned>(nqb), kThreads, smem, stream>>>(args);
-  ATTN_CUDA_CHECK_LAUNCH();
+  const char* what = "attention backward (CUDA mma)";
+  launch_blocks(what, mma_dkdv_kernel<A, Deg, D, T>, (Nk + kBN - 1) / kBN * BH, kThreads, smem, stream, args);
+  launch_blocks(what, mma_dq_kernel<A, Deg, D, T>, (Nq + kBM - 1) / kBM * BH, kThreads, smem, stream, args);
 }
 
 template <int D, class T>
@@ -494,10 +408,8 @@ void backward_variants(const BwdArgs& args, int64_t BH, int64_t Nq, int64_t Nk, 
   });
 }
 
-// One per file (attention_mma_bwd_d{64,128}_bf16.cu); the softmax D_i of the same (d, T).
+// One per file (attention_mma_bwd_d{64,128}_bf16.cu).
 void backward_d64_bf16(const BwdArgs& args, int64_t BH, int64_t Nq, int64_t Nk, cudaStream_t stream);
 void backward_d128_bf16(const BwdArgs& args, int64_t BH, int64_t Nq, int64_t Nk, cudaStream_t stream);
-void dsum_d64_bf16(const void* O, const void* dO, float* Dsum, int64_t rows, cudaStream_t stream);
-void dsum_d128_bf16(const void* O, const void* dO, float* Dsum, int64_t rows, cudaStream_t stream);
 
 }  // namespace attnsweep::cuda::mma

@@ -8,12 +8,4 @@ void backward_d128_bf16(const BwdArgs& args, int64_t BH, int64_t Nq, int64_t Nk,
   backward_variants<128, __nv_bfloat16>(args, BH, Nq, Nk, stream);
 }
 
-void dsum_d128_bf16(const void* O, const void* dO, float* Dsum, int64_t rows, cudaStream_t stream) {
-  if (rows <= 0) return;
-  const int64_t blocks = (rows + 7) / 8;
-  mma_dsum_kernel<128, __nv_bfloat16><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(O), static_cast<const __nv_bfloat16*>(dO), Dsum, rows);
-  ATTN_CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace attnsweep::cuda::mma

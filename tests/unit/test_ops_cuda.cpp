@@ -829,84 +829,86 @@ struct ModelShape {
 const ModelShape kModelShapes[] = {
     {1, 1, 1, 1, 0}, {2, 7, 2, 16, 1}, {3, 33, 4, 16, 0}, {5, 50, 4, 32, 1}, {2, 129, 3, 7, 1}};
 
+// Runs one layout op (a copy or a scatter in the CPU's order) on both backends with the
+// same arguments and compares its outputs bit for bit. ins: the sizes of its inputs;
+// outs: the names and sizes of its outputs, filled with noise first (the op must write,
+// or keep, every element as the CPU does). call(out, in, dev) calls the CPU op on host
+// pointers (dev false) or its CUDA twin on device pointers: LAYOUT_CALL below writes the
+// two calls from one argument list. seed moves on by one per tensor.
+template <class Call>
+void check_layout_op(const std::string& what, uint32_t& seed, const std::vector<int64_t>& ins,
+                     const std::vector<std::pair<const char*, int64_t>>& outs, const Call& call) {
+  SCOPED_TRACE(what);
+  std::vector<FVec> in, out;
+  for (int64_t n : ins) in.push_back(randn(n, ++seed));
+  for (const auto& o : outs) out.push_back(randn(o.second, ++seed));
+  std::vector<std::unique_ptr<Dev<float>>> g_in, g_out;
+  std::vector<const float*> h_in_p, g_in_p;
+  std::vector<float*> h_out_p, g_out_p;
+  for (const FVec& x : in) {
+    g_in.push_back(std::make_unique<Dev<float>>(x));
+    h_in_p.push_back(x.data());
+    g_in_p.push_back(g_in.back()->get());
+  }
+  for (FVec& x : out) {
+    g_out.push_back(std::make_unique<Dev<float>>(x));
+    h_out_p.push_back(x.data());
+    g_out_p.push_back(g_out.back()->get());
+  }
+  call(h_out_p, h_in_p, false);
+  call(g_out_p, g_in_p, true);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const std::string name = what + (*outs[i].first ? std::string(" ") + outs[i].first : std::string());
+    expect_equal(name, g_out[i]->download(name), out[i]);
+  }
+}
+
+// The call of check_layout_op: op(ARGS) on the host, op_cuda(ARGS, stream 0) on the device;
+// ARGS may name out[i] and in[i].
+#define LAYOUT_CALL(op, ...)                                                           \
+  [&](const std::vector<float*>& out, const std::vector<const float*>& in, bool dev) { \
+    dev ? op##_cuda(__VA_ARGS__, nullptr) : op(__VA_ARGS__);                           \
+  }
+
 void check_split_heads() {
   SKIP_WITHOUT_DEVICE();
   uint32_t seed = 900;
-  for (const ModelShape& s : kModelShapes) {
-    const std::string what = s.what("split_heads");
-    SCOPED_TRACE(what);
-    const FVec qkv = randn(3 * s.BTC(), ++seed), q0 = randn(s.BTC(), ++seed), k0 = randn(s.BTC(), ++seed),
-               v0 = randn(s.BTC(), ++seed);
-    FVec q = q0, k = k0, v = v0;
-    split_heads(q.data(), k.data(), v.data(), qkv.data(), s.B, s.T, s.H, s.hd);
-    Dev<float> g_qkv(qkv), g_q(q0), g_k(k0), g_v(v0);
-    split_heads_cuda(g_q.get(), g_k.get(), g_v.get(), g_qkv.get(), s.B, s.T, s.H, s.hd, nullptr);
-    expect_equal(what + " q", g_q.download(what + " q"), q);
-    expect_equal(what + " k", g_k.download(what + " k"), k);
-    expect_equal(what + " v", g_v.download(what + " v"), v);
-  }
+  for (const ModelShape& s : kModelShapes)
+    check_layout_op(s.what("split_heads"), seed, {3 * s.BTC()}, {{"q", s.BTC()}, {"k", s.BTC()}, {"v", s.BTC()}},
+                    LAYOUT_CALL(split_heads, out[0], out[1], out[2], in[0], s.B, s.T, s.H, s.hd));
 }
 
 void check_merge_heads() {
   SKIP_WITHOUT_DEVICE();
   uint32_t seed = 920;
-  for (const ModelShape& s : kModelShapes) {
-    const std::string what = s.what("merge_heads");
-    SCOPED_TRACE(what);
-    const FVec dq = randn(s.BTC(), ++seed), dk = randn(s.BTC(), ++seed), dv = randn(s.BTC(), ++seed),
-               dqkv0 = randn(3 * s.BTC(), ++seed);
-    FVec dqkv = dqkv0;
-    merge_heads(dqkv.data(), dq.data(), dk.data(), dv.data(), s.B, s.T, s.H, s.hd);
-    Dev<float> g_dq(dq), g_dk(dk), g_dv(dv), g_dqkv(dqkv0);
-    merge_heads_cuda(g_dqkv.get(), g_dq.get(), g_dk.get(), g_dv.get(), s.B, s.T, s.H, s.hd, nullptr);
-    expect_equal(what, g_dqkv.download(what), dqkv);
-  }
+  for (const ModelShape& s : kModelShapes)
+    check_layout_op(s.what("merge_heads"), seed, {s.BTC(), s.BTC(), s.BTC()}, {{"", 3 * s.BTC()}},
+                    LAYOUT_CALL(merge_heads, out[0], in[0], in[1], in[2], s.B, s.T, s.H, s.hd));
 }
 
 void check_heads_to_rows() {
   SKIP_WITHOUT_DEVICE();
   uint32_t seed = 940;
-  for (const ModelShape& s : kModelShapes) {
-    const std::string what = s.what("heads_to_rows");
-    SCOPED_TRACE(what);
-    const FVec in = randn(s.BTC(), ++seed), out0 = randn(s.BTC(), ++seed);
-    FVec out = out0;
-    heads_to_rows(out.data(), in.data(), s.B, s.T, s.H, s.hd);
-    Dev<float> g_in(in), g_out(out0);
-    heads_to_rows_cuda(g_out.get(), g_in.get(), s.B, s.T, s.H, s.hd, nullptr);
-    expect_equal(what, g_out.download(what), out);
-  }
+  for (const ModelShape& s : kModelShapes)
+    check_layout_op(s.what("heads_to_rows"), seed, {s.BTC()}, {{"", s.BTC()}},
+                    LAYOUT_CALL(heads_to_rows, out[0], in[0], s.B, s.T, s.H, s.hd));
 }
 
 void check_rows_to_heads() {
   SKIP_WITHOUT_DEVICE();
   uint32_t seed = 960;
-  for (const ModelShape& s : kModelShapes) {
-    const std::string what = s.what("rows_to_heads");
-    SCOPED_TRACE(what);
-    const FVec in = randn(s.BTC(), ++seed), out0 = randn(s.BTC(), ++seed);
-    FVec out = out0;
-    rows_to_heads(out.data(), in.data(), s.B, s.T, s.H, s.hd);
-    Dev<float> g_in(in), g_out(out0);
-    rows_to_heads_cuda(g_out.get(), g_in.get(), s.B, s.T, s.H, s.hd, nullptr);
-    expect_equal(what, g_out.download(what), out);
-  }
+  for (const ModelShape& s : kModelShapes)
+    check_layout_op(s.what("rows_to_heads"), seed, {s.BTC()}, {{"", s.BTC()}},
+                    LAYOUT_CALL(rows_to_heads, out[0], in[0], s.B, s.T, s.H, s.hd));
 }
 
 void check_tokens_forward() {
   SKIP_WITHOUT_DEVICE();
   uint32_t seed = 980;
   for (const ModelShape& s : kModelShapes) {
-    const std::string what = s.what("tokens_forward");
-    SCOPED_TRACE(what);
     const int64_t B = s.B, T = s.T, N = s.N(), C = s.C();
-    const FVec emb = randn(B * N * C, ++seed), cls = randn(C, ++seed), wpe = randn(T * C, ++seed),
-               enc0 = randn(s.BTC(), ++seed);
-    FVec enc = enc0;
-    tokens_forward(enc.data(), emb.data(), cls.data(), wpe.data(), B, T, N, C, s.off);
-    Dev<float> g_emb(emb), g_cls(cls), g_wpe(wpe), g_enc(enc0);
-    tokens_forward_cuda(g_enc.get(), g_emb.get(), g_cls.get(), g_wpe.get(), B, T, N, C, s.off, nullptr);
-    expect_equal(what + " encoded", g_enc.download(what + " encoded"), enc);
+    check_layout_op(s.what("tokens_forward"), seed, {B * N * C, C, T * C}, {{"encoded", s.BTC()}},
+                    LAYOUT_CALL(tokens_forward, out[0], in[0], in[1], in[2], B, T, N, C, s.off));
   }
 }
 
@@ -914,49 +916,26 @@ void check_tokens_backward() {
   SKIP_WITHOUT_DEVICE();
   uint32_t seed = 1000;
   for (const ModelShape& s : kModelShapes) {
-    const std::string what = s.what("tokens_backward");
-    SCOPED_TRACE(what);
     const int64_t B = s.B, T = s.T, N = s.N(), C = s.C();
-    const FVec denc = randn(s.BTC(), ++seed), dwpe0 = randn(T * C, ++seed), dcls0 = randn(C, ++seed),
-               demb0 = randn(B * N * C, ++seed);
-    FVec dwpe = dwpe0, dcls = dcls0, demb = demb0;
-    tokens_backward(dwpe.data(), dcls.data(), demb.data(), denc.data(), B, T, N, C, s.off);
-    Dev<float> g_denc(denc), g_dwpe(dwpe0), g_dcls(dcls0), g_demb(demb0);
-    tokens_backward_cuda(g_dwpe.get(), g_dcls.get(), g_demb.get(), g_denc.get(), B, T, N, C, s.off, nullptr);
-    expect_equal(what + " dwpe", g_dwpe.download(what + " dwpe"), dwpe);
-    expect_equal(what + " dcls", g_dcls.download(what + " dcls"), dcls);
-    expect_equal(what + " demb", g_demb.download(what + " demb"), demb);
+    check_layout_op(s.what("tokens_backward"), seed, {s.BTC()}, {{"dwpe", T * C}, {"dcls", C}, {"demb", B * N * C}},
+                    LAYOUT_CALL(tokens_backward, out[0], out[1], out[2], in[0], B, T, N, C, s.off));
   }
 }
 
 void check_cls_pool_forward() {
   SKIP_WITHOUT_DEVICE();
   uint32_t seed = 1020;
-  for (const ModelShape& s : kModelShapes) {
-    const std::string what = s.what("cls_pool_forward");
-    SCOPED_TRACE(what);
-    const FVec inp = randn(s.BTC(), ++seed), pooled0 = randn(s.B * s.C(), ++seed);
-    FVec pooled = pooled0;
-    cls_pool_forward(pooled.data(), inp.data(), s.B, s.T, s.C());
-    Dev<float> g_inp(inp), g_pooled(pooled0);
-    cls_pool_forward_cuda(g_pooled.get(), g_inp.get(), s.B, s.T, s.C(), nullptr);
-    expect_equal(what, g_pooled.download(what), pooled);
-  }
+  for (const ModelShape& s : kModelShapes)
+    check_layout_op(s.what("cls_pool_forward"), seed, {s.BTC()}, {{"", s.B * s.C()}},
+                    LAYOUT_CALL(cls_pool_forward, out[0], in[0], s.B, s.T, s.C()));
 }
 
 void check_cls_pool_backward() {
   SKIP_WITHOUT_DEVICE();
   uint32_t seed = 1040;
-  for (const ModelShape& s : kModelShapes) {
-    const std::string what = s.what("cls_pool_backward");
-    SCOPED_TRACE(what);
-    const FVec dpooled = randn(s.B * s.C(), ++seed), dinp0 = randn(s.BTC(), ++seed);
-    FVec dinp = dinp0;
-    cls_pool_backward(dinp.data(), dpooled.data(), s.B, s.T, s.C());
-    Dev<float> g_dpooled(dpooled), g_dinp(dinp0);
-    cls_pool_backward_cuda(g_dinp.get(), g_dpooled.get(), s.B, s.T, s.C(), nullptr);
-    expect_equal(what, g_dinp.download(what), dinp);
-  }
+  for (const ModelShape& s : kModelShapes)
+    check_layout_op(s.what("cls_pool_backward"), seed, {s.B * s.C()}, {{"", s.BTC()}},
+                    LAYOUT_CALL(cls_pool_backward, out[0], in[0], s.B, s.T, s.C()));
 }
 
 // The read-out: T tokens, the last one the query, Lp = T - 1 prompt tokens (T >= 2).
@@ -966,18 +945,9 @@ void check_readout_split() {
   uint32_t seed = 1060;
   for (const ModelShape& s : kModelShapes) {
     if (s.T < 2) continue;
-    const std::string what = s.what("readout_split");
-    SCOPED_TRACE(what);
     const int64_t B = s.B, C = s.C(), Lp = s.T - 1;
-    const FVec qkv = randn(3 * s.BTC(), ++seed), q0 = randn(B * C, ++seed), k0 = randn(B * Lp * C, ++seed),
-               v0 = randn(B * Lp * C, ++seed);
-    FVec q = q0, k = k0, v = v0;
-    readout_split(q.data(), k.data(), v.data(), qkv.data(), B, s.T, s.H, s.hd);
-    Dev<float> g_qkv(qkv), g_q(q0), g_k(k0), g_v(v0);
-    readout_split_cuda(g_q.get(), g_k.get(), g_v.get(), g_qkv.get(), B, s.T, s.H, s.hd, nullptr);
-    expect_equal(what + " q", g_q.download(what + " q"), q);
-    expect_equal(what + " k", g_k.download(what + " k"), k);
-    expect_equal(what + " v", g_v.download(what + " v"), v);
+    check_layout_op(s.what("readout_split"), seed, {3 * s.BTC()}, {{"q", B * C}, {"k", B * Lp * C}, {"v", B * Lp * C}},
+                    LAYOUT_CALL(readout_split, out[0], out[1], out[2], in[0], B, s.T, s.H, s.hd));
   }
 }
 
@@ -986,48 +956,28 @@ void check_readout_merge() {
   uint32_t seed = 1080;
   for (const ModelShape& s : kModelShapes) {
     if (s.T < 2) continue;
-    const std::string what = s.what("readout_merge");
-    SCOPED_TRACE(what);
     const int64_t B = s.B, C = s.C(), Lp = s.T - 1;
-    const FVec dq = randn(B * C, ++seed), dk = randn(B * Lp * C, ++seed), dv = randn(B * Lp * C, ++seed),
-               dqkv0 = randn(3 * s.BTC(), ++seed);
-    FVec dqkv = dqkv0;
-    readout_merge(dqkv.data(), dq.data(), dk.data(), dv.data(), B, s.T, s.H, s.hd);
-    Dev<float> g_dq(dq), g_dk(dk), g_dv(dv), g_dqkv(dqkv0);
-    readout_merge_cuda(g_dqkv.get(), g_dq.get(), g_dk.get(), g_dv.get(), B, s.T, s.H, s.hd, nullptr);
-    expect_equal(what, g_dqkv.download(what), dqkv);
+    check_layout_op(s.what("readout_merge"), seed, {B * C, B * Lp * C, B * Lp * C}, {{"", 3 * s.BTC()}},
+                    LAYOUT_CALL(readout_merge, out[0], in[0], in[1], in[2], B, s.T, s.H, s.hd));
   }
 }
 
 void check_readout_pick() {
   SKIP_WITHOUT_DEVICE();
   uint32_t seed = 1100;
-  for (const ModelShape& s : kModelShapes) {
-    const std::string what = s.what("readout_pick");
-    SCOPED_TRACE(what);
-    const FVec o = randn(s.B * s.C(), ++seed), pred0 = randn(s.B, ++seed);
-    FVec pred = pred0;
-    readout_pick(pred.data(), o.data(), s.B, s.H, s.hd);
-    Dev<float> g_o(o), g_pred(pred0);
-    readout_pick_cuda(g_pred.get(), g_o.get(), s.B, s.H, s.hd, nullptr);
-    expect_equal(what, g_pred.download(what), pred);
-  }
+  for (const ModelShape& s : kModelShapes)
+    check_layout_op(s.what("readout_pick"), seed, {s.B * s.C()}, {{"", s.B}},
+                    LAYOUT_CALL(readout_pick, out[0], in[0], s.B, s.H, s.hd));
 }
 
 void check_readout_pick_backward() {
   SKIP_WITHOUT_DEVICE();
   uint32_t seed = 1120;
-  for (const ModelShape& s : kModelShapes) {
-    const std::string what = s.what("readout_pick_backward");
-    SCOPED_TRACE(what);
-    const FVec dpred = randn(s.B, ++seed), dout0 = randn(s.B * s.C(), ++seed);
-    FVec dout = dout0;
-    readout_pick_backward(dout.data(), dpred.data(), s.B, s.H, s.hd);
-    Dev<float> g_dpred(dpred), g_dout(dout0);
-    readout_pick_backward_cuda(g_dout.get(), g_dpred.get(), s.B, s.H, s.hd, nullptr);
-    expect_equal(what, g_dout.download(what), dout);
-  }
+  for (const ModelShape& s : kModelShapes)
+    check_layout_op(s.what("readout_pick_backward"), seed, {s.B}, {{"", s.B * s.C()}},
+                    LAYOUT_CALL(readout_pick_backward, out[0], in[0], s.B, s.H, s.hd));
 }
+#undef LAYOUT_CALL
 
 // ---- one test per plain op, from the list ---------------------------------------------------
 
