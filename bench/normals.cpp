@@ -87,18 +87,18 @@ int main(int argc, char** argv) {
               bytes / (1 << 20));
   std::printf("%-22s %10s %10s %10s\n", "", "M/s wall", "M/s CPU", "GB/s wall");
 
-  Rate ours[2];
-  const NormalsPath paths[2] = {NormalsPath::kAvx2, NormalsPath::kSse2};
-  const char* names[2] = {"philox_normals avx2", "philox_normals sse2"};
-  for (int i = 0; i < 2; ++i) {
+  const NormalsPath paths[3] = {NormalsPath::kAvx512, NormalsPath::kAvx2, NormalsPath::kSse2};
+  Rate ours[3];
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = std::string("philox_normals ") + attnsweep::normals_path_name(paths[i]);
     if (!attnsweep::normals_path_supported(paths[i])) {
-      std::printf("%-22s (no AVX2 here)\n", names[i]);
+      std::printf("%-22s (not on this CPU)\n", name.c_str());
       continue;
     }
     ours[i] = best_rate(static_cast<double>(n), [&](int p) {
       attnsweep::philox_normals_path(paths[i], 0x1234 + static_cast<uint64_t>(p), 7, out.data(), n);
     });
-    print_rate(names[i], ours[i], 4);
+    print_rate(name.c_str(), ours[i], 4);
   }
   Rate np32, np64;
   const bool have_numpy = numpy_rates(n, np32, np64);
@@ -116,11 +116,14 @@ int main(int argc, char** argv) {
   print_rate("memset (floats)", set, 4);
   print_rate("memcpy (floats)", copy, 4);
 
-  const Rate best = ours[0].wall > 0 ? ours[0] : ours[1];
-  std::printf("\nours (%s) / numpy float32: %.1fx wall, %.1fx CPU", ours[0].wall > 0 ? "avx2" : "sse2",
-              have_numpy ? best.wall / np32.wall : 0.0, have_numpy ? best.cpu / np32.cpu : 0.0);
+  const NormalsPath best_path = attnsweep::normals_best_path();
+  const Rate best = ours[best_path == NormalsPath::kAvx512 ? 0 : best_path == NormalsPath::kAvx2 ? 1 : 2];
+  std::printf("\nours (%s, philox_normals' path here) / numpy float32: %.1fx wall, %.1fx CPU",
+              attnsweep::normals_path_name(best_path), have_numpy ? best.wall / np32.wall : 0.0,
+              have_numpy ? best.cpu / np32.cpu : 0.0);
   std::printf("; / numpy float64: %.1fx wall\n", have_numpy ? best.wall / np64.wall : 0.0);
-  std::printf("ours bytes/s / memset's: %.3f (wall); avx2 / sse2: %.2fx\n", best.wall / set.wall,
-              ours[1].wall > 0 ? ours[0].wall / ours[1].wall : 0.0);
+  std::printf("ours bytes/s / memset's: %.3f (wall); avx512 / avx2: %.2fx; avx2 / sse2: %.2fx\n", best.wall / set.wall,
+              ours[1].wall > 0 ? ours[0].wall / ours[1].wall : 0.0,
+              ours[2].wall > 0 ? ours[1].wall / ours[2].wall : 0.0);
   return 0;
 }

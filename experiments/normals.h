@@ -1,7 +1,7 @@
 // N(0, 1) float32 normals from Philox4x32-10 (experiments/philox.h) by Box-Muller, for
 // paper B's in-context-regression prompts: output i is a pure function of (key, stream, i),
-// the same bits on every machine and on both code paths (AVX2, 8 counters at a time, and
-// SSE2, 4 at a time), at several hundred million a second on one core.
+// the same bits on every machine and on every code path (AVX-512F, 16 counters at a time,
+// AVX2, 8, and SSE2, 4), at several hundred million a second on one core.
 //
 // Output i comes from Philox block b = i / 4: counter (b lo, b hi, stream lo, stream hi),
 // key (key lo, key hi). Its words w0..w3 make two Box-Muller pairs from their top 24 bits,
@@ -19,9 +19,12 @@ namespace attnsweep {
 void philox_normals(uint64_t key, uint64_t stream, float* out, int64_t n);
 
 // ---- for tests and benchmarks ---------------------------------------------------------
-enum class NormalsPath { kSse2, kAvx2 };
-// Whether this CPU runs the path (kAvx2 needs AVX2; philox_normals takes it when it can).
+enum class NormalsPath { kSse2, kAvx2, kAvx512 };
+// Whether this CPU runs the path (kAvx2 needs AVX2, kAvx512 AVX-512F); philox_normals
+// takes the widest it can (normals_best_path).
 bool normals_path_supported(NormalsPath path);
+NormalsPath normals_best_path();
+const char* normals_path_name(NormalsPath path);  // "sse2", "avx2", "avx512"
 // philox_normals on the given path.
 void philox_normals_path(NormalsPath path, uint64_t key, uint64_t stream, float* out, int64_t n);
 // The float32 functions philox_normals is built from, element by element: out = ln(u)

@@ -3,8 +3,9 @@
 // curand_Philox4x32_10: a counter-based generator, so any output is a pure function of
 // (counter, key) and any part of a stream is made without making what comes before it.
 //
-// One definition for any lane count: U is uint32_t (one counter), u32x4 (4 counters, SSE2)
-// or u32x8 (8 counters, AVX2), where lane j of ctr[w] is word w of counter j. Everything
+// One definition for any lane count: U is uint32_t (one counter), u32x4 (4 counters, SSE2),
+// u32x8 (8 counters, AVX2) or u32x16 (16, AVX-512F), where lane j of ctr[w] is word w of
+// counter j. Everything
 // is always_inline, so a vector form takes the instruction set of the function it ends up
 // in: the u32x8 form belongs in a __attribute__((target("avx2"))) function (the caller
 // checks the CPU at run time), the u32x4 form runs on any x86-64 (the vector forms use x86
@@ -26,6 +27,7 @@ namespace attnsweep {
 
 typedef uint32_t u32x4 __attribute__((vector_size(16)));
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
 
 // Random123's PHILOX_M4x32_0/1 (the round multipliers) and PHILOX_W32_0/1 (the Weyl
 // increments of the key between rounds).
@@ -65,6 +67,20 @@ inline constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
       reinterpret_cast<u32x8>(__builtin_ia32_pmuludq256(reinterpret_cast<i32x8>(reinterpret_cast<u64x4>(x) >> 32), mv));
   lo = x * m;
   hi = __builtin_shufflevector(even, odd, 1, 9, 3, 11, 5, 13, 7, 15);
+}
+// The 16-lane form (AVX-512F: a target("avx512f") function), the same scheme.
+[[gnu::always_inline]] inline void philox_mulhilo(uint32_t m, const u32x16& x, u32x16& lo, u32x16& hi) {
+  typedef int i32x16 __attribute__((vector_size(64)));
+  typedef long long i64x8 __attribute__((vector_size(64)));
+  typedef uint64_t u64x8 __attribute__((vector_size(64)));
+  const i32x16 mv = i32x16{} + static_cast<int>(m);
+  const auto x_odd = reinterpret_cast<i32x16>(reinterpret_cast<u64x8>(x) >> 32);
+  const auto even = reinterpret_cast<u32x16>(
+      __builtin_ia32_pmuludq512_mask(reinterpret_cast<i32x16>(x), mv, i64x8{}, static_cast<unsigned char>(0xff)));
+  const auto odd =
+      reinterpret_cast<u32x16>(__builtin_ia32_pmuludq512_mask(x_odd, mv, i64x8{}, static_cast<unsigned char>(0xff)));
+  lo = x * m;
+  hi = __builtin_shufflevector(even, odd, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
 }
 #endif
 

@@ -1,9 +1,9 @@
 // experiments/philox.h and experiments/normals.h:
-// - Philox4x32-10, scalar and 4 / 8 lanes, against Random123's published known answers and
+// - Philox4x32-10, scalar and 4 / 8 / 16 lanes, against Random123's published known answers and
 //   against Random123's philox4x32 itself (when librandom123-dev is installed) on random
 //   counters and keys;
-// - philox_normals: the AVX2 and SSE2 paths bit for bit, at lengths around every tail
-//   (chunks of 128 and 64 outputs); guard elements after the output; prefixes;
+// - philox_normals: the AVX-512, AVX2 and SSE2 paths bit for bit, at lengths around every
+//   tail (chunks of 256, 128 and 64 outputs); guard elements after the output; prefixes;
 // - its definition: each output against float64 Box-Muller of the same Philox words;
 // - its float32 functions (ln, sin and cos of 2 pi u) against float64 over every input the
 //   generator can give them (2^24 each): the largest errors, in ulp, stated and asserted;
@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "experiments/normals.h"
@@ -50,8 +52,20 @@ __attribute__((target("avx2"))) void philox_x8(const Ctr* ctr, Key key, Ctr* out
     for (int j = 0; j < 8; ++j) out[j][w] = r[w][j];
 }
 
+__attribute__((target("avx512f"))) void philox_x16(const Ctr* ctr, Key key, Ctr* out) {
+  std::array<u32x16, 4> c;
+  for (int w = 0; w < 4; ++w)
+    for (int j = 0; j < 16; ++j) c[w][j] = ctr[j][w];
+  const std::array<u32x16, 4> r = philox4x32_10(c, key);
+  for (int w = 0; w < 4; ++w)
+    for (int j = 0; j < 16; ++j) out[j][w] = r[w][j];
+}
+
 bool have_avx2() {
   return normals_path_supported(NormalsPath::kAvx2);
+}
+bool have_avx512() {
+  return normals_path_supported(NormalsPath::kAvx512);
 }
 
 // Random123's kat_vectors for philox4x32 with 10 rounds.
@@ -69,14 +83,17 @@ TEST(Philox, KnownAnswers) {
   };
   for (const auto& k : kat) {
     EXPECT_EQ(philox4x32_10(k.ctr, k.key), k.out);
-    const Ctr four[4] = {k.ctr, k.ctr, k.ctr, k.ctr};
-    Ctr out[8];
-    philox_x4(four, k.key, out);
+    Ctr same[16], out[16];
+    std::fill(std::begin(same), std::end(same), k.ctr);
+    philox_x4(same, k.key, out);
     for (int j = 0; j < 4; ++j) EXPECT_EQ(out[j], k.out) << "4 lanes, lane " << j;
     if (have_avx2()) {
-      const Ctr eight[8] = {k.ctr, k.ctr, k.ctr, k.ctr, k.ctr, k.ctr, k.ctr, k.ctr};
-      philox_x8(eight, k.key, out);
+      philox_x8(same, k.key, out);
       for (int j = 0; j < 8; ++j) EXPECT_EQ(out[j], k.out) << "8 lanes, lane " << j;
+    }
+    if (have_avx512()) {
+      philox_x16(same, k.key, out);
+      for (int j = 0; j < 16; ++j) EXPECT_EQ(out[j], k.out) << "16 lanes, lane " << j;
     }
   }
 }
@@ -95,15 +112,19 @@ TEST(Philox, MatchesRandom123OnRandomCounters) {
   };
   for (int trial = 0; trial < 2000; ++trial) {
     const Key key = {draw(), draw()};
-    Ctr ctr[8], want[8], got[8];
+    Ctr ctr[16], want[16], got[16];
     for (Ctr& c : ctr) c = {draw(), draw(), draw(), draw()};
-    for (int j = 0; j < 8; ++j) want[j] = random123(ctr[j], key);
-    for (int j = 0; j < 8; ++j) ASSERT_EQ(philox4x32_10(ctr[j], key), want[j]) << "scalar, trial " << trial;
+    for (int j = 0; j < 16; ++j) want[j] = random123(ctr[j], key);
+    for (int j = 0; j < 16; ++j) ASSERT_EQ(philox4x32_10(ctr[j], key), want[j]) << "scalar, trial " << trial;
     philox_x4(ctr, key, got);
     for (int j = 0; j < 4; ++j) ASSERT_EQ(got[j], want[j]) << "4 lanes, trial " << trial << " lane " << j;
     if (have_avx2()) {
       philox_x8(ctr, key, got);
       for (int j = 0; j < 8; ++j) ASSERT_EQ(got[j], want[j]) << "8 lanes, trial " << trial << " lane " << j;
+    }
+    if (have_avx512()) {
+      philox_x16(ctr, key, got);
+      for (int j = 0; j < 16; ++j) ASSERT_EQ(got[j], want[j]) << "16 lanes, trial " << trial << " lane " << j;
     }
   }
 #endif
@@ -126,23 +147,39 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-const int64_t kLengths[] = {0, 1, 3, 4, 5, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 4099};
+const int64_t kLengths[] = {0, 1, 3, 4, 5, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 513, 1000, 4099};
 const std::pair<uint64_t, uint64_t> kKeyStreams[] = {
     {0, 0}, {1, 0}, {0, 1}, {0x243F6A8885A308D3ull, 17}, {~0ull, ~0ull}, {0xDEADBEEFull << 32, 1ull << 40}};
 
-TEST(PhiloxNormals, Avx2AndSse2PathsGiveTheSameBits) {
+TEST(PhiloxNormals, WidePathsAndSse2GiveTheSameBits) {
   if (!have_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
-  for (const auto& [key, stream] : kKeyStreams)
-    for (int64_t n : kLengths)
-      EXPECT_TRUE(same_bits(normals(NormalsPath::kAvx2, key, stream, n), normals(NormalsPath::kSse2, key, stream, n)))
-          << "key " << key << " stream " << stream << " n " << n;
+  for (NormalsPath path : {NormalsPath::kAvx2, NormalsPath::kAvx512}) {
+    if (!normals_path_supported(path)) continue;  // AVX-512: said by WidestPathIsTheDefault
+    for (const auto& [key, stream] : kKeyStreams)
+      for (int64_t n : kLengths)
+        EXPECT_TRUE(same_bits(normals(path, key, stream, n), normals(NormalsPath::kSse2, key, stream, n)))
+            << normals_path_name(path) << ": key " << key << " stream " << stream << " n " << n;
+  }
   std::vector<float> best(1000);
   philox_normals(5, 6, best.data(), 1000);
   EXPECT_TRUE(same_bits(best, normals(NormalsPath::kSse2, 5, 6, 1000))) << "philox_normals itself";
 }
 
+// philox_normals takes the widest path the CPU has; one it lacks is refused by name.
+TEST(PhiloxNormals, WidestPathIsTheDefault) {
+  const NormalsPath best = normals_best_path();
+  EXPECT_TRUE(normals_path_supported(best));
+  if (have_avx512()) {
+    EXPECT_EQ(best, NormalsPath::kAvx512);
+  } else {
+    std::vector<float> out(16);
+    EXPECT_THROW(philox_normals_path(NormalsPath::kAvx512, 1, 2, out.data(), 16), std::runtime_error);
+    std::printf("no AVX-512F on this CPU: its path is not checked here\n");
+  }
+}
+
 TEST(PhiloxNormals, PrefixesAgree) {
-  for (NormalsPath path : {NormalsPath::kSse2, NormalsPath::kAvx2}) {
+  for (NormalsPath path : {NormalsPath::kSse2, NormalsPath::kAvx2, NormalsPath::kAvx512}) {
     if (!normals_path_supported(path)) continue;
     const std::vector<float> all = normals(path, 42, 3, 4099);
     for (int64_t m : kLengths)
@@ -239,7 +276,7 @@ double normal_cdf(double x) {
 // standard error is at most 0.5 / 2048 = 2.4e-4).
 TEST(PhiloxNormals, Statistics) {
   const int64_t n = int64_t{1} << 22;
-  const std::vector<float> z = normals(have_avx2() ? NormalsPath::kAvx2 : NormalsPath::kSse2, 2024, 0, n);
+  const std::vector<float> z = normals(normals_best_path(), 2024, 0, n);
   const double nd = static_cast<double>(n);
   double sum = 0, sum2 = 0;
   for (float x : z) {
