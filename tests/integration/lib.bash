@@ -23,6 +23,25 @@ run_rc() {
   ERR=$(cat "$WORK/.stderr")
   OUT=$(cat "$WORK/.stdout")
 }
+# results_valid DIR [killed]: every file under DIR/runs is a complete result named by its
+# cell_id. With `killed` (after a SIGKILL of writers: a lost host, a killed rank), a writer's
+# temporary CELL.h5.tmp.PID may be there too, since a killed writer cannot remove its own; it
+# is never read as a result, and the next run removes it (valid_and_once checks that).
+results_valid() {
+  $PY - "$1" "${2:-}" <<'PY'
+import glob, os, re, sys, h5py
+temporaries = 0
+for f in glob.glob(sys.argv[1] + "/runs/*"):
+    if sys.argv[2] == "killed" and re.fullmatch(r"[0-9a-f]{16}\.h5\.tmp\.[0-9]+", os.path.basename(f)):
+        temporaries += 1
+        continue
+    assert f.endswith(".h5"), f"unexpected file {f}"
+    with h5py.File(f) as h:
+        assert h.attrs["status"] == "complete" and f.endswith(h.attrs["cell_id"] + ".h5"), f
+if temporaries:
+    print(f"{temporaries} temporary result file(s) of a killed writer, left for the rerun to remove")
+PY
+}
 count_events() {  # count_events DIR EVENT: lines of that event since the last sweep_started
   $PY - "$1/events.jsonl" "$2" <<'PY'
 import json, sys
