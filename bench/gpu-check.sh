@@ -36,6 +36,9 @@
 #      the CPU with tiny steps (BUILD_DIR's binaries, PYTHON, default /usr/bin/python3):
 #        REHEARSE=1 BUILD_DIR=build STAGES=8 bash bench/gpu-check.sh
 #      proves the commands, the parsing and the tables there; its figures mean nothing.
+#   9. (issue #28, only when asked: STAGES=9, under 2 minutes) the read-out in its own
+#      algebra on CUDA: its tests, then a paper B cell at L = 1000 through the algebra and
+#      through the op sequence, ms a step and final metrics side by side (REHEARSE=1 too).
 # Every log goes to $OUT (or ./gpu-check-out); summary.txt holds the gist. Stages 4-5
 # are skipped once BUDGET_S (default 330 s) has passed. QUICK=1 drops N = 16384 from the
 # attention benchmarks. Exit status: that of the CUDA tests (setup/build failures: 2).
@@ -589,6 +592,63 @@ if walls:
     print(f"cells {len(walls)}, wall per cell mean {sum(walls) / len(walls):.1f} s, max {max(walls):.1f} s, on {gpu}")
 PY
   done
+fi
+# 9. The read-out in its own algebra on CUDA (issue #28, only when asked: STAGES=9, under
+# 2 minutes): its tests (ReadoutAlgebraCuda.*: against the CPU's op sequence for every
+# activation, 1-3 heads, L up to 3000; 16 cells in one launch against each alone), then one
+# paper B cell (L = 1000, softmax and linear) trained for STAGE9_STEPS steps on the GPU
+# with the algebra and with the op sequence (ATTNSWEEP_READOUT_ALGEBRA=0): wall seconds a
+# step of each, and their final metrics side by side (the same to about 1e-4).
+# REHEARSE=1 runs it on the CPU (--device cpu, 200 steps): the commands and the table only.
+if stage 9; then
+  t9=$SECONDS
+  say "9. read-out algebra on CUDA: tests (ReadoutAlgebraCuda.*)"
+  ab timeout 60 "$bin/unit_tests" --gtest_filter='ReadoutAlgebraCuda.*' --gtest_brief=1 \
+    --gtest_output="xml:$out/readout_cuda.xml" > "$out/readout_cuda.log" 2>&1
+  rc=$?
+  grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$out/readout_cuda.log" | head -20 | tee -a "$summary"
+  grep -m 30 -B2 -A6 'Failure' "$out/readout_cuda.log" >> "$summary"
+  say "read-out CUDA tests exit $rc"
+  [ "$tests_rc" -eq 0 ] && tests_rc=$rc
+  dev9=cuda steps9=${STAGE9_STEPS:-3000}
+  [ "$rehearse" = 1 ] && dev9=cpu steps9=200
+  mkdir -p /tmp/s9
+  ab "$bin/attnsweep" plan experiments/grids/paperB_icl_paired.json --json > /tmp/s9/plan.json 2>> "$out/readout_cuda.log"
+  for act in softmax poly; do
+    "$py" - "$act" "$steps9" <<'PY'
+import json, sys
+cells = json.load(open("/tmp/s9/plan.json"))["cells"]
+c = next(c["config"] for c in cells if c["config"]["prompt_length"] == 1000 and c["config"]["activation"] == sys.argv[1])
+c.update(steps=int(sys.argv[2]), eval_every=int(sys.argv[2]), checkpoint_every=0, log_every=100)
+json.dump(c, open(f"/tmp/s9/{sys.argv[1]}.json", "w"))
+PY
+    for path in algebra ops; do
+      flag=1; [ "$path" = ops ] && flag=0
+      ATTNSWEEP_READOUT_ALGEBRA=$flag ab timeout 25 "$bin/attnsweep" train "/tmp/s9/$act.json" \
+        --out "/tmp/s9/$act-$path.h5" --device "$dev9" >> "$out/readout_cuda.log" 2>&1
+      echo "$act $path exit $?" >> "$out/readout_cuda.log"
+    done
+  done
+  "$py" - "$steps9" <<'PY' 2>&1 | tee -a "$summary"
+import sys, h5py
+steps = int(sys.argv[1])
+for act in ("softmax", "poly"):
+    row = {}
+    for path in ("algebra", "ops"):
+        try:
+            with h5py.File(f"/tmp/s9/{act}-{path}.h5", "r") as f:
+                row[path] = (float(f.attrs["wall_seconds"]), {k: float(v) for k, v in f["final"].attrs.items()},
+                             f.attrs.get("device", "?"))
+        except Exception as e:
+            print(f"{act} {path}: {e!r}")
+    if len(row) == 2:
+        (wa, fa, dev), (wo, fo, _) = row["algebra"], row["ops"]
+        print(f"{act} L 1000, {steps} steps on {dev}: algebra {1e3 * wa / steps:.3f} ms a step, op sequence "
+              f"{1e3 * wo / steps:.3f} ms ({wo / wa:.2f}x)")
+        for k in sorted(set(fa) & set(fo)):
+            print(f"  {k}: algebra {fa[k]:.6g}, op sequence {fo[k]:.6g}")
+PY
+  say "9. done in $((SECONDS - t9)) s"
 fi
 say "done, tests exit $tests_rc"
 exit "$tests_rc"

@@ -23,30 +23,11 @@
 // are added in order. So a cell trained in a group gets the bits it gets alone.
 #pragma once
 
-#include <cstdint>
 #include <span>
 
-#include "kernels/activation.h"
+#include "kernels/readout_types.h"
 
 namespace attnsweep {
-
-struct ReadoutShape {
-  int64_t B = 1;  // prompts
-  int64_t N = 2;  // tokens a prompt: L keys, then the query
-  int64_t C = 1;  // token width (d + 1)
-  int64_t H = 1;  // heads, dividing C
-};
-
-// One cell of a call: its weights in, its results out.
-struct ReadoutCell {
-  const float* qkv_w = nullptr;  // (3C, C): rows [0, C) Q, [C, 2C) K, [2C, 3C) V
-  ActivationSpec act;
-  float* pred = nullptr;       // [B] out (may be null)
-  float* grad = nullptr;       // (3C, C) OVERWRITTEN by readout_train_cpu
-  double* attn_fro = nullptr;  // [B, H] out when norms (else may be null)
-  double* jac_fro = nullptr;   // [B, H]
-  double loss = 0;             // out: mean over the batch of (pred - y)^2, float64
-};
 
 // The forward: pred, loss and (norms) attn_fro / jac_fro of every cell. x [B, N, C] row-major
 // (the model's input), y [B].
@@ -56,9 +37,10 @@ void readout_forward_cpu(const ReadoutShape& shape, const float* x, const float*
 void readout_train_cpu(const ReadoutShape& shape, const float* x, const float* y, std::span<ReadoutCell> cells,
                        bool norms);
 
-// Whether the model takes this path (worker/model.cpp): on by default; off from the start
-// with ATTNSWEEP_CPU_READOUT_ALGEBRA=0 in the environment; the tests switch it to compare.
-bool readout_algebra_cpu_enabled();
-void set_readout_algebra_cpu(bool on);
+// Whether the model takes this path on either backend (worker/backend.h, worker/backend_cuda.h):
+// on by default; off from the start with ATTNSWEEP_READOUT_ALGEBRA=0 in the environment
+// (the op sequence, the tests' oracle); the tests switch it to compare.
+bool readout_algebra_enabled();
+void set_readout_algebra(bool on);
 
 }  // namespace attnsweep

@@ -25,7 +25,8 @@
 //   (CPU: the packed path on small heads), and the per-layer hooks layer_forward_fused /
 //   layer_backward_fused (CPU: the whole layer per block of samples; a device: never).
 //   layer_buffers says which per-layer buffers those paths use, so the model allocates
-//   only those; readout_fused (CPU: the read-out head in its own algebra; a device: never).
+//   only those; readout_fused (the read-out head in its own algebra: kernels/readout.h on
+//   the CPU, kernels/readout_cuda.h on CUDA).
 // - kPadding: whether a key mask (padding) is supported.
 // - Collective: the gradient all-reduce of data-parallel replicas, and
 //   kEveryReplicaUpdates: whether every replica applies the update itself (CUDA, after an
@@ -301,11 +302,11 @@ class CpuBackend {
                             const LayerBackwardArgs& a);
   // The read-out head's forward (and, train, backward) in its own algebra
   // (kernels/readout.h; x [B, N, C], y [B]) instead of the op sequence of worker/model_impl.h's
-  // forward_readout / backward_readout, unless switched off (readout_algebra_cpu_enabled):
+  // forward_readout / backward_readout, unless switched off (readout_algebra_enabled):
   // returns whether it ran.
   bool readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train,
                      bool norms) {
-    if (!readout_algebra_cpu_enabled()) return false;
+    if (!readout_algebra_enabled()) return false;
     (train ? readout_train_cpu : readout_forward_cpu)(shape, x, y, std::span<ReadoutCell>(&cell, 1), norms);
     return true;
   }

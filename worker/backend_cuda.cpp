@@ -276,6 +276,23 @@ double CudaBackend::mse_forward(const float* pred, const float* target, int64_t 
   return std::nan("");
 }
 
+bool CudaBackend::readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell,
+                                bool train, bool norms) {
+  if (!readout_algebra_enabled() || !readout_cuda_supported(shape, 1)) return false;
+  if (mode_ == Mode::eager) {
+    const OpTimer timed(this);
+    readout_cuda(shape, x, y, &cell, 1, norms, train, nullptr, ws_, stream_);
+    return true;
+  }
+  loss_divisor_ = static_cast<double>(shape.B);
+  cell.loss = std::nan("");  // in step_scalars().loss
+  if (mode_ == Mode::capture) {
+    const OpTimer timed(this);
+    readout_cuda(shape, x, y, &cell, 1, norms, train, &scalars_dev_->loss, ws_, stream_);
+  }
+  return true;
+}
+
 double CudaBackend::global_norm(const float* g, int64_t n) {
   if (mode_ == Mode::eager) {
     const OpTimer timed(this);

@@ -27,6 +27,7 @@
 #include "kernels/model_ops_cuda.h"
 #include "kernels/op_list.h"
 #include "kernels/ops_cuda.h"
+#include "kernels/readout_cuda.h"
 #include "worker/backend.h"
 
 namespace attnsweep {
@@ -202,8 +203,11 @@ class CudaBackend {
                             const LayerBackwardArgs&) {
     return false;
   }
-  // The read-out head runs its op sequence on CUDA.
-  bool readout_fused(const ReadoutShape&, const float*, const float*, ReadoutCell&, bool, bool) { return false; }
+  // The read-out head in its own algebra (kernels/readout_cuda.h), unless switched off
+  // (readout_algebra_enabled) or the shape is not one it takes: returns whether it ran.
+  // In a step graph the loss goes to the step's scalars (as mse_forward's does).
+  bool readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train,
+                     bool norms);
   // The unfused sequence uses every buffer.
   static LayerBuffers layer_buffers(const AttentionSpec&, const AttentionShape&, int64_t, bool) { return {}; }
 

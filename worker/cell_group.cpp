@@ -96,7 +96,7 @@ void guarded(Lane& lane, F&& f) {
 
 // Whether the read-out's own algebra takes these lanes' step together.
 bool fused_readout(const std::vector<Lane*>& lanes) {
-  if (!readout_algebra_cpu_enabled()) return false;
+  if (!readout_algebra_enabled()) return false;
   for (const Lane* l : lanes)
     if (l->mc.head != Head::readout || l->tc.devices != 1) return false;
   return true;

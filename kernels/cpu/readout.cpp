@@ -20,9 +20,9 @@ namespace attnsweep {
 
 namespace {
 
-// ATTNSWEEP_CPU_READOUT_ALGEBRA=0 in the environment: the generic path from the start.
+// ATTNSWEEP_READOUT_ALGEBRA=0 in the environment: the generic path from the start.
 bool algebra_default() {
-  const char* v = std::getenv("ATTNSWEEP_CPU_READOUT_ALGEBRA");
+  const char* v = std::getenv("ATTNSWEEP_READOUT_ALGEBRA");
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 std::atomic<bool> g_algebra{algebra_default()};
@@ -408,11 +408,11 @@ void readout_train_cpu(const ReadoutShape& shape, const float* x, const float* y
   run(shape, x, y, cells, norms, true);
 }
 
-bool readout_algebra_cpu_enabled() {
+bool readout_algebra_enabled() {
   return g_algebra.load();
 }
 
-void set_readout_algebra_cpu(bool on) {
+void set_readout_algebra(bool on) {
   g_algebra.store(on);
 }
 

@@ -5,7 +5,7 @@
 # goes on. Then a slower grid, run in groups: kill -9 of a group's child (the attempt is
 # retried from the cells' checkpoints) and SIGTERM of the run mid-group (exit 75, then a
 # resume) both end with result files identical to an uninterrupted run. The same
-# comparison on the op sequence (ATTNSWEEP_CPU_READOUT_ALGEBRA=0): a group then steps each
+# comparison on the op sequence (ATTNSWEEP_READOUT_ALGEBRA=0): a group then steps each
 # cell's own model.
 source "$(dirname "$0")/lib.bash"
 
@@ -64,9 +64,9 @@ PY
 
 # Without the read-out's algebra (the op sequence, what a task without it would run) a
 # group steps each cell's own model on the shared batch: the same files again.
-ATTNSWEEP_CPU_READOUT_ALGEBRA=0 run_rc "$ATTNSWEEP" run grid.json --out fused_ops --workers 2
+ATTNSWEEP_READOUT_ALGEBRA=0 run_rc "$ATTNSWEEP" run grid.json --out fused_ops --workers 2
 check "fused run on the op sequence exits 0" test "$RC" = 0
-ATTNSWEEP_CPU_READOUT_ALGEBRA=0 run_rc "$ATTNSWEEP" run grid.json --out alone_ops --workers 2 --fuse 1
+ATTNSWEEP_READOUT_ALGEBRA=0 run_rc "$ATTNSWEEP" run grid.json --out alone_ops --workers 2 --fuse 1
 check "fused and alone on the op sequence: identical result files" \
   $PY "$SRC/scripts/compare_results.py" fused_ops alone_ops
 

@@ -11,9 +11,14 @@
 
 #include "experiments/icl_regression.h"
 #include "experiments/rng.h"
+#include "kernels/device.h"
 #include "kernels/readout.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
+#ifdef ATTNSWEEP_HAVE_CUDA
+#include "kernels/readout_cuda.h"
+#include "worker/cuda_trainer.h"
+#endif
 
 namespace attnsweep {
 namespace {
@@ -21,8 +26,8 @@ namespace {
 // Switches the read-out path for a scope (kernels/readout.h); the default comes back.
 class AlgebraGuard {
  public:
-  explicit AlgebraGuard(bool on) : saved_(readout_algebra_cpu_enabled()) { set_readout_algebra_cpu(on); }
-  ~AlgebraGuard() { set_readout_algebra_cpu(saved_); }
+  explicit AlgebraGuard(bool on) : saved_(readout_algebra_enabled()) { set_readout_algebra(on); }
+  ~AlgebraGuard() { set_readout_algebra(saved_); }
   AlgebraGuard(const AlgebraGuard&) = delete;
   AlgebraGuard& operator=(const AlgebraGuard&) = delete;
 
@@ -75,17 +80,21 @@ struct Pass {
   std::vector<double> attn, jac;
 };
 
+// One forward and backward of a fresh model (Model: the CPU's; CudaModel: device 0's).
+template <class M = Model>
 Pass run_model(const ModelConfig& mc, bool algebra, const std::vector<float>& x, const std::vector<float>& y, int64_t B,
                uint64_t init_seed, double init_std) {
   AlgebraGuard g(algebra);
-  Model m(mc);
+  M m(mc);
   m.init(init_seed, init_std);
   Pass p;
   const ForwardStats st = m.forward_backward(x.data(), nullptr, y.data(), B, true);
   p.loss = st.loss;
   p.attn = st.attn_fro;
   p.jac = st.jac_fro;
-  p.pred.assign(m.predictions(), m.predictions() + B);
+  std::vector<float> buf;
+  const float* pred = m.host_predictions(buf);
+  p.pred.assign(pred, pred + B);
   p.grads.resize(static_cast<size_t>(m.num_params()));
   m.get_grads(p.grads.data());
   return p;
@@ -106,19 +115,22 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 // term changes the gradient by O(1) relative).
 constexpr double kTol = 1e-5;
 
-TEST(ReadoutAlgebra, MatchesTheGenericPathForEveryActivation) {
-  const int64_t C = 6, B = 9;  // B not a multiple of the kernel's block of prompts
+// The algebra on model M (the CPU's or CUDA's) against the CPU's op sequence, for every
+// activation, 1-3 heads and each prompt length of Ls. Returns the cases compared.
+template <class M>
+int compare_with_the_generic_path(const std::vector<int64_t>& Ls) {
+  const int64_t C = 6, B = 9;  // B not a multiple of the CPU kernel's block of prompts
   int cases = 0;
   for (const ActivationSpec& act : specs())
     for (int64_t H : {1, 2, 3})
-      for (int64_t L : {1, 7, 40, 200}) {
+      for (int64_t L : Ls) {
         const ModelConfig mc = readout_model(L, C, H, act);
         std::vector<float> x(static_cast<size_t>(B * (L + 1) * C)), y(static_cast<size_t>(B));
         Rng rng(seed_of({static_cast<uint64_t>(L), static_cast<uint64_t>(H), 11}));
         for (float& v : x) v = static_cast<float>(rng.normal());
         for (float& v : y) v = static_cast<float>(rng.normal());
         const Pass want = run_model(mc, false, x, y, B, 3, 0.5);
-        const Pass got = run_model(mc, true, x, y, B, 3, 0.5);
+        const Pass got = run_model<M>(mc, true, x, y, B, 3, 0.5);
         const std::string what = describe(act, H, L);
         EXPECT_NEAR(got.loss, want.loss, kTol * std::abs(want.loss)) << what;
         EXPECT_LE(rel_l2(got.pred, want.pred), kTol) << what;
@@ -126,7 +138,8 @@ TEST(ReadoutAlgebra, MatchesTheGenericPathForEveryActivation) {
         double gnorm = 0;
         for (float g : want.grads) gnorm += static_cast<double>(g) * g;
         EXPECT_GT(gnorm, 0.0) << what << ": a gradient to compare";
-        ASSERT_EQ(got.attn.size(), static_cast<size_t>(H)) << what;
+        EXPECT_EQ(got.attn.size(), static_cast<size_t>(H)) << what;
+        if (got.attn.size() != static_cast<size_t>(H)) continue;
         for (int64_t h = 0; h < H; ++h) {
           EXPECT_NEAR(got.attn[static_cast<size_t>(h)], want.attn[static_cast<size_t>(h)],
                       kTol * want.attn[static_cast<size_t>(h)])
@@ -137,7 +150,11 @@ TEST(ReadoutAlgebra, MatchesTheGenericPathForEveryActivation) {
         }
         ++cases;
       }
-  EXPECT_GT(cases, 100);
+  return cases;
+}
+
+TEST(ReadoutAlgebra, MatchesTheGenericPathForEveryActivation) {
+  EXPECT_GT(compare_with_the_generic_path<Model>({1, 7, 40, 200}), 100);
 }
 
 TEST(ReadoutAlgebra, ForwardAloneAndBackwardAfterForwardGiveTheSameAsOnePass) {
@@ -262,6 +279,100 @@ TEST(ReadoutAlgebra, CellsInOneCallGetWhatEachGetsAlone) {
     EXPECT_EQ(nrm1[k], nrm[k]) << what;
   }
 }
+
+#ifdef ATTNSWEEP_HAVE_CUDA
+// ---- the same algebra on CUDA (kernels/readout_cuda.h); SKIPPED without a GPU ----------
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() < 1) GTEST_SKIP() << "no CUDA device"
+
+// Against the CPU's op sequence, as the CPU's algebra is: the same float32 math, summed in
+// other orders (each thread's keys, the warps, then the 8 warps in order), so the same
+// 1e-5. L 1000 and 3000 give each of the 256 threads several keys.
+TEST(ReadoutAlgebraCuda, MatchesTheGenericPathForEveryActivation) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_GT(compare_with_the_generic_path<CudaModel>({1, 7, 40, 200, 1000, 3000}), 100);
+}
+
+// Device copies of the host vectors of one call.
+struct DeviceCall {
+  std::vector<DeviceBytes> bufs;
+  template <class T>
+  T* put(const std::vector<T>& host) {
+    bufs.emplace_back();
+    bufs.back().assign(0, host.size() * sizeof(T));
+    cuda_check(cudaMemcpy(bufs.back().get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "copy in");
+    return static_cast<T*>(bufs.back().get());
+  }
+  template <class T>
+  static std::vector<T> get(const T* dev, size_t n) {
+    std::vector<T> host(n);
+    cuda_check(cudaMemcpy(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost), "copy out");
+    return host;
+  }
+};
+
+// Several cells in one launch, every activation of the registry: each gets the bits it
+// gets alone (the fused groups' premise on a GPU), and a second run the same bits again.
+TEST(ReadoutAlgebraCuda, CellsInOneCallGetWhatEachGetsAlone) {
+  SKIP_WITHOUT_GPU();
+  cuda_check(cudaSetDevice(0), "cudaSetDevice");
+  const int64_t C = 6, B = 13, L = 300, H = 2;
+  const ReadoutShape sh{B, L + 1, C, H};
+  std::vector<float> x(static_cast<size_t>(B * (L + 1) * C)), y(static_cast<size_t>(B));
+  Rng rng(seed_of({5}));
+  for (float& v : x) v = static_cast<float>(rng.normal());
+  for (float& v : y) v = static_cast<float>(rng.normal());
+  std::vector<ActivationSpec> acts = specs();
+  acts.resize(std::min<size_t>(acts.size(), kReadoutCudaMaxCells));
+  const size_t K = acts.size(), G = static_cast<size_t>(3 * C * C);
+  DeviceCall dev;
+  const float* xd = dev.put(x);
+  const float* yd = dev.put(y);
+  AttentionCudaWorkspace* ws = attention_cuda_workspace_create();
+  // One call of cells [first, first + n) with fresh outputs; returns grads, preds, norms.
+  struct Out {
+    std::vector<float> grad, pred;
+    std::vector<double> nrm;
+    double loss;
+  };
+  std::vector<std::vector<float>> w(K);
+  for (auto& wk : w) {
+    wk.resize(G);
+    for (float& v : wk) v = static_cast<float>(0.4 * rng.normal());
+  }
+  auto call = [&](size_t first, size_t n) {
+    std::vector<ReadoutCell> cells(n);
+    std::vector<float*> g(n), p(n);
+    std::vector<double*> nr(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = first + i;
+      g[i] = dev.put(std::vector<float>(G, 7.0f));  // overwritten
+      p[i] = dev.put(std::vector<float>(static_cast<size_t>(B), 0.0f));
+      nr[i] = dev.put(std::vector<double>(static_cast<size_t>(2 * B * H), 0.0));
+      cells[i] = ReadoutCell{dev.put(w[k]), acts[k], p[i], g[i], nr[i], nr[i] + B * H};
+    }
+    readout_cuda(sh, xd, yd, cells.data(), static_cast<int64_t>(n), true, true, nullptr, ws, nullptr);
+    std::vector<Out> out(n);
+    for (size_t i = 0; i < n; ++i)
+      out[i] = Out{DeviceCall::get(g[i], G), DeviceCall::get(p[i], static_cast<size_t>(B)),
+                   DeviceCall::get(nr[i], static_cast<size_t>(2 * B * H)), cells[i].loss};
+    return out;
+  };
+  const std::vector<Out> all = call(0, K), again = call(0, K);
+  for (size_t k = 0; k < K; ++k) {
+    const Out alone = call(k, 1)[0];
+    const std::string what = describe(acts[k], H, L);
+    EXPECT_EQ(alone.loss, all[k].loss) << what;
+    EXPECT_EQ(alone.grad, all[k].grad) << what;
+    EXPECT_EQ(alone.pred, all[k].pred) << what;
+    EXPECT_EQ(alone.nrm, all[k].nrm) << what;
+    EXPECT_EQ(again[k].grad, all[k].grad) << what << ": a second run";
+    EXPECT_TRUE(std::isfinite(all[k].loss) && all[k].loss > 0) << what;
+  }
+  attention_cuda_workspace_destroy(ws);
+}
+#endif  // ATTNSWEEP_HAVE_CUDA
 
 }  // namespace
 }  // namespace attnsweep
