@@ -121,6 +121,18 @@ if [ -z "$bin" ]; then
   say "built"
 fi
 ab() { LD_LIBRARY_PATH=$libpath "$@"; }
+# gtest_stage NAME WHAT TIMEOUT_S FILTER: unit_tests on FILTER (brief), its log and xml in
+# $out/NAME.*, the result lines and first failures in the summary; rc is its exit status,
+# folded into tests_rc.
+gtest_stage() {
+  ab timeout "$3" "$bin/unit_tests" --gtest_filter="$4" --gtest_brief=1 --gtest_output="xml:$out/$1.xml" \
+    > "$out/$1.log" 2>&1
+  rc=$?
+  grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$out/$1.log" | head -40 | tee -a "$summary"
+  grep -m 30 -B2 -A6 'Failure' "$out/$1.log" >> "$summary"
+  say "$2 exit $rc"
+  [ "$tests_rc" -eq 0 ] && tests_rc=$rc
+}
 
 tests_rc=0
 if stage 1; then
@@ -193,13 +205,8 @@ fi
 
 if stage 4 && in_budget "attention and ops tests"; then
   say "4. the other CUDA tests (attention kernels, ops)"
-  ab timeout 200 "$bin/unit_tests" --gtest_filter='*Cuda*-CudaModel*:CudaTrainer*:CudaCollective*:OpsCuda.GlobalNorm*:*AttentionCudaMma*' \
-    --gtest_brief=1 --gtest_output="xml:$out/other_cuda.xml" > "$out/other_cuda.log" 2>&1
-  rc=$?
-  grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$out/other_cuda.log" | head -40 | tee -a "$summary"
-  grep -m 30 -B2 -A6 'Failure' "$out/other_cuda.log" >> "$summary"
-  say "other CUDA tests exit $rc"
-  [ "$tests_rc" -eq 0 ] && tests_rc=$rc
+  gtest_stage other_cuda "other CUDA tests" 200 \
+    '*Cuda*-CudaModel*:CudaTrainer*:CudaCollective*:OpsCuda.GlobalNorm*:*AttentionCudaMma*'
 fi
 
 if stage 5 && in_budget "attention_gpu benchmark"; then
@@ -220,13 +227,7 @@ if stage 7; then
   mma_budget=${MMA_BUDGET_S:-230}
   left7() { echo $(( mma_budget - (SECONDS - t7) )); }
   say "7. tensor-core attention: tests (*AttentionCudaMma*)"
-  ab timeout 110 "$bin/unit_tests" --gtest_filter='*AttentionCudaMma*:HalfFloatHost*' --gtest_brief=1 \
-    --gtest_output="xml:$out/mma_tests.xml" > "$out/mma_tests.log" 2>&1
-  rc=$?
-  grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$out/mma_tests.log" | head -40 | tee -a "$summary"
-  grep -m 30 -B2 -A6 'Failure' "$out/mma_tests.log" >> "$summary"
-  say "mma tests exit $rc"
-  [ "$tests_rc" -eq 0 ] && tests_rc=$rc
+  gtest_stage mma_tests "mma tests" 110 '*AttentionCudaMma*:HalfFloatHost*'
   if [ "$rc" -ne 0 ] && command -v compute-sanitizer > /dev/null && [ "$(left7)" -gt 60 ]; then
     say "compute-sanitizer memcheck + racecheck on one mma case"
     ab timeout 40 compute-sanitizer --tool memcheck --print-limit 20 "$bin/unit_tests" \
@@ -603,13 +604,7 @@ fi
 if stage 9; then
   t9=$SECONDS
   say "9. read-out algebra on CUDA: tests (ReadoutAlgebraCuda.*)"
-  ab timeout 60 "$bin/unit_tests" --gtest_filter='ReadoutAlgebraCuda.*' --gtest_brief=1 \
-    --gtest_output="xml:$out/readout_cuda.xml" > "$out/readout_cuda.log" 2>&1
-  rc=$?
-  grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|^\[  SKIPPED' "$out/readout_cuda.log" | head -20 | tee -a "$summary"
-  grep -m 30 -B2 -A6 'Failure' "$out/readout_cuda.log" >> "$summary"
-  say "read-out CUDA tests exit $rc"
-  [ "$tests_rc" -eq 0 ] && tests_rc=$rc
+  gtest_stage readout_cuda "read-out CUDA tests" 60 'ReadoutAlgebraCuda.*'
   dev9=cuda steps9=${STAGE9_STEPS:-3000}
   [ "$rehearse" = 1 ] && dev9=cpu steps9=200
   mkdir -p /tmp/s9

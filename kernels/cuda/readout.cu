@@ -159,8 +159,10 @@ __device__ RowNormSq scores_forward(const PhiParams& pp, const float* x, int L, 
       const float e = expf(s[n] - mx);
       p[n] = e;
       z += e;
-      a2 += static_cast<double>(e) * e;
-      a3 += static_cast<double>(e) * e * e;
+      if (norms) {
+        a2 += static_cast<double>(e) * e;
+        a3 += static_cast<double>(e) * e * e;
+      }
     }
     z = block_reduce<false>(z, sh.dred);
     if (norms) {
@@ -175,9 +177,11 @@ __device__ RowNormSq scores_forward(const PhiParams& pp, const float* x, int L, 
     for (int n = tid; n < L; n += kThreads) {
       const float v = phi_elementwise<float>(pp, s[n]);
       p[n] = v;
-      const double g = dphi_elementwise<float>(pp, s[n]);
-      sa += static_cast<double>(v) * v;
-      sj += g * g;
+      if (norms) {  // (the forward alone needs no phi')
+        const double g = dphi_elementwise<float>(pp, s[n]);
+        sa += static_cast<double>(v) * v;
+        sj += g * g;
+      }
     }
     if (norms) {
       nrm.attn = block_reduce<false>(sa, sh.dred);
@@ -294,15 +298,11 @@ __global__ void __launch_bounds__(kThreads) readout_reduce_kernel(const __grid_c
   a.grad[k][e] = static_cast<float>(t);
 }
 
-size_t static_shared_bytes() {
-  return sizeof(Shared);
-}
-
 int max_dynamic_shared_bytes() {
   int dev = 0, optin = 0;
   ATTN_CUDA_CHECK(cudaGetDevice(&dev));
   ATTN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return optin - static_cast<int>(static_shared_bytes());
+  return optin - static_cast<int>(sizeof(Shared));
 }
 
 }  // namespace

@@ -100,6 +100,18 @@ Pass run_model(const ModelConfig& mc, bool algebra, const std::vector<float>& x,
   return p;
 }
 
+// A batch of B prompts (L keys and the query, C wide: x [B, L + 1, C]) and targets y [B],
+// standard normals drawn from rng, x first.
+struct Batch {
+  std::vector<float> x, y;
+};
+Batch random_batch(Rng& rng, int64_t B, int64_t L, int64_t C) {
+  Batch b{std::vector<float>(static_cast<size_t>(B * (L + 1) * C)), std::vector<float>(static_cast<size_t>(B))};
+  for (float& v : b.x) v = static_cast<float>(rng.normal());
+  for (float& v : b.y) v = static_cast<float>(rng.normal());
+  return b;
+}
+
 // ||a - b|| / ||b|| (0 when both are 0).
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
@@ -125,10 +137,8 @@ int compare_with_the_generic_path(const std::vector<int64_t>& Ls) {
     for (int64_t H : {1, 2, 3})
       for (int64_t L : Ls) {
         const ModelConfig mc = readout_model(L, C, H, act);
-        std::vector<float> x(static_cast<size_t>(B * (L + 1) * C)), y(static_cast<size_t>(B));
         Rng rng(seed_of({static_cast<uint64_t>(L), static_cast<uint64_t>(H), 11}));
-        for (float& v : x) v = static_cast<float>(rng.normal());
-        for (float& v : y) v = static_cast<float>(rng.normal());
+        const auto [x, y] = random_batch(rng, B, L, C);
         const Pass want = run_model(mc, false, x, y, B, 3, 0.5);
         const Pass got = run_model<M>(mc, true, x, y, B, 3, 0.5);
         const std::string what = describe(act, H, L);
@@ -161,10 +171,8 @@ TEST(ReadoutAlgebra, ForwardAloneAndBackwardAfterForwardGiveTheSameAsOnePass) {
   const int64_t C = 6, B = 5, L = 50;
   ActivationSpec act;  // softmax
   const ModelConfig mc = readout_model(L, C, 1, act);
-  std::vector<float> x(static_cast<size_t>(B * (L + 1) * C)), y(static_cast<size_t>(B));
   Rng rng(seed_of({7}));
-  for (float& v : x) v = static_cast<float>(rng.normal());
-  for (float& v : y) v = static_cast<float>(rng.normal());
+  const auto [x, y] = random_batch(rng, B, L, C);
   const Pass one = run_model(mc, true, x, y, B, 1, 0.3);
   AlgebraGuard g(true);
   Model m(mc);
@@ -248,10 +256,8 @@ TEST(ReadoutAlgebra, FiveHundredStepsTrackTheGenericPath) {
 TEST(ReadoutAlgebra, CellsInOneCallGetWhatEachGetsAlone) {
   const int64_t C = 6, B = 13, L = 64, H = 1;
   const ReadoutShape sh{B, L + 1, C, H};
-  std::vector<float> x(static_cast<size_t>(B * (L + 1) * C)), y(static_cast<size_t>(B));
   Rng rng(seed_of({5}));
-  for (float& v : x) v = static_cast<float>(rng.normal());
-  for (float& v : y) v = static_cast<float>(rng.normal());
+  const auto [x, y] = random_batch(rng, B, L, C);
   const std::vector<ActivationSpec> acts = specs();
   const size_t K = acts.size();
   std::vector<std::vector<float>> w(K), grad(K), pred(K), grad1(K), pred1(K);
@@ -319,10 +325,8 @@ TEST(ReadoutAlgebraCuda, CellsInOneCallGetWhatEachGetsAlone) {
   cuda_check(cudaSetDevice(0), "cudaSetDevice");
   const int64_t C = 6, B = 13, L = 300, H = 2;
   const ReadoutShape sh{B, L + 1, C, H};
-  std::vector<float> x(static_cast<size_t>(B * (L + 1) * C)), y(static_cast<size_t>(B));
   Rng rng(seed_of({5}));
-  for (float& v : x) v = static_cast<float>(rng.normal());
-  for (float& v : y) v = static_cast<float>(rng.normal());
+  const auto [x, y] = random_batch(rng, B, L, C);
   std::vector<ActivationSpec> acts = specs();
   acts.resize(std::min<size_t>(acts.size(), kReadoutCudaMaxCells));
   const size_t K = acts.size(), G = static_cast<size_t>(3 * C * C);
