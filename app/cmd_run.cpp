@@ -40,9 +40,9 @@ int cmd_run(int argc, char** argv) {
       "cells (child processes) sharing each GPU: GPUs x K slots per rank (default: the grid's "
       "resources.cells_per_gpu, else 1; 1..64; not with --device cpu)")(
       "fuse", po::value(&opt.fuse),
-      "cells trained as one: up to K alike cells of a task that fuses share one child process on a CPU slot, "
-      "with the same results as alone (default: the grid's resources.fuse, else the task's: icl_regression 16; "
-      "1..64; 1: one cell a process)")(
+      "cells trained as one: up to K alike cells of a task that fuses share one child process on a slot, "
+      "with the same results as alone (default: the grid's resources.fuse, else on CPU slots the task's: "
+      "icl_regression 16, on GPU slots 1; 1..64; 1: one cell a process)")(
       "rank-timeout-s", po::value(&opt.rank_timeout_s),
       "under mpirun/srun: a rank silent this long (no heartbeat) is lost, its cells go to other ranks and the run "
       "exits 75 at the end (default: the grid's resources.rank_timeout_s, else 180; at least 1)")(

@@ -39,6 +39,10 @@
 #   9. (issue #28, only when asked: STAGES=9, under 2 minutes) the read-out in its own
 #      algebra on CUDA: its tests, then a paper B cell at L = 1000 through the algebra and
 #      through the op sequence, ms a step and final metrics side by side (REHEARSE=1 too).
+#  10. (issue #28, only when asked: STAGES=10, under 2 minutes) training prompts made on
+#      the device and cells trained as one on a GPU: their tests, then the L = 1000 cell on
+#      host and device batches, op by op and in step graphs (ms a step, bit-identical
+#      results), and 16 cells as one group against one a process (REHEARSE=1 too).
 # Every log goes to $OUT (or ./gpu-check-out); summary.txt holds the gist. Stages 4-5
 # are skipped once BUDGET_S (default 330 s) has passed. QUICK=1 drops N = 16384 from the
 # attention benchmarks. Exit status: that of the CUDA tests (setup/build failures: 2).
@@ -594,56 +598,130 @@ if walls:
 PY
   done
 fi
+# l1000_variants DIR STEPS DEVICE "ACTS" VARIANT...: paper B's L = 1000 cell of each
+# activation in ACTS (from paperB_icl_paired.json's plan) trained for STEPS steps on DEVICE
+# once per VARIANT "label:VAR=value[,VAR=value...]" (the environment it runs in), then a
+# table: ms a step of each and as a multiple of the first variant's, whether every dataset of
+# the result file is bit-identical to the first variant's, and the final metrics side by side.
+l1000_variants() {
+  local dir=$1 steps=$2 dev=$3 acts=$4 act v label
+  shift 4
+  rm -rf "$dir" && mkdir -p "$dir"
+  ab "$bin/attnsweep" plan experiments/grids/paperB_icl_paired.json --json > "$dir/plan.json" 2>> "$dir/train.log"
+  for act in $acts; do
+    "$py" - "$act" "$steps" "$dir" <<'PY'
+import json, sys
+act, steps, d = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+cells = json.load(open(f"{d}/plan.json"))["cells"]
+c = next(c["config"] for c in cells if c["config"]["prompt_length"] == 1000 and c["config"]["activation"] == act)
+c.update(steps=steps, eval_every=steps, checkpoint_every=0, log_every=100)
+json.dump(c, open(f"{d}/{act}.json", "w"))
+PY
+    for v in "$@"; do
+      label=${v%%:*}
+      (
+        IFS=,
+        for e in ${v#*:}; do export "${e?}"; done
+        ab timeout 25 "$bin/attnsweep" train "$dir/$act.json" --out "$dir/$act-$label.h5" --device "$dev"
+      ) >> "$dir/train.log" 2>&1
+      echo "$act $label exit $?" >> "$dir/train.log"
+    done
+  done
+  "$py" - "$dir" "$steps" "$acts" "$@" <<'PY'
+import sys, h5py, numpy as np
+d, steps, acts, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), [v.split(":")[0] for v in sys.argv[4:]]
+def datasets(f):
+    out = {}
+    f.visititems(lambda name, o: out.__setitem__(name, o[()]) if isinstance(o, h5py.Dataset) else None)
+    return out
+for act in acts:
+    row = {}
+    for v in variants:
+        try:
+            with h5py.File(f"{d}/{act}-{v}.h5", "r") as f:
+                row[v] = (float(f.attrs["wall_seconds"]), {k: float(x) for k, x in f["final"].attrs.items()},
+                          f.attrs.get("device", "?"), datasets(f))
+        except Exception as e:
+            print(f"{act} {v}: {e!r}")
+    if variants[0] not in row:
+        continue
+    w0, f0, dev, ds0 = row[variants[0]]
+    print(f"{act} L 1000, {steps} steps on {dev}: {variants[0]} {1e3 * w0 / steps:.3f} ms a step")
+    for v in variants[1:]:
+        if v not in row:
+            continue
+        w, fv, _, ds = row[v]
+        same = ds.keys() == ds0.keys() and all(np.array_equal(ds[k], ds0[k], equal_nan=True) for k in ds0)
+        print(f"  {v}: {1e3 * w / steps:.3f} ms a step ({w / w0:.2f}x {variants[0]}'s), datasets bit-identical "
+              f"to {variants[0]}'s: {'yes' if same else 'NO'}")
+        for k in sorted(set(f0) & set(fv)):
+            print(f"    {k}: {variants[0]} {f0[k]:.6g}, {v} {fv[k]:.6g}")
+PY
+}
+
 # 9. The read-out in its own algebra on CUDA (issue #28, only when asked: STAGES=9, under
 # 2 minutes): its tests (ReadoutAlgebraCuda.*: against the CPU's op sequence for every
 # activation, 1-3 heads, L up to 3000; 16 cells in one launch against each alone), then one
 # paper B cell (L = 1000, softmax and linear) trained for STAGE9_STEPS steps on the GPU
-# with the algebra and with the op sequence (ATTNSWEEP_READOUT_ALGEBRA=0): wall seconds a
-# step of each, and their final metrics side by side (the same to about 1e-4).
+# with the algebra and with the op sequence (ATTNSWEEP_READOUT_ALGEBRA=0): ms a step of
+# each, and their final metrics side by side (the same to about 1e-4, not bit-identical).
 # REHEARSE=1 runs it on the CPU (--device cpu, 200 steps): the commands and the table only.
+dev9=cuda
+[ "$rehearse" = 1 ] && dev9=cpu
 if stage 9; then
   t9=$SECONDS
   say "9. read-out algebra on CUDA: tests (ReadoutAlgebraCuda.*)"
   gtest_stage readout_cuda "read-out CUDA tests" 60 'ReadoutAlgebraCuda.*'
-  dev9=cuda steps9=${STAGE9_STEPS:-3000}
-  [ "$rehearse" = 1 ] && dev9=cpu steps9=200
-  mkdir -p /tmp/s9
-  ab "$bin/attnsweep" plan experiments/grids/paperB_icl_paired.json --json > /tmp/s9/plan.json 2>> "$out/readout_cuda.log"
-  for act in softmax poly; do
-    "$py" - "$act" "$steps9" <<'PY'
-import json, sys
-cells = json.load(open("/tmp/s9/plan.json"))["cells"]
-c = next(c["config"] for c in cells if c["config"]["prompt_length"] == 1000 and c["config"]["activation"] == sys.argv[1])
-c.update(steps=int(sys.argv[2]), eval_every=int(sys.argv[2]), checkpoint_every=0, log_every=100)
-json.dump(c, open(f"/tmp/s9/{sys.argv[1]}.json", "w"))
-PY
-    for path in algebra ops; do
-      flag=1; [ "$path" = ops ] && flag=0
-      ATTNSWEEP_READOUT_ALGEBRA=$flag ab timeout 25 "$bin/attnsweep" train "/tmp/s9/$act.json" \
-        --out "/tmp/s9/$act-$path.h5" --device "$dev9" >> "$out/readout_cuda.log" 2>&1
-      echo "$act $path exit $?" >> "$out/readout_cuda.log"
-    done
-  done
-  "$py" - "$steps9" <<'PY' 2>&1 | tee -a "$summary"
-import sys, h5py
-steps = int(sys.argv[1])
-for act in ("softmax", "poly"):
-    row = {}
-    for path in ("algebra", "ops"):
-        try:
-            with h5py.File(f"/tmp/s9/{act}-{path}.h5", "r") as f:
-                row[path] = (float(f.attrs["wall_seconds"]), {k: float(v) for k, v in f["final"].attrs.items()},
-                             f.attrs.get("device", "?"))
-        except Exception as e:
-            print(f"{act} {path}: {e!r}")
-    if len(row) == 2:
-        (wa, fa, dev), (wo, fo, _) = row["algebra"], row["ops"]
-        print(f"{act} L 1000, {steps} steps on {dev}: algebra {1e3 * wa / steps:.3f} ms a step, op sequence "
-              f"{1e3 * wo / steps:.3f} ms ({wo / wa:.2f}x)")
-        for k in sorted(set(fa) & set(fo)):
-            print(f"  {k}: algebra {fa[k]:.6g}, op sequence {fo[k]:.6g}")
-PY
+  steps9=${STAGE9_STEPS:-3000}
+  [ "$rehearse" = 1 ] && steps9=200
+  l1000_variants /tmp/s9 "$steps9" "$dev9" "softmax poly" \
+    ops:ATTNSWEEP_READOUT_ALGEBRA=0 algebra:ATTNSWEEP_READOUT_ALGEBRA=1 2>&1 | tee -a "$summary"
+  cp /tmp/s9/train.log "$out/readout_cuda_train.log"
   say "9. done in $((SECONDS - t9)) s"
+fi
+
+# 10. Training prompts made on the device (issue #28, only when asked: STAGES=10, under 2
+# minutes): the tests (IclPromptsCuda.*: normals and whole prompts bit for bit against the
+# CPU's; cells on device-made batches against host-made ones, op by op and in step graphs,
+# bit-identical), then paper B's L = 1000 softmax cell for STAGE10_STEPS steps with host
+# batches and with device batches (ATTNSWEEP_CUDA_DEVICE_BATCHES=1), op by op and in step
+# graphs (ATTNSWEEP_CUDA_GRAPHS=1): ms a step, and every dataset bit-identical to the host
+# batches' run; then a group of 16 against one cell a process (below). REHEARSE=1: on the
+# CPU, where the switches change nothing.
+if stage 10; then
+  t10=$SECONDS
+  say "10. device-made prompts and groups: tests (IclPromptsCuda.*, CellGroupCuda.*)"
+  gtest_stage icl_prompts_cuda "device prompt and group tests" 60 'IclPromptsCuda.*:CellGroupCuda.*'
+  steps10=${STAGE10_STEPS:-3000}
+  [ "$rehearse" = 1 ] && steps10=200
+  l1000_variants /tmp/s10 "$steps10" "$dev9" softmax \
+    host:ATTNSWEEP_CUDA_DEVICE_BATCHES=0 device:ATTNSWEEP_CUDA_DEVICE_BATCHES=1 \
+    host-graphs:ATTNSWEEP_CUDA_DEVICE_BATCHES=0,ATTNSWEEP_CUDA_GRAPHS=1 \
+    device-graphs:ATTNSWEEP_CUDA_DEVICE_BATCHES=1,ATTNSWEEP_CUDA_GRAPHS=1 2>&1 | tee -a "$summary"
+  cp /tmp/s10/train.log "$out/icl_prompts_cuda_train.log"
+  # Cells trained as one on the GPU: paper B's 16 cells of L = 1000 and data seed 0 (8
+  # initialisations x softmax, linear) for STAGE10_GROUP_STEPS steps on one GPU slot, as one
+  # group (--fuse 16) and one cell a process (--fuse 1), both on device-made batches: the
+  # wall time of each run and whether their 16 result files are identical.
+  gsteps=${STAGE10_GROUP_STEPS:-1000}
+  [ "$rehearse" = 1 ] && gsteps=100
+  "$py" - "$gsteps" <<'PY'
+import json, sys
+g = json.load(open("experiments/grids/paperB_icl_paired.json"))
+g["name"] = "gpu_check_group16"
+g["axes"].update(prompt_length=[1000], seed=[0])
+steps = int(sys.argv[1])
+g["fixed"].update(steps=steps, eval_every=steps, log_every=100, checkpoint_every=0)
+json.dump(g, open("/tmp/s10/group16.json", "w"))
+PY
+  for f in 16 1; do
+    t=$SECONDS
+    ATTNSWEEP_CUDA_DEVICE_BATCHES=1 ab timeout 100 "$bin/attnsweep" run /tmp/s10/group16.json --out "/tmp/s10/fuse$f" \
+      --fuse "$f" --device "$dev9" --workers 1 > "$out/group16_fuse$f.log" 2>&1
+    say "10. 16 cells x $gsteps steps, --fuse $f: exit $?, $((SECONDS - t)) s"
+  done
+  "$py" scripts/compare_results.py /tmp/s10/fuse16 /tmp/s10/fuse1 2>&1 | tail -3 | tee -a "$summary"
+  say "10. done in $((SECONDS - t10)) s"
 fi
 say "done, tests exit $tests_rc"
 exit "$tests_rc"

@@ -375,9 +375,9 @@ const std::vector<ParamSpec>& resource_specs() {
     v[6].name = "fuse", v[6].type = ParamType::integer, v[6].min = 1, v[6].max = kMaxFuse;
     v[6].description =
         "cells trained as one: up to this many alike cells of a task that fuses (icl_regression: cells that differ "
-        "only in init_seed, init_std, seed, activation, degree, scale, lr) share one child process on a CPU slot, "
+        "only in init_seed, init_std, seed, activation, degree, scale, lr) share one child process on a slot, "
         "and those of one data seed share every batch; results are those of each cell alone. 1: one cell a "
-        "process. Default: the task's (icl_regression 16); run --fuse overrides it";
+        "process. Default: on CPU slots the task's (icl_regression 16), on GPU slots 1; run --fuse overrides it";
     return v;
   }();
   return specs;

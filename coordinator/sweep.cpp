@@ -503,9 +503,6 @@ void print_start(const Grid& grid, const RunOptions& opt, const RankSetup& rs, i
                "cell\n",
                grid.name.c_str(), grid.cells.size(), done, world, world == 1 ? "" : "s", rs.slots, rs.device.c_str(),
                rs.slots == 1 ? "" : "s", per_gpu.c_str(), rs.threads, rs.threads == 1 ? "" : "s");
-  if (opt.fuse > 1 && rs.device != "cpu")
-    std::fprintf(stderr, "attnsweep: --fuse %d is ignored: groups of cells train on CPU slots only for now\n",
-                 opt.fuse);
 }
 
 }  // namespace
@@ -563,8 +560,11 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   if (rank != 0) return finish(serve_rank(local, rank, thread_level, rank_timeout_s));
 
   print_start(grid, opt, rs, cells_per_gpu, finished.size(), world);
-  // Cells trained as one: on CPU slots (a group's child trains on the CPU).
-  const int fuse = rs.device == "cpu" ? fuse_size(grid, opt.fuse) : 1;
+  // Cells trained as one: on CPU slots up to the task's size unless told; on GPU slots only
+  // when --fuse or the grid's fuse asks, until groups have run on a GPU (issue #28).
+  const int fuse = rs.device == "cpu" ? fuse_size(grid, opt.fuse)
+                   : opt.fuse > 0     ? opt.fuse
+                                      : std::max(1, grid.resources.fuse);
   Coordinator coord(grid, opt, rd, world, local, retries, timeout_s, rank_timeout_s, hosts, fuse);
   for (const auto& [i, s] : finished) coord.mark_finished(i, s);
   const int code = coord.run();

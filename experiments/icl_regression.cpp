@@ -1,14 +1,22 @@
+// prompt_rows below hands 32-byte vectors to icl_token (experiments/icl_prompt_math.h) in
+// its default clone too, compiled without AVX. Every function that takes or returns one is
+// inlined, so GCC's ABI warning (given where they are defined, and at the end of the file
+// where the templates are instantiated) has no call to be about: off for the whole file.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #include "experiments/icl_regression.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 
+#include "experiments/icl_prompt_math.h"
 #include "experiments/normals.h"
 #include "experiments/registry.h"
 #include "experiments/result_schema.h"
@@ -17,7 +25,9 @@
 namespace attnsweep {
 
 IclSetup make_icl_setup(int64_t d, int64_t prompt_length, double rho, double noise_var, uint64_t seed) {
-  if (d < 1) throw std::runtime_error("d: expected an integer >= 1, got " + std::to_string(d));
+  if (d < 1 || d > kIclMaxD)
+    throw std::runtime_error("d: expected an integer in [1, " + std::to_string(kIclMaxD) + "], got " +
+                             std::to_string(d));
   if (prompt_length < 1)
     throw std::runtime_error("prompt_length: expected an integer >= 1, got " + std::to_string(prompt_length));
   if (!(noise_var >= 0)) throw std::runtime_error("noise_var: expected a number >= 0");
@@ -57,37 +67,65 @@ IclSetup icl_setup_of(const json& c) {
                         c.at("noise_var").get<double>(), c.at("seed").get<uint64_t>());
 }
 
+float icl_w_sd(const IclSetup& s) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.d)));
+}
+float icl_noise_sd(const IclSetup& s) {
+  return static_cast<float>(std::sqrt(s.noise_var));
+}
+
 uint64_t icl_prompt_key(const IclSetup& s, int split) {
   return seed_of({s.seed, 0x1C1ull, static_cast<uint64_t>(split)});
 }
 
+#ifdef ATTNSWEEP_HAVE_CUDA
+IclPromptsCuda icl_prompts_cuda_args(const IclSetup& s, int split) {
+  IclPromptsCuda a;
+  a.d = s.d;
+  a.L = s.prompt_length;
+  a.key = icl_prompt_key(s, split);
+  a.w_sd = icl_w_sd(s);
+  a.noise_sd = icl_noise_sd(s);
+  std::copy(s.chol_f.begin(), s.chol_f.end(), a.chol);
+  return a;
+}
+#endif
+
 namespace {
 
-// x = chol g row by row over the T tokens (row k of g and x: coordinate k of every token),
-// then y = w^T x + noise_sd eps: element-wise over tokens, each sum in a fixed order and
-// without FMA (the file is compiled with -ffp-contract=off; "avx2" implies no FMA), so the
-// vector and scalar clones give the same bits.
+// Each token's x = chol g and y = w^T x + noise_sd eps (icl_token), 8 tokens a vector, then
+// one at a time: g [d, T] and x [d, T] row k = coordinate k of every token. The same bits
+// on either clone and for either width (experiments/icl_prompt_math.h).
 #if defined(__clang__)
 #define ICL_CLONES
 #else
 #define ICL_CLONES __attribute__((target_clones("avx2", "default")))
 #endif
+typedef float f32x8 __attribute__((vector_size(32)));
+template <class F>
+struct TokensAt {  // row i of g at tokens t .. t + lanes - 1
+  const float* g;
+  int64_t T, t;
+  [[gnu::always_inline]] F operator()(int64_t i) const {
+    F v;
+    std::memcpy(&v, g + i * T + t, sizeof v);
+    return v;
+  }
+};
+template <class F>
+[[gnu::always_inline]] inline void tokens_at(const float* chol, const float* w, float noise_sd, const float* g,
+                                             const float* eps, int64_t d, int64_t T, int64_t t, float* x, float* y) {
+  F e, xs[kIclMaxD];
+  std::memcpy(&e, eps + t, sizeof e);
+  const F yt = icl_token<F>(chol, w, noise_sd, d, TokensAt<F>{g, T, t}, e, xs);
+  for (int64_t k = 0; k < d; ++k) std::memcpy(x + k * T + t, &xs[k], sizeof(F));
+  std::memcpy(y + t, &yt, sizeof(F));
+}
 ICL_CLONES void prompt_rows(const float* chol, const float* w, float noise_sd, const float* g, const float* eps,
                             int64_t d, int64_t T, float* x, float* y) {
-  for (int64_t t = 0; t < T; ++t) y[t] = 0.0f;
-  for (int64_t k = 0; k < d; ++k) {
-    float* xk = x + k * T;
-    const float c0 = chol[k * d];
-    for (int64_t t = 0; t < T; ++t) xk[t] = c0 * g[t];
-    for (int64_t i = 1; i <= k; ++i) {
-      const float ci = chol[k * d + i];
-      const float* gi = g + i * T;
-      for (int64_t t = 0; t < T; ++t) xk[t] += ci * gi[t];
-    }
-    const float wk = w[k];
-    for (int64_t t = 0; t < T; ++t) y[t] += wk * xk[t];
-  }
-  for (int64_t t = 0; t < T; ++t) y[t] += noise_sd * eps[t];
+  int64_t t = 0;
+  for (; t + 8 <= T; t += 8) tokens_at<f32x8>(chol, w, noise_sd, g, eps, d, T, t, x, y);
+  for (; t < T; ++t) tokens_at<float>(chol, w, noise_sd, g, eps, d, T, t, x, y);
 }
 
 }  // namespace
@@ -95,18 +133,16 @@ ICL_CLONES void prompt_rows(const float* chol, const float* w, float noise_sd, c
 void icl_prompt_tokens(const IclSetup& s, int split, int64_t index, float* tokens, float* target, float* w,
                        std::vector<float>& scratch) {
   const int64_t d = s.d, C = d + 1, L = s.prompt_length, T = L + 1;
-  // The draws of one prompt, in stream order: w (d), then d rows of T (the x draws of
-  // every token, coordinate by coordinate), then T noise draws.
-  const int64_t draws = d + d * T + T;
-  scratch.resize(static_cast<size_t>(draws + d * T + T));
+  const IclDraws draws{d, T};
+  scratch.resize(static_cast<size_t>(draws.count() + d * T + T));
   float* z = scratch.data();
-  philox_normals(icl_prompt_key(s, split), static_cast<uint64_t>(index), z, draws);
-  float* x = z + draws;  // [d, T]
-  float* y = x + d * T;  // [T]
-  const float w_sd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  float wv[64];
-  for (int64_t k = 0; k < d; ++k) wv[k] = w_sd * z[k];
-  prompt_rows(s.chol_f.data(), wv, static_cast<float>(std::sqrt(s.noise_var)), z + d, z + d + d * T, d, T, x, y);
+  philox_normals(icl_prompt_key(s, split), static_cast<uint64_t>(index), z, draws.count());
+  float* x = z + draws.count();  // [d, T]
+  float* y = x + d * T;          // [T]
+  const float w_sd = icl_w_sd(s);
+  float wv[kIclMaxD];
+  for (int64_t k = 0; k < d; ++k) wv[k] = w_sd * z[draws.w(k)];
+  prompt_rows(s.chol_f.data(), wv, icl_noise_sd(s), z + draws.g(0, 0), z + draws.eps(0), d, T, x, y);
   for (int64_t t = 0; t < T; ++t) {
     float* tok = tokens + t * C;
     for (int64_t k = 0; k < d; ++k) tok[k] = x[k * T + t];
@@ -354,6 +390,12 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
         icl_prompt_tokens(*setup, 0, idx[i], x + i * per, y_value + i, nullptr, scratch);
     }
   };
+#ifdef ATTNSWEEP_HAVE_CUDA
+  auto on_device = std::make_shared<const IclPromptsCuda>(icl_prompts_cuda_args(*setup, 0));
+  data.fill_device = [on_device](const int64_t* idx, int64_t count, float* x, float* y_value, void* stream) {
+    icl_prompts_cuda(*on_device, idx, count, x, y_value, static_cast<cudaStream_t>(stream));
+  };
+#endif
   if (icl_limit_defined(act)) {
     data.eval_metrics.push_back(result_eval_metric("limit_sq_error", "/icl/limit_sq_error"));
     data.measure = [setup, test, act](const ModelWeights& w) {
@@ -378,7 +420,7 @@ const TaskDef& icl_regression_task() {
     // no clipping, no warm-up.
     d.training_defaults = {{"optimizer", "sgd"}, {"weight_decay", 0.0},       {"clip", 0.0},
                            {"warmup_steps", 0},  {"lr_schedule", "constant"}, {"eval_every", 1000}};
-    d.keys = {integer_key("d", 1, 64, 5, "dimension of x; tokens (x, y) have d + 1 coordinates"),
+    d.keys = {integer_key("d", 1, kIclMaxD, 5, "dimension of x; tokens (x, y) have d + 1 coordinates"),
               number_key("rho", -0.99, 0.99, 0.5, "covariance of x: Sigma_ij = rho^|i-j|"),
               number_key("noise_var", 0.0, 1e6, 0.1, "variance of the noise eps in y = w^T x + eps"),
               integer_key("train_prompts", 1, 16777216, 1048576,

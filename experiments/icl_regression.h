@@ -22,6 +22,10 @@
 
 #include "experiments/task.h"
 
+#ifdef ATTNSWEEP_HAVE_CUDA
+#include "experiments/icl_prompts_cuda.h"
+#endif
+
 namespace attnsweep {
 
 struct IclSetup {
@@ -44,6 +48,13 @@ IclSetup icl_setup_of(const json& config);
 // stream `index` under the key icl_prompt_key(seed, split) (experiments/normals.h); then
 // x = chol g and y = w^T x + sqrt(noise_var) eps in float32, without FMA.
 uint64_t icl_prompt_key(const IclSetup& s, int split);
+// The float32 standard deviations they are drawn with: w ~ N(0, I / d), eps ~ N(0, noise_var).
+float icl_w_sd(const IclSetup& s);
+float icl_noise_sd(const IclSetup& s);
+#ifdef ATTNSWEEP_HAVE_CUDA
+// What experiments/icl_prompts_cuda.h's launch needs to make the split's prompts.
+IclPromptsCuda icl_prompts_cuda_args(const IclSetup& s, int split);
+#endif
 // Prompt `index` of split 0 (train) or 1 (test) as the model reads it: tokens [L + 1, d + 1]
 // ((x_i, y_i) for i < L, then the query (x, 0)), *target = the query's y, and w [d] (may be
 // null). scratch: reused between calls.

@@ -8,19 +8,16 @@
 
 #include "experiments/philox.h"
 
-// The same bits on every path and machine: the math below uses only +, -, *, / and sqrt,
-// each rounded once (IEEE round to nearest), and bit operations, in the same order on
-// both paths. What could break that is the compiler fusing a * b + c into one FMA, which
-// rounds once instead of twice: GCC does so by default in GNU mode (-std=gnu++20, as the
-// project builds) wherever FMA exists (-march=native, or another architecture's baseline).
-// Hence fp-contract=off for every function below. The AVX2 and AVX-512 paths target "avx2"
-// and "avx512f", which do not imply "fma" in GCC, for the same reason, and fast-math or x87 excess precision would
-// break it too.
+// The same bits on every path and machine: the math (experiments/normals_math.h) uses only
+// +, -, * and sqrt, each rounded once (IEEE round to nearest), and bit operations, in the
+// same order on every path. What could break that is the compiler fusing a * b + c into one
+// FMA, which rounds once instead of twice: GCC does so by default in GNU mode (-std=gnu++20,
+// as the project builds) wherever FMA exists (-march=native, or another architecture's
+// baseline). Hence fp-contract=off for every function below (and for the file, in
+// experiments/CMakeLists.txt). The AVX2 and AVX-512 paths target "avx2" and "avx512f",
+// which do not imply "fma" in GCC, for the same reason; normals_math.h refuses fast-math
+// and x87 excess precision.
 #pragma GCC optimize("fp-contract=off")
-#ifdef __FAST_MATH__
-#error "experiments/normals.cpp must not be compiled with -ffast-math: its results must not depend on the compiler"
-#endif
-static_assert(__FLT_EVAL_METHOD__ == 0, "float arithmetic must round to float after every operation");
 // Speed only (instruction order, not results): a block of normals is a chain of ~130
 // cycles (10 Philox rounds, then ln, sqrt) over ~450 instructions, longer than the CPU's
 // out-of-order window sees, so normals_chunk hands over several independent groups at
@@ -34,6 +31,9 @@ static_assert(__FLT_EVAL_METHOD__ == 0, "float arithmetic must round to float af
 // from the AVX2 path, would pass 32-byte vectors by another convention (a crash at -O0).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+// After the pragmas above, so that the math takes them too.
+#include "experiments/normals_math.h"
+
 namespace attnsweep {
 namespace {
 
@@ -43,20 +43,6 @@ typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
 typedef float f32x16 __attribute__((vector_size(64)));
-
-// One path's vector types: W Philox counters (blocks) per vector.
-// kGroups: independent groups of W blocks handed over at once (see the scheduling note).
-template <class U_, class I_, class F_, int Groups>
-struct Lanes {
-  using U = U_;
-  using I = I_;
-  using F = F_;
-  static constexpr int kW = sizeof(U) / sizeof(uint32_t);
-  static constexpr int kGroups = Groups;
-};
-using Sse2 = Lanes<u32x4, i32x4, f32x4, 4>;
-using Avx2 = Lanes<u32x8, i32x8, f32x8, 4>;
-using Avx512 = Lanes<u32x16, i32x16, f32x16, 4>;  // 2, 6, 8 groups: 7-18 % slower (Zen 4)
 
 // Correctly rounded square roots (the builtin for the reason given in philox.h).
 [[gnu::always_inline]] inline f32x4 vsqrt(const f32x4& x) {
@@ -71,88 +57,24 @@ using Avx512 = Lanes<u32x16, i32x16, f32x16, 4>;  // 2, 6, 8 groups: 7-18 % slow
 }
 #endif
 
-// c[0] + c[1] x + ... + c[N-1] x^(N-1). Horner's scheme, the more accurate where the first
-// terms dominate, but a dependency chain of 2 N operations:
-template <class F, size_t N>
-[[gnu::always_inline]] inline F horner(const std::array<float, N>& c, const F& x) {
-  F p = F{} + c[N - 1];
-  for (size_t i = N - 1; i-- > 0;) p = p * x + c[i];
-  return p;
-}
-// and Estrin's: neighbours paired with x, the pairs with x^2, and so on, a chain of
-// 2 log2 N (see the scheduling note above), for the long polynomial of ln.
-template <class F, size_t N>
-[[gnu::always_inline]] inline F estrin(const std::array<float, N>& c, const F& x) {
-  std::array<F, N> t;
-  for (size_t i = 0; i < N; ++i) t[i] = F{} + c[i];
-  F power = x;
-  for (size_t m = N; m > 1; m = (m + 1) / 2) {
-    for (size_t i = 0; i < m / 2; ++i) t[i] = t[2 * i] + power * t[2 * i + 1];
-    if (m % 2 == 1) t[m / 2] = t[m - 1];
-    power = power * power;
-  }
-  return t[0];
-}
-
-// Polynomials fitted for least maximum relative error (Lawson's algorithm in float64),
-// then rounded to float; the errors of the float32 evaluation, over every input the
-// generator can produce, are measured in tests/unit/test_normals.cpp.
-// ln(1 + f) = f - f^2/2 + f^3 P(f) on [sqrt(1/2) - 1, sqrt(2) - 1].
-constexpr std::array<float, 9> kLogP = {0.333333135f,  -0.250000089f, 0.200021192f,  -0.166679963f, 0.142195523f,
-                                        -0.124055885f, 0.11888162f,   -0.116756521f, 0.0674664155f};
-// sin(2 pi t) = t S(t^2) and cos(2 pi t) = 1 + t^2 C(t^2) on [-1/8, 1/8].
-constexpr std::array<float, 4> kSinS = {6.28318548f, -41.3416634f, 81.5923538f, -75.3935852f};
-constexpr std::array<float, 4> kCosC = {-19.7392082f, 64.9393234f, -85.4432373f, 59.2292442f};
-// ln 2 = kLn2Hi + kLn2Lo, kLn2Hi with 9 significant bits so that k kLn2Hi is exact for the
-// exponents k here (|k| <= 24): Cephes' split.
-constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-
-// ln x for x in [2^-24, 1]: x = 2^k (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)), so that
-// ln(1 + f) needs no cancellation, then ln x = k ln 2 + ln(1 + f).
-template <class L>
-[[gnu::always_inline]] inline typename L::F log_unit(const typename L::F& x) {
-  using U = typename L::U;
-  using F = typename L::F;
-  // Adding 1 - sqrt(1/2) to the bit pattern makes the exponent field step at sqrt(1/2)
-  // instead of at 1; the mantissa plus sqrt(1/2) is then 1 + f.
-  constexpr uint32_t kOne = 0x3f800000u, kSqrtHalf = 0x3f3504f3u;
-  const U bits = reinterpret_cast<U>(x) + (kOne - kSqrtHalf);
-  const F k = __builtin_convertvector(reinterpret_cast<typename L::I>(bits >> 23) - 127, F);
-  const F f = reinterpret_cast<F>((bits & 0x007fffffu) + kSqrtHalf) - 1.0f;  // exact (Sterbenz)
-  const F z = f * f;
-  F y = f * z * estrin(kLogP, f);
-  y = y + k * kLn2Lo;
-  y = y - 0.5f * z;
-  return (f + y) + k * kLn2Hi;
-}
-
-// sin and cos of 2 pi k 2^-24 for integers k in [0, 2^24). The quadrant q = round(4 k 2^-24)
-// and the rest t = k 2^-24 - q / 4 in [-1/8, 1/8] come from integer arithmetic, exactly,
-// so no multiple of pi is ever rounded; then q quarter turns: sin and cos swap for odd q,
-// and change sign by their sign bits.
-template <class L>
-[[gnu::always_inline]] inline void sincos_2pi(const typename L::U& k, typename L::F& sin_out, typename L::F& cos_out) {
-  using U = typename L::U;
-  using F = typename L::F;
-  const U q = (k + (1u << 21)) >> 22;
-  const F t = __builtin_convertvector(reinterpret_cast<typename L::I>(k - (q << 22)), F) * 0x1p-24f;
-  const F z = t * t;
-  const U s = reinterpret_cast<U>(t * horner(kSinS, z)), c = reinterpret_cast<U>(1.0f + z * horner(kCosC, z));
-  const U odd = -(q & 1u);  // all ones for odd q
-  sin_out = reinterpret_cast<F>(((s & ~odd) | (c & odd)) ^ ((q & 2u) << 30));
-  cos_out = reinterpret_cast<F>(((c & ~odd) | (s & odd)) ^ (((q + 1u) & 2u) << 30));
-}
-
-// Box-Muller's uniforms come from the top 24 bits of a Philox word: u1 = (top24 + 1) 2^-24
-// in (0, 1], never 0 (exact in float), and u2 = top24 2^-24 in [0, 1), used as the integer.
-template <class U>
-[[gnu::always_inline]] inline U top24(const U& w) {
-  return w >> 8;
-}
-template <class L>
-[[gnu::always_inline]] inline typename L::F unit_open_below(const typename L::U& w) {
-  return __builtin_convertvector(reinterpret_cast<typename L::I>(top24(w) + 1u), typename L::F) * 0x1p-24f;
-}
+// One path's vector types: W Philox counters (blocks) per vector.
+// kGroups: independent groups of W blocks handed over at once (see the scheduling note).
+template <class U_, class I_, class F_, int Groups>
+struct Lanes {
+  using U = U_;
+  using I = I_;
+  using F = F_;
+  static constexpr int kW = sizeof(U) / sizeof(uint32_t);
+  static constexpr int kGroups = Groups;
+  // normals_math.h's conversions (the builtins for the reason given in philox.h).
+  [[gnu::always_inline]] static F from_bits(const U& u) { return reinterpret_cast<F>(u); }
+  [[gnu::always_inline]] static U to_bits(const F& f) { return reinterpret_cast<U>(f); }
+  [[gnu::always_inline]] static F from_int(const U& u) { return __builtin_convertvector(reinterpret_cast<I>(u), F); }
+  [[gnu::always_inline]] static F sqrt(const F& x) { return vsqrt(x); }
+};
+using Sse2 = Lanes<u32x4, i32x4, f32x4, 4>;
+using Avx2 = Lanes<u32x8, i32x8, f32x8, 4>;
+using Avx512 = Lanes<u32x16, i32x16, f32x16, 4>;  // 2, 6, 8 groups: 7-18 % slower (Zen 4)
 
 // Output order out[4 b + j] from vectors holding j = 0..3 (r0 cos, r0 sin, r1 cos, r1 sin)
 // of W blocks: a 4 x 4 transpose in each 128-bit half (two rounds of unpacks).
@@ -196,15 +118,9 @@ template <class L>
 // (w0, w1) and (w2, w3).
 template <class L>
 [[gnu::always_inline]] inline void box_muller(const std::array<typename L::U, 4>& w, float* out) {
-  using F = typename L::F;
-  std::array<F, 4> v;
-  for (int pair = 0; pair < 2; ++pair) {
-    const F r = vsqrt(-2.0f * log_unit<L>(unit_open_below<L>(w[2 * pair])));
-    F s, c;
-    sincos_2pi<L>(top24(w[2 * pair + 1]), s, c);
-    v[2 * pair] = r * c;
-    v[2 * pair + 1] = r * s;
-  }
+  std::array<typename L::F, 4> v;
+  box_muller_pair<L>(w[0], w[1], v[0], v[1]);
+  box_muller_pair<L>(w[2], w[3], v[2], v[3]);
   store_blocks(v, out);
 }
 

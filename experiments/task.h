@@ -79,6 +79,11 @@ struct TrainingData : DataShape {
   // split 0 = train, 1 = test. x: [count, tokens, in_dim]; y_class [count] or y_value
   // [count, targets_per_sample] (the one that applies).
   std::function<void(int split, const int64_t* idx, int64_t count, float* x, int32_t* y_class, float* y_value)> fill;
+  // Optional, CUDA only: the training split's samples made on the device, the same bits as
+  // fill's. idx [count] and x, y_value as fill's, all in device memory; stream is the
+  // cudaStream_t to queue the work on (inside a step graph's capture too: no host waits, no
+  // allocation). A CUDA cell then never makes its training batches on the host.
+  std::function<void(const int64_t* idx, int64_t count, float* x, float* y_value, void* stream)> fill_device;
   // Optional: the task's own metrics, measured from the current weights at every
   // evaluation (steps = 0: once, at initialisation); measure returns one value per entry
   // of eval_metrics, in order.

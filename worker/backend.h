@@ -26,7 +26,8 @@
 //   layer_backward_fused (CPU: the whole layer per block of samples; a device: never).
 //   layer_buffers says which per-layer buffers those paths use, so the model allocates
 //   only those; readout_fused (the read-out head in its own algebra: kernels/readout.h on
-//   the CPU, kernels/readout_cuda.h on CUDA).
+//   the CPU, kernels/readout_cuda.h on CUDA) and readout_together (the same for several
+//   models' cells on one batch in one call: a group of cells, worker/cell_group_loop.h).
 // - kPadding: whether a key mask (padding) is supported.
 // - Collective: the gradient all-reduce of data-parallel replicas, and
 //   kEveryReplicaUpdates: whether every replica applies the update itself (CUDA, after an
@@ -42,6 +43,10 @@
 //   runs op by op (always on the CPU); graphed_steps() counts those that ran as one.
 // - kPrefetchBatches: whether the host makes batch t + 1 while the device runs step t
 //   (worker/cell_loop.h; CUDA), or in line (CPU: the host is the device).
+// - fills_batches(): whether the backend makes training batches itself from their sample
+//   indices (CUDA with the task's TrainingData::fill_device, when switched on: then the
+//   host makes none); fill_batch(idx, B, x_n, y_n): the device x (x_n floats) and y_value
+//   (y_n) of samples idx[0, B) (host indices), queued; the CPU: never.
 #pragma once
 
 #include <concepts>
@@ -50,6 +55,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -68,7 +74,8 @@ enum InputSlot : int {
   kInputYClass = 2,
   kInputYValue = 3,
   kInputMask = 4,
-  kNumInputSlots = 5
+  kInputSampleIds = 5,  // a batch's sample indices, for a backend that makes the batch (fill_batch)
+  kNumInputSlots = 6
 };
 
 // The split-heads copies of one attention: q, k, v and the output o, each (B, H, T, hd);
@@ -116,7 +123,7 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
                                 const AttentionShape& shape, const LayerForwardArgs& lfa, const LayerBackwardArgs& lba,
                                 const HeadBuffers& hb, const std::vector<B*>& replicas, typename B::Collective& coll,
                                 const std::vector<float*>& grads, const ReadoutShape& rs, ReadoutCell& rc,
-                                const StepGraphArgs& sga) {
+                                std::vector<ReadoutCell>& rcs, const StepGraphArgs& sga) {
   // buffers and device
   { B::kEveryReplicaUpdates } -> std::convertible_to<bool>;
   { B::kPadding } -> std::convertible_to<bool>;
@@ -133,6 +140,8 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   be.download(f, cf, n);
   { be.input(kInputX, cf, n) } -> std::same_as<const float*>;
   { be.input(kInputIds, ci, n) } -> std::same_as<const int32_t*>;
+  { be.fills_batches() } -> std::convertible_to<bool>;
+  { be.fill_batch(ni, n, n, n) } -> std::same_as<std::pair<const float*, const float*>>;
   { be.to_host(cd, n) } -> std::same_as<const double*>;
   { be.host_view(cf, n, host) } -> std::same_as<const float*>;
   // plain ops
@@ -181,6 +190,7 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   { be.layer_backward_fused(spec, shape, n, cf, lba) } -> std::same_as<bool>;
   { be.layer_buffers(spec, shape, n, flag) } -> std::same_as<LayerBuffers>;
   { be.readout_fused(rs, cf, cf, rc, flag, flag) } -> std::same_as<bool>;
+  { be.readout_together(replicas, rs, cf, cf, rcs, flag) } -> std::same_as<bool>;
   // replicas
   B::for_each_replica(n, [](int64_t) {});
   {typename B::Collective(replicas)};
@@ -225,6 +235,11 @@ class CpuBackend {
   template <class T>
   const T* input(InputSlot, const T* host, int64_t) {
     return host;
+  }
+  // The CPU makes every batch on the host (the task's fill): never asked to.
+  bool fills_batches() const { return false; }
+  std::pair<const float*, const float*> fill_batch(const int64_t*, int64_t, int64_t, int64_t) {
+    throw std::logic_error("CpuBackend: batches are made on the host");
   }
   const double* to_host(const double* p, int64_t) { return p; }
   const float* host_view(const float* p, int64_t, std::vector<float>&) { return p; }
@@ -308,6 +323,15 @@ class CpuBackend {
                      bool norms) {
     if (!readout_algebra_enabled()) return false;
     (train ? readout_train_cpu : readout_forward_cpu)(shape, x, y, std::span<ReadoutCell>(&cell, 1), norms);
+    return true;
+  }
+  // Several models' read-outs on one batch (BasicModel::readout_together): cells[k] of
+  // backends[k] (backends[0] this one), trained in one call of kernels/readout.h; false
+  // when the algebra is switched off. Each cell's loss is set.
+  bool readout_together(const std::vector<CpuBackend*>& /*backends*/, const ReadoutShape& shape, const float* x,
+                        const float* y, std::vector<ReadoutCell>& cells, bool norms) {
+    if (!readout_algebra_enabled()) return false;
+    readout_train_cpu(shape, x, y, cells, norms);
     return true;
   }
   // The buffers the three CPU paths use: the fused layer none of them; the packed

@@ -106,6 +106,7 @@ CudaBackend::~CudaBackend() {
   }
   if (host_doubles_) cudaFreeHost(host_doubles_);
   attention_cuda_workspace_destroy(ws_);
+  if (order_) cudaEventDestroy(order_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -179,6 +180,27 @@ const void* CudaBackend::input_bytes(InputSlot slot, const void* host, size_t by
              "cudaMemcpyAsync (batch to device)");
   cuda_check(cudaEventRecord(s.copied, stream_), "cudaEventRecord");
   return s.device.get();
+}
+
+std::pair<const float*, const float*> CudaBackend::fill_batch(const int64_t* idx, int64_t B, int64_t x_n, int64_t y_n) {
+  if (!fill_) throw std::logic_error("CudaBackend::fill_batch: no batch fill was set");
+  const int64_t* idx_dev = input(kInputSampleIds, idx, B);  // staged and, in a step graph, copied like any input
+  const int64_t n[2] = {x_n, y_n};
+  for (int i = 0; i < 2; ++i) {
+    const size_t bytes = static_cast<size_t>(n[i]) * sizeof(float);
+    if (bytes <= made_[i].bytes()) continue;
+    if (mode_ != Mode::eager) throw std::logic_error("CudaBackend: a device-made batch grew inside a step graph");
+    ++epoch_;
+    synchronize();
+    made_[i].assign(device_, bytes);
+  }
+  float* x = static_cast<float*>(made_[0].get());
+  float* y = static_cast<float*>(made_[1].get());
+  if (mode_ != Mode::staging) {  // staging a graph's replay: its kernel is in the graph
+    const OpTimer timed(this);
+    fill_(idx_dev, B, x, y, stream_);
+  }
+  return {x, y};
 }
 
 const double* CudaBackend::to_host(const double* p, int64_t n) {
@@ -291,6 +313,34 @@ bool CudaBackend::readout_fused(const ReadoutShape& shape, const float* x, const
     readout_cuda(shape, x, y, &cell, 1, norms, train, &scalars_dev_->loss, ws_, stream_);
   }
   return true;
+}
+
+bool CudaBackend::readout_together(const std::vector<CudaBackend*>& backends, const ReadoutShape& shape, const float* x,
+                                   const float* y, std::vector<ReadoutCell>& cells, bool norms) {
+  const int64_t K = static_cast<int64_t>(cells.size());
+  if (mode_ != Mode::eager) throw std::logic_error("CudaBackend::readout_together: not inside a step graph");
+  if (backends.size() != cells.size() || backends.empty() || backends[0] != this)
+    throw std::logic_error("CudaBackend::readout_together: one backend a cell, this one first");
+  for (const CudaBackend* b : backends)
+    if (b->device_ != device_)
+      throw std::logic_error("CudaBackend::readout_together: cells on GPUs " + std::to_string(device_) + " and " +
+                             std::to_string(b->device_));
+  if (!readout_algebra_enabled() || !readout_cuda_supported(shape, K)) return false;
+  for (CudaBackend* b : backends)
+    if (b != this) wait_for(*b);
+  {
+    const OpTimer timed(this);
+    readout_cuda(shape, x, y, cells.data(), K, norms, true, nullptr, ws_, stream_);  // waits: the losses
+  }
+  for (CudaBackend* b : backends)
+    if (b != this) b->wait_for(*this);
+  return true;
+}
+
+void CudaBackend::wait_for(CudaBackend& other) {
+  if (!other.order_) cuda_check(cudaEventCreateWithFlags(&other.order_, cudaEventDisableTiming), "cudaEventCreate");
+  cuda_check(cudaEventRecord(other.order_, other.stream_), "cudaEventRecord (order)");
+  cuda_check(cudaStreamWaitEvent(stream_, other.order_, 0), "cudaStreamWaitEvent (order)");
 }
 
 double CudaBackend::global_norm(const float* g, int64_t n) {

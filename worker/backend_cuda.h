@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -122,6 +123,13 @@ class CudaBackend {
   const T* input(InputSlot slot, const T* host, int64_t n) {
     return static_cast<const T*>(input_bytes(slot, host, static_cast<size_t>(n) * sizeof(T)));
   }
+  // Training batches made on this device from their sample indices (the task's
+  // TrainingData::fill_device; empty: off, the host makes them): the ModelBackend contract
+  // (worker/backend.h). fill_batch's buffers are valid until the next fill_batch.
+  using BatchFill = std::function<void(const int64_t* idx, int64_t count, float* x, float* y_value, void* stream)>;
+  void set_batch_fill(BatchFill fill) { fill_ = std::move(fill); }
+  bool fills_batches() const { return static_cast<bool>(fill_); }
+  std::pair<const float*, const float*> fill_batch(const int64_t* idx, int64_t B, int64_t x_n, int64_t y_n);
   // Waits for the stream, then copies n doubles back; valid until the next to_host().
   const double* to_host(const double* p, int64_t n);
   // Downloads n floats into buf (synchronous) and returns buf.data().
@@ -208,6 +216,15 @@ class CudaBackend {
   // In a step graph the loss goes to the step's scalars (as mse_forward's does).
   bool readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train,
                      bool norms);
+  // Several models' read-outs on one batch (BasicModel::readout_together; a group of cells):
+  // cells[k] of backends[k] (backends[0] this one, all on this device), in one
+  // readout_cuda on this stream and workspace, after what each other backend's stream
+  // queued before it (its gradients' zeroing) and before what they queue next. Each cell's
+  // loss is set (the call waits for its stream). False where the algebra is switched off or
+  // readout_cuda does not take the shape and count (then each model steps alone). Op by op
+  // only: never inside a step graph.
+  bool readout_together(const std::vector<CudaBackend*>& backends, const ReadoutShape& shape, const float* x,
+                        const float* y, std::vector<ReadoutCell>& cells, bool norms);
   // The unfused sequence uses every buffer.
   static LayerBuffers layer_buffers(const AttentionSpec&, const AttentionShape&, int64_t, bool) { return {}; }
 
@@ -305,6 +322,11 @@ class CudaBackend {
     cudaEvent_t copied = nullptr;  // the last copy out of `pinned`
   };
   Staging inputs_[kNumInputSlots];
+  BatchFill fill_;
+  cudaEvent_t order_ = nullptr;  // recorded on this stream for another backend's to wait on (wait_for)
+  // This stream waits for what `other`'s stream has queued so far.
+  void wait_for(CudaBackend& other);
+  DeviceBytes made_[2];           // fill_batch's x and y_value
   void* host_doubles_ = nullptr;  // pinned, for to_host
   size_t host_doubles_bytes_ = 0;
 };

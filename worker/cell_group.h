@@ -3,8 +3,8 @@
 // Each cell keeps its own trainer, checkpoint, trajectory, evaluations and result; cells
 // that draw the same data (they agree on the task's fusion.data keys) take each step's
 // batch made once; the read-out's forward and backward run for all of them in one call of
-// kernels/readout.h. None of this changes a cell's numbers: every cell gets the bits it
-// gets alone (tests/unit/test_cell_group.cpp), so grouping is only a question of speed.
+// kernels/readout.h (kernels/readout_cuda.h on a GPU). None of this changes a cell's numbers: every cell gets the bits
+// it gets alone (tests/unit/test_cell_group.cpp), so grouping is only a question of speed.
 //
 // How a group runs (worker/run_cell.h run_cells): each member's task runs on a thread of
 // its own, as it would alone, and its ctx.train is CellGroup::train. That call waits until
@@ -55,8 +55,9 @@ class CellGroup {
   bool done_ = false;
 };
 
-// The lockstep loop over the members that arrived (CellGroup::run): on the CPU. Each
-// member's output or error is set.
+// The lockstep loop over the members that arrived (CellGroup::run, worker/cell_group_loop.h):
+// on the CPU, or on the one CUDA device every member's ctx.device names. Each member's
+// output or error is set.
 struct GroupMember {
   const json* config;
   const TaskContext* ctx;
@@ -65,5 +66,8 @@ struct GroupMember {
   std::exception_ptr* error;
 };
 void train_group(const std::vector<GroupMember>& members);
+// train_group on CUDA device `gpu` (worker/cuda_trainer.cpp); in a build without the CUDA
+// backend, every member's error says so.
+void train_group_cuda(const std::vector<GroupMember>& members, int gpu);
 
 }  // namespace attnsweep

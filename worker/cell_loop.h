@@ -274,9 +274,11 @@ class CellLoop {
   static constexpr bool kHostAhead = TrainerT::ModelType::BackendType::kPrefetchBatches;
   static constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+  // Where the backend makes training batches itself (fills_batches: CUDA with the task's
+  // fill_device), only the sample indices: the step hands them over (train_loop).
   void make(int64_t cursor, HostBatch& b) {
     sampler_.indices(cursor, tc_.batch, b.idx.data());
-    data_.fill(0, b.idx.data(), tc_.batch, b.x.data(), b.y_class.data(), b.y_value.data());
+    if (!device_batches_) data_.fill(0, b.idx.data(), tc_.batch, b.x.data(), b.y_class.data(), b.y_value.data());
   }
 
   void add_measured(const std::vector<double>& v) {
@@ -315,6 +317,7 @@ class CellLoop {
   }
 
   TrainerT& tr_;
+  const bool device_batches_ = tr_.model().backend().fills_batches();
   const TrainConfig& tc_;
   const ModelConfig& mc_;
   const TaskContext& ctx_;
@@ -341,7 +344,8 @@ TaskOutput train_loop(TrainerT& tr, const TrainConfig& tc, const ModelConfig& mc
   CellLoop<TrainerT> loop(tr, tc, mc, config, ctx, data);
   while (loop.next()) {
     const HostBatch& b = loop.take_batch(nullptr);
-    loop.after_step(tr.step(b.x.data(), b.y_class.data(), b.y_value.data(), tc.batch, loop.step(), loop.logging()));
+    loop.after_step(
+        tr.step(b.x.data(), b.y_class.data(), b.y_value.data(), tc.batch, loop.step(), loop.logging(), b.idx.data()));
   }
   return loop.finish();
 }

@@ -12,9 +12,10 @@ namespace attnsweep {
 
 namespace {
 
-constexpr int64_t kFloat = 4, kDouble = 8, kInt32 = 4;
+constexpr int64_t kFloat = 4, kDouble = 8, kInt32 = 4, kInt64 = 8;
 
-// The batch on the device (CudaBackend::input): x or the token ids, the targets, the mask.
+// The batch on the device (CudaBackend::input): x or the token ids, the targets, the mask;
+// and a batch made on the device.
 int64_t input_bytes(const ModelConfig& s, int64_t B) {
   const int64_t N = s.tokens;
   int64_t b = s.vocab > 0 ? B * N * kInt32 : B * N * s.in_dim * kFloat;
@@ -23,6 +24,9 @@ int64_t input_bytes(const ModelConfig& s, int64_t B) {
   else
     b += B * (s.head == Head::token_regress ? N : 1) * kFloat;
   if (s.pad_id >= 0) b += B * s.seq() * kFloat;
+  // Float features and targets: the batch may also be made on the device
+  // (CudaBackend::fill_batch), from B sample indices into buffers of its own.
+  if (s.vocab == 0 && s.head != Head::classify) b += B * kInt64 + b;
   return b;
 }
 

@@ -99,19 +99,30 @@ class BasicModel {
   // task, and ids below 2^24 are exact); classify: y_class [B]; readout: y_value [B];
   // token_regress: y_value [B, N]. Saves what the backward needs (a device backend keeps
   // its own copy of the inputs). collect_norms fills stats.attn_fro / jac_fro.
-  ForwardStats forward(const float* x, const int32_t* y_class, const float* y_value, int64_t B, bool collect_norms);
+  // idx (may be null): the rows' sample indices in the training split; a backend that makes
+  // training batches itself (fills_batches, worker/backend.h) makes x and y_value from them
+  // and never reads the host ones (which may then be null).
+  ForwardStats forward(const float* x, const int32_t* y_class, const float* y_value, int64_t B, bool collect_norms,
+                       const int64_t* idx = nullptr);
   // Gradients of the mean loss of the last forward: zeroes grads() and fills it.
   void backward();
   // forward then backward (the trainer's step): the same values; the CPU's read-out runs
   // both in one pass over each prompt (kernels/readout.h).
   ForwardStats forward_backward(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
-                                bool collect_norms);
-  // The read-out head's share of a call of kernels/readout.h over several cells at once
-  // (worker/cell_group.h; CPU): readout_begin stages the batch (x [B, N, C] and y_value [B],
-  // host memory that must outlive the call), zeroes the gradients when train, and gives
-  // this model's cell (its weights, prediction, gradient and norm buffers); after the call,
-  // readout_end gives the step's ForwardStats. The same values as forward_backward.
-  ReadoutCell readout_begin(const float* x, const float* y_value, int64_t B, bool train);
+                                bool collect_norms, const int64_t* idx = nullptr);
+  // The read-out heads of several models (alike cells, worker/cell_group_loop.h) in one call
+  // of the backend's read-out algebra on one batch. The first model's readout_begin stages
+  // the batch (x [B, N, C] and y_value [B], host memory that must outlive the call; idx as
+  // forward's), each other's readout_join reads the first's; both zero the gradients when
+  // train and give the model's cell (its weights, prediction, gradient and norm buffers).
+  // readout_together(models, cells, norms) trains them all (models[0] the one that began,
+  // all on one device), or returns false where the backend does not take them together
+  // (then each steps alone); after it, each model's readout_end gives its ForwardStats.
+  // The same values as each model's forward_backward.
+  ReadoutCell readout_begin(const float* x, const float* y_value, int64_t B, bool train, const int64_t* idx = nullptr);
+  ReadoutCell readout_join(int64_t B, bool train);
+  static bool readout_together(const std::vector<BasicModel*>& models, std::vector<ReadoutCell>& cells,
+                               bool collect_norms);
   ForwardStats readout_end(const ReadoutCell& cell, bool collect_norms);
   // What the last forward predicted (on the backend's device): classify logits
   // [B, classes], readout [B], token_regress [B, N].
@@ -128,7 +139,8 @@ class BasicModel {
 
   void ensure_batch(int64_t B);
   // The batch's inputs onto the backend's device (x_, ids_, mask_, y_class_, y_value_).
-  void stage_inputs(const float* x, const int32_t* y_class, const float* y_value, int64_t B);
+  void stage_inputs(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
+                    const int64_t* idx = nullptr);
   // The read-out through the backend's own algebra (kernels/readout.h) where it has one:
   // pred, loss, norms (collect_norms) and, train, the gradients. False: run the op sequence.
   bool readout_fused(bool train, bool collect_norms, ForwardStats& st);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 #include "experiments/rng.h"
 #include "kernels/ops.h"
@@ -137,32 +138,40 @@ void BasicModel<Backend>::ensure_batch(int64_t B) {
 
 template <ModelBackend Backend>
 ForwardStats BasicModel<Backend>::forward(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
-                                          bool collect_norms) {
-  stage_inputs(x, y_class, y_value, B);
+                                          bool collect_norms, const int64_t* idx) {
+  stage_inputs(x, y_class, y_value, B, idx);
   return cfg_.head == Head::readout ? forward_readout(collect_norms) : forward_classify(collect_norms);
 }
 
 template <ModelBackend Backend>
 ForwardStats BasicModel<Backend>::forward_backward(const float* x, const int32_t* y_class, const float* y_value,
-                                                   int64_t B, bool collect_norms) {
+                                                   int64_t B, bool collect_norms, const int64_t* idx) {
   if (cfg_.head == Head::readout) {
-    stage_inputs(x, y_class, y_value, B);
+    stage_inputs(x, y_class, y_value, B, idx);
     ForwardStats st;
     if (readout_fused(true, collect_norms, st)) return st;
   }
-  ForwardStats st = forward(x, y_class, y_value, B, collect_norms);
+  ForwardStats st = forward(x, y_class, y_value, B, collect_norms, idx);
   backward();
   return st;
 }
 
 template <ModelBackend Backend>
-void BasicModel<Backend>::stage_inputs(const float* x, const int32_t* y_class, const float* y_value, int64_t B) {
+void BasicModel<Backend>::stage_inputs(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
+                                       const int64_t* idx) {
   be_.bind();
   ensure_batch(B);
   B_ = B;
   const int64_t N = cfg_.tokens;
   const bool classify = cfg_.head == Head::classify;
   mask_ = nullptr;
+  if (idx != nullptr && be_.fills_batches()) {
+    if (cfg_.vocab > 0 || classify)
+      throw std::logic_error("model: a batch made on the device is float features and float targets");
+    std::tie(x_, y_value_) = be_.fill_batch(idx, B, B * N * cfg_.in_dim, B * cfg_.targets_per_sample());
+    y_class_ = nullptr;
+    return;
+  }
   if (cfg_.vocab > 0) {
     ids_host_.resize(static_cast<size_t>(B * N));
     for (int64_t i = 0; i < B * N; ++i) {
@@ -422,11 +431,38 @@ ReadoutCell BasicModel<Backend>::readout_cell(bool train) {
 }
 
 template <ModelBackend Backend>
-ReadoutCell BasicModel<Backend>::readout_begin(const float* x, const float* y_value, int64_t B, bool train) {
+ReadoutCell BasicModel<Backend>::readout_begin(const float* x, const float* y_value, int64_t B, bool train,
+                                               const int64_t* idx) {
   if (cfg_.head != Head::readout) throw std::logic_error("readout_begin: not a read-out model");
-  stage_inputs(x, nullptr, y_value, B);
+  stage_inputs(x, nullptr, y_value, B, idx);
   if (train) be_.zero(grads(), num_params());
   return readout_cell(train);
+}
+
+template <ModelBackend Backend>
+ReadoutCell BasicModel<Backend>::readout_join(int64_t B, bool train) {
+  if (cfg_.head != Head::readout) throw std::logic_error("readout_join: not a read-out model");
+  be_.bind();
+  ensure_batch(B);
+  B_ = B;
+  if (train) be_.zero(grads(), num_params());
+  return readout_cell(train);
+}
+
+template <ModelBackend Backend>
+bool BasicModel<Backend>::readout_together(const std::vector<BasicModel*>& models, std::vector<ReadoutCell>& cells,
+                                           bool collect_norms) {
+  BasicModel& first = *models.at(0);
+  for (const BasicModel* m : models)
+    if (m->cfg_.tokens != first.cfg_.tokens || m->cfg_.dim != first.cfg_.dim || m->cfg_.heads != first.cfg_.heads ||
+        m->B_ != first.B_)
+      throw std::logic_error("readout_together: models of another shape or batch");
+  std::vector<Backend*> backends;
+  for (BasicModel* m : models) backends.push_back(&m->be_);
+  first.be_.bind();
+  return first.be_.readout_together(backends,
+                                    ReadoutShape{first.B_, first.cfg_.tokens, first.cfg_.dim, first.cfg_.heads},
+                                    first.x_, first.y_value_, cells, collect_norms);
 }
 
 template <ModelBackend Backend>

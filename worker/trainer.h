@@ -83,8 +83,10 @@ class BasicTrainer {
   // One step t (0-based) on a global batch of B rows (host memory): forward and backward
   // of each replica on its B / devices rows, all-reduce of the gradients, global norm,
   // clip, update. fwd holds the global-batch loss and correct count.
+  // idx (may be null): the rows' sample indices, for a backend that makes the batch itself
+  // (BasicModel::forward).
   StepResult step(const float* x, const int32_t* y_class, const float* y_value, int64_t B, int64_t t,
-                  bool collect_norms);
+                  bool collect_norms, const int64_t* idx = nullptr);
   // The rest of step t once every replica's gradients are in place and r.fwd is filled
   // (what step runs after the backward; a group of cells computes its gradients together,
   // worker/cell_group.h): global norm, clip, update; r.grad_norm, r.lr and r.finite.
@@ -150,5 +152,8 @@ TaskOutput train_cell(const json& config, const TaskContext& ctx, const Training
 // in a build without the CUDA backend it throws, naming the device and how to get one.
 TaskOutput train_cell_cuda(const TrainConfig& tc, const ModelConfig& mc, const json& config, const TaskContext& ctx,
                            const TrainingData& data, int gpu);
+// Throws unless CUDA devices gpu .. gpu + devices - 1 are visible (device: the cell's
+// ctx.device, for the message), or in a build without the CUDA backend.
+void check_cuda_devices(const std::string& device, int gpu, int64_t devices);
 
 }  // namespace attnsweep

@@ -104,7 +104,7 @@ void BasicTrainer<Backend>::update(int64_t r, double coef, float lr, int64_t t) 
 
 template <class Backend>
 TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_class, const float* y_value, int64_t B,
-                                            int64_t t, bool collect_norms) {
+                                            int64_t t, bool collect_norms, const int64_t* idx) {
   StepResult r;
   if (tc_.cuda_graphs && devices() == 1 && !collect_norms) {
     // The whole step as one launch where the backend can (CUDA): the same host code,
@@ -112,7 +112,7 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
     ModelType& m = model();
     const StepGraphArgs a{lr_at(tc_, t), t + 1, static_cast<float>(tc_.beta1), static_cast<float>(tc_.beta2), tc_.clip};
     const std::optional<GraphedStep> g = m.backend().graphed_step(B, a, [&] {
-      m.forward(x, y_class, y_value, B, false);
+      m.forward(x, y_class, y_value, B, false, idx);
       m.backward();
       m.backend().global_norm(m.grads(), m.num_params());  // in a graph: into the step's scalars
       update(0, 1.0, 0.0f, t);                             // in a graph: clip, lr and t from them
@@ -129,7 +129,7 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
   ModelType& m0 = model();
   const int64_t k = devices();
   if (k == 1) {
-    r.fwd = m0.forward_backward(x, y_class, y_value, B, collect_norms);
+    r.fwd = m0.forward_backward(x, y_class, y_value, B, collect_norms, idx);
   } else {
     if (B % k != 0)
       throw std::runtime_error("batch " + std::to_string(B) + " is not divisible by devices " + std::to_string(k));
@@ -139,9 +139,9 @@ TrainStepResult BasicTrainer<Backend>::step(const float* x, const int32_t* y_cla
     Backend::for_each_replica(k, [&](int64_t rr) {
       ModelType& m = replica(rr);
       const int64_t first = rr * Bs;
-      f[static_cast<size_t>(rr)] =
-          m.forward_backward(x + first * row, y_class ? y_class + first : nullptr,
-                             y_value ? y_value + first * mc_.targets_per_sample() : nullptr, Bs, collect_norms);
+      f[static_cast<size_t>(rr)] = m.forward_backward(x + first * row, y_class ? y_class + first : nullptr,
+                                                      y_value ? y_value + first * mc_.targets_per_sample() : nullptr,
+                                                      Bs, collect_norms, idx ? idx + first : nullptr);
     });
     double loss = 0;
     for (int64_t rr = 0; rr < k; ++rr) {

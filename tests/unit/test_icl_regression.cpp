@@ -13,7 +13,10 @@
 #include <filesystem>
 
 #include "coordinator/grid.h"
+#include "experiments/icl_prompt_math.h"
 #include "experiments/icl_regression.h"
+#include "experiments/normals.h"
+#include "tests/unit/trainer_test_util.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
 
@@ -48,6 +51,42 @@ TEST(IclRegression, PromptsAreSeededAndReproducible) {
   icl_prompt(make_icl_setup(5, 12, 0.5, 0.1, 8), 0, 3, b);  // another seed
   EXPECT_NE(a.tokens, b.tokens);
   EXPECT_NE(a.w, b.w);
+}
+
+// A prompt is icl_token (experiments/icl_prompt_math.h) of its normals, token by token, one
+// float at a time (a CUDA thread's form): the same bits as the host's 8 tokens a vector, for
+// every d up to the largest and lengths on both sides of a vector's 8.
+TEST(IclRegression, PromptsAreTheirTokensOneAtATime) {
+  std::vector<float> scratch;
+  for (int64_t d : {1, 2, 5, 13, kIclMaxD})
+    for (int64_t L : {1, 7, 8, 16, 40, 1000}) {
+      const IclSetup s = make_icl_setup(d, L, 0.5, 0.1, 11 + d);
+      const int64_t T = L + 1, C = d + 1;
+      const IclDraws draws{d, T};
+      for (int64_t index : {0, 9, 1 << 20}) {
+        std::vector<float> tokens(static_cast<size_t>(T * C)), want_w(static_cast<size_t>(d));
+        float target = 0;
+        icl_prompt_tokens(s, 0, index, tokens.data(), &target, want_w.data(), scratch);
+        std::vector<float> z(static_cast<size_t>(draws.count()));
+        philox_normals(icl_prompt_key(s, 0), static_cast<uint64_t>(index), z.data(), draws.count());
+        std::vector<float> w(static_cast<size_t>(d)), got(tokens.size()), x(static_cast<size_t>(d));
+        for (int64_t k = 0; k < d; ++k) w[static_cast<size_t>(k)] = icl_w_sd(s) * z[static_cast<size_t>(draws.w(k))];
+        float got_target = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          const auto g = [&](int64_t i) { return z[static_cast<size_t>(draws.g(i, t))]; };
+          const float y = icl_token<float>(s.chol_f.data(), w.data(), icl_noise_sd(s), d, g,
+                                           z[static_cast<size_t>(draws.eps(t))], x.data());
+          for (int64_t k = 0; k < d; ++k) got[static_cast<size_t>(t * C + k)] = x[static_cast<size_t>(k)];
+          got[static_cast<size_t>(t * C + d)] = t < L ? y : 0.0f;
+          if (t == L) got_target = y;
+        }
+        ASSERT_EQ(std::memcmp(got.data(), tokens.data(), tokens.size() * sizeof(float)), 0)
+            << "d " << d << " L " << L << " index " << index;
+        EXPECT_EQ(std::memcmp(&got_target, &target, sizeof target), 0);
+        EXPECT_EQ(std::memcmp(w.data(), want_w.data(), w.size() * sizeof(float)), 0);
+      }
+    }
+  EXPECT_THROW(make_icl_setup(kIclMaxD + 1, 4, 0.5, 0.1, 1), std::runtime_error);
 }
 
 // Monte-Carlo tolerances: 4000 prompts of 10 tokens and a query, 44 000 independent x.
@@ -324,32 +363,6 @@ TEST(IclRegression, LimitSqErrorDecaysLikeOneOverL) {
 // The task through the trainer: steps = 0 measures limit_sq_error at initialisation (the
 // same number as computing it from a model initialised alike), training records it at
 // every evaluation, sigmoid has no limit (no metric), and a resumed run is identical.
-json icl_cell(const std::string& act) {
-  return json{{"task", "icl_regression"},
-              {"activation", act},
-              {"prompt_length", 24},
-              {"d", 5},
-              {"rho", 0.5},
-              {"noise_var", 0.1},
-              {"seed", 3},
-              {"init_seed", 4},
-              {"init_std", 0.3},
-              {"steps", 0},
-              {"batch", 16},
-              {"lr", 1e-2},
-              {"optimizer", "sgd"},
-              {"lr_schedule", "constant"},
-              {"warmup_steps", 0},
-              {"clip", 0.0},
-              {"weight_decay", 0.0},
-              {"log_every", 5},
-              {"eval_every", 10},
-              {"eval_batches", 0},
-              {"checkpoint_every", 0},
-              {"train_prompts", 4096},
-              {"test_prompts", 64},
-              {"devices", 1}};
-}
 
 TEST(IclRegression, StepsZeroMeasuresAtInit) {
   TaskContext ctx;

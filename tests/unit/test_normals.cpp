@@ -3,7 +3,8 @@
 //   against Random123's philox4x32 itself (when librandom123-dev is installed) on random
 //   counters and keys;
 // - philox_normals: the AVX-512, AVX2 and SSE2 paths bit for bit, at lengths around every
-//   tail (chunks of 256, 128 and 64 outputs); guard elements after the output; prefixes;
+//   tail (chunks of 256, 128 and 64 outputs), and one float at a time (a CUDA thread's
+//   form); guard elements after the output; prefixes;
 // - its definition: each output against float64 Box-Muller of the same Philox words;
 // - its float32 functions (ln, sin and cos of 2 pi u) against float64 over every input the
 //   generator can give them (2^24 each): the largest errors, in ulp, stated and asserted;
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "experiments/normals.h"
+#include "experiments/normals_math.h"
 #include "experiments/philox.h"
 
 #if __has_include(<Random123/philox.h>)
@@ -163,6 +165,25 @@ TEST(PhiloxNormals, WidePathsAndSse2GiveTheSameBits) {
   std::vector<float> best(1000);
   philox_normals(5, 6, best.data(), 1000);
   EXPECT_TRUE(same_bits(best, normals(NormalsPath::kSse2, 5, 6, 1000))) << "philox_normals itself";
+}
+
+// normals_math.h one float at a time (NormalsScalar, over the scalar Philox): what a CUDA
+// thread computes (experiments/icl_prompts.cu, where the float type rounds each operation
+// alone as this file's -ffp-contract=off does), the same bits as every vector path.
+TEST(PhiloxNormals, OneFloatAtATimeGivesTheSameBits) {
+  for (const auto& [key, stream] : kKeyStreams) {
+    const std::vector<float> want = normals(NormalsPath::kSse2, key, stream, 4099);
+    std::vector<float> got(want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const uint64_t b = i / 4;
+      const Ctr c = philox4x32_10(Ctr{static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32),
+                                      static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)},
+                                  Key{static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
+      const uint32_t w[4] = {c[0], c[1], c[2], c[3]};
+      got[i] = normal_of_block<NormalsScalar>(w, static_cast<int>(i % 4));
+    }
+    EXPECT_TRUE(same_bits(got, want)) << "key " << key << " stream " << stream;
+  }
 }
 
 // philox_normals takes the widest path the CPU has; one it lacks is refused by name.

@@ -496,20 +496,6 @@ TEST_F(TrainerTest, RunCellDivergedCellExitsZeroWithItsTrajectory) {
 }  // namespace attnsweep
 
 namespace {
-// Saves an environment variable and restores it when the test ends.
-struct EnvGuard {
-  std::string name;
-  std::optional<std::string> old;
-  explicit EnvGuard(std::string n) : name(std::move(n)) {
-    if (const char* v = std::getenv(name.c_str())) old = v;
-  }
-  ~EnvGuard() {
-    if (old)
-      ::setenv(name.c_str(), old->c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
-};
 std::optional<std::string> fix_of(const std::vector<std::pair<std::string, std::string>>& fixes, const std::string& k) {
   for (const auto& [name, value] : fixes)
     if (name == k) return value;
@@ -520,7 +506,7 @@ std::optional<std::string> fix_of(const std::vector<std::pair<std::string, std::
 // base/cpu_env.h: a bounded spin by default, passive waiting when the cores are
 // oversubscribed, and whatever the user set is kept.
 TEST(CpuEnv, WaitPolicyBoundedSpinPassiveWhenOversubscribedUserWins) {
-  EnvGuard g1("OMP_WAIT_POLICY"), g2("GOMP_SPINCOUNT");
+  attnsweep::EnvGuard g1("OMP_WAIT_POLICY"), g2("GOMP_SPINCOUNT");
   ::unsetenv("OMP_WAIT_POLICY");
   ::unsetenv("GOMP_SPINCOUNT");
   auto f = attnsweep::cpu_env_fixes();

@@ -1,13 +1,16 @@
-// Shared by the trainer tests (test_trainer.cpp on CPU, test_trainer_cuda.cpp): the
-// synthetic task, the tiny cell config and bit-for-bit comparison of task outputs.
+// Shared by the trainer tests (test_trainer.cpp on CPU, test_trainer_cuda.cpp, and the
+// icl_regression ones): the synthetic task, the tiny cell config, a small icl_regression
+// cell, bit-for-bit comparison of task outputs and a saved environment variable.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -86,6 +89,50 @@ inline void expect_identical(const TaskOutput& a, const TaskOutput& b) {
         },
         a.series[i].data);
   }
+}
+
+// Saves an environment variable and restores it when the test ends.
+struct EnvGuard {
+  std::string name;
+  std::optional<std::string> old;
+  explicit EnvGuard(std::string n) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+  }
+  ~EnvGuard() {
+    if (old)
+      ::setenv(name.c_str(), old->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
+
+// Paper B's in-context regression (experiments/icl_regression.h), small: L = 24, d = 5,
+// the read-out at init_std 0.3, SGD, no steps (set them).
+inline json icl_cell(const std::string& act) {
+  return json{{"task", "icl_regression"},
+              {"activation", act},
+              {"prompt_length", 24},
+              {"d", 5},
+              {"rho", 0.5},
+              {"noise_var", 0.1},
+              {"seed", 3},
+              {"init_seed", 4},
+              {"init_std", 0.3},
+              {"steps", 0},
+              {"batch", 16},
+              {"lr", 1e-2},
+              {"optimizer", "sgd"},
+              {"lr_schedule", "constant"},
+              {"warmup_steps", 0},
+              {"clip", 0.0},
+              {"weight_decay", 0.0},
+              {"log_every", 5},
+              {"eval_every", 10},
+              {"eval_batches", 0},
+              {"checkpoint_every", 0},
+              {"train_prompts", 4096},
+              {"test_prompts", 64},
+              {"devices", 1}};
 }
 
 inline const TaskSeries& series(const TaskOutput& o, const std::string& p) {
