@@ -46,7 +46,8 @@ check "it asked Slurm to requeue the job" grep -qx "requeue 7" scontrol.log
 job 3 nolaunch
 check "after 3 requeues it gives up (exit $RC)" test "$RC" = 1
 check "and says so" grep -q "after 3 requeues: giving up" .stdout
-check "without a requeue" test ! -s scontrol.log
+check "without a requeue" bash -c '! grep -q "^requeue" scontrol.log'
+check "a requeued attempt first waits for the last one's step to be gone" grep -qx "listpids 7" scontrol.log
 job 0 run
 check "a run that finished exits 0 (got $RC: $(tail -2 .stdout))" test "$RC" = 0
 check "and is not requeued" test ! -s scontrol.log
