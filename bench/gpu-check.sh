@@ -598,14 +598,18 @@ if walls:
 PY
   done
 fi
-# l1000_variants DIR STEPS DEVICE "ACTS" VARIANT...: paper B's L = 1000 cell of each
-# activation in ACTS (from paperB_icl_paired.json's plan) trained for STEPS steps on DEVICE
-# once per VARIANT "label:VAR=value[,VAR=value...]" (the environment it runs in), then a
-# table: ms a step of each and as a multiple of the first variant's, whether every dataset of
-# the result file is bit-identical to the first variant's, and the final metrics side by side.
+# l1000_variants NAME STEPS "ACTS" VARIANT...: paper B's L = 1000 cell of each activation
+# in ACTS (from paperB_icl_paired.json's plan) trained for STEPS steps (REHEARSE=1: 200, on
+# the CPU) once per VARIANT "label:VAR=value[,VAR=value...]" (the environment it runs in),
+# in /tmp/NAME (the training log to $out/NAME_train.log), then a table: ms a step of each and
+# as a multiple of the first variant's, whether every dataset of the result file is
+# bit-identical to the first variant's, and the final metrics side by side.
+cell_dev=cuda
+[ "$rehearse" = 1 ] && cell_dev=cpu
 l1000_variants() {
-  local dir=$1 steps=$2 dev=$3 acts=$4 act v label
-  shift 4
+  local dir=/tmp/$1 steps=$2 acts=$3 name=$1 act v label
+  shift 3
+  [ "$rehearse" = 1 ] && steps=200
   rm -rf "$dir" && mkdir -p "$dir"
   ab "$bin/attnsweep" plan experiments/grids/paperB_icl_paired.json --json > "$dir/plan.json" 2>> "$dir/train.log"
   for act in $acts; do
@@ -622,7 +626,7 @@ PY
       (
         IFS=,
         for e in ${v#*:}; do export "${e?}"; done
-        ab timeout 25 "$bin/attnsweep" train "$dir/$act.json" --out "$dir/$act-$label.h5" --device "$dev"
+        ab timeout 25 "$bin/attnsweep" train "$dir/$act.json" --out "$dir/$act-$label.h5" --device "$cell_dev"
       ) >> "$dir/train.log" 2>&1
       echo "$act $label exit $?" >> "$dir/train.log"
     done
@@ -657,6 +661,7 @@ for act in acts:
         for k in sorted(set(f0) & set(fv)):
             print(f"    {k}: {variants[0]} {f0[k]:.6g}, {v} {fv[k]:.6g}")
 PY
+  cp "$dir/train.log" "$out/${name}_train.log"
 }
 
 # 9. The read-out in its own algebra on CUDA (issue #28, only when asked: STAGES=9, under
@@ -666,17 +671,12 @@ PY
 # with the algebra and with the op sequence (ATTNSWEEP_READOUT_ALGEBRA=0): ms a step of
 # each, and their final metrics side by side (the same to about 1e-4, not bit-identical).
 # REHEARSE=1 runs it on the CPU (--device cpu, 200 steps): the commands and the table only.
-dev9=cuda
-[ "$rehearse" = 1 ] && dev9=cpu
 if stage 9; then
   t9=$SECONDS
   say "9. read-out algebra on CUDA: tests (ReadoutAlgebraCuda.*)"
   gtest_stage readout_cuda "read-out CUDA tests" 60 'ReadoutAlgebraCuda.*'
-  steps9=${STAGE9_STEPS:-3000}
-  [ "$rehearse" = 1 ] && steps9=200
-  l1000_variants /tmp/s9 "$steps9" "$dev9" "softmax poly" \
+  l1000_variants readout_cuda "${STAGE9_STEPS:-3000}" "softmax poly" \
     ops:ATTNSWEEP_READOUT_ALGEBRA=0 algebra:ATTNSWEEP_READOUT_ALGEBRA=1 2>&1 | tee -a "$summary"
-  cp /tmp/s9/train.log "$out/readout_cuda_train.log"
   say "9. done in $((SECONDS - t9)) s"
 fi
 
@@ -692,35 +692,33 @@ if stage 10; then
   t10=$SECONDS
   say "10. device-made prompts and groups: tests (IclPromptsCuda.*, CellGroupCuda.*)"
   gtest_stage icl_prompts_cuda "device prompt and group tests" 60 'IclPromptsCuda.*:CellGroupCuda.*'
-  steps10=${STAGE10_STEPS:-3000}
-  [ "$rehearse" = 1 ] && steps10=200
-  l1000_variants /tmp/s10 "$steps10" "$dev9" softmax \
+  l1000_variants icl_prompts_cuda "${STAGE10_STEPS:-3000}" softmax \
     host:ATTNSWEEP_CUDA_DEVICE_BATCHES=0 device:ATTNSWEEP_CUDA_DEVICE_BATCHES=1 \
     host-graphs:ATTNSWEEP_CUDA_DEVICE_BATCHES=0,ATTNSWEEP_CUDA_GRAPHS=1 \
     device-graphs:ATTNSWEEP_CUDA_DEVICE_BATCHES=1,ATTNSWEEP_CUDA_GRAPHS=1 2>&1 | tee -a "$summary"
-  cp /tmp/s10/train.log "$out/icl_prompts_cuda_train.log"
+  g10=/tmp/s10 && rm -rf "$g10" && mkdir -p "$g10"
   # Cells trained as one on the GPU: paper B's 16 cells of L = 1000 and data seed 0 (8
   # initialisations x softmax, linear) for STAGE10_GROUP_STEPS steps on one GPU slot, as one
   # group (--fuse 16) and one cell a process (--fuse 1), both on device-made batches: the
   # wall time of each run and whether their 16 result files are identical.
   gsteps=${STAGE10_GROUP_STEPS:-1000}
   [ "$rehearse" = 1 ] && gsteps=100
-  "$py" - "$gsteps" <<'PY'
+  "$py" - "$gsteps" "$g10/group16.json" <<'PY'
 import json, sys
 g = json.load(open("experiments/grids/paperB_icl_paired.json"))
 g["name"] = "gpu_check_group16"
 g["axes"].update(prompt_length=[1000], seed=[0])
 steps = int(sys.argv[1])
 g["fixed"].update(steps=steps, eval_every=steps, log_every=100, checkpoint_every=0)
-json.dump(g, open("/tmp/s10/group16.json", "w"))
+json.dump(g, open(sys.argv[2], "w"))
 PY
   for f in 16 1; do
     t=$SECONDS
-    ATTNSWEEP_CUDA_DEVICE_BATCHES=1 ab timeout 100 "$bin/attnsweep" run /tmp/s10/group16.json --out "/tmp/s10/fuse$f" \
-      --fuse "$f" --device "$dev9" --workers 1 > "$out/group16_fuse$f.log" 2>&1
+    ATTNSWEEP_CUDA_DEVICE_BATCHES=1 ab timeout 100 "$bin/attnsweep" run "$g10/group16.json" --out "$g10/fuse$f" \
+      --fuse "$f" --device "$cell_dev" --workers 1 > "$out/group16_fuse$f.log" 2>&1
     say "10. 16 cells x $gsteps steps, --fuse $f: exit $?, $((SECONDS - t)) s"
   done
-  "$py" scripts/compare_results.py /tmp/s10/fuse16 /tmp/s10/fuse1 2>&1 | tail -3 | tee -a "$summary"
+  "$py" scripts/compare_results.py "$g10/fuse16" "$g10/fuse1" 2>&1 | tail -3 | tee -a "$summary"
   say "10. done in $((SECONDS - t10)) s"
 fi
 say "done, tests exit $tests_rc"

@@ -146,12 +146,10 @@ ForwardStats BasicModel<Backend>::forward(const float* x, const int32_t* y_class
 template <ModelBackend Backend>
 ForwardStats BasicModel<Backend>::forward_backward(const float* x, const int32_t* y_class, const float* y_value,
                                                    int64_t B, bool collect_norms, const int64_t* idx) {
-  if (cfg_.head == Head::readout) {
-    stage_inputs(x, y_class, y_value, B, idx);
-    ForwardStats st;
-    if (readout_fused(true, collect_norms, st)) return st;
-  }
-  ForwardStats st = forward(x, y_class, y_value, B, collect_norms, idx);
+  stage_inputs(x, y_class, y_value, B, idx);  // once: a device-made batch is made once
+  ForwardStats st;
+  if (cfg_.head == Head::readout && readout_fused(true, collect_norms, st)) return st;
+  st = cfg_.head == Head::readout ? forward_readout(collect_norms) : forward_classify(collect_norms);
   backward();
   return st;
 }
