@@ -11,8 +11,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build=${BUILD_DIR:-build-gpu}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSWEEP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-ninja -C "$build" unit_tests attention_gpu trainer_cpu attnsweep
-bins=("$build/tests/unit_tests" "$build/bench/attention_gpu" "$build/bench/trainer_cpu" "$build/attnsweep")
+ninja -C "$build" unit_tests attention_gpu trainer_cpu attnsweep gpu_primitive_tests
+bins=("$build/tests/unit_tests" "$build/bench/attention_gpu" "$build/bench/trainer_cpu" "$build/attnsweep"
+      "$build/gpu_primitive_tests")
 rm -rf .gpubin && mkdir -p .gpubin/stage/bin .gpubin/stage/lib .gpubin/stage/lib-cxx
 cp "${bins[@]}" .gpubin/stage/bin/
 # Every library the binaries load except glibc's own (the GPU machine's is newer) and the

@@ -39,6 +39,8 @@
 #   9. (issue #28, only when asked: STAGES=9, under 2 minutes) the read-out in its own
 #      algebra on CUDA: its tests, then a paper B cell at L = 1000 through the algebra and
 #      through the op sequence, ms a step and final metrics side by side (REHEARSE=1 too).
+#  11. (issue #39, only when asked: STAGES=11, under 1 minute) the emulated device's
+#      primitive tests and a few kernels on the real one (below).
 #  10. (issue #28, only when asked: STAGES=10, under 2 minutes) training prompts made on
 #      the device and cells trained as one on a GPU: their tests, then the L = 1000 cell on
 #      host and device batches, op by op and in step graphs (ms a step, bit-identical
@@ -84,7 +86,7 @@ if [ "$rehearse" = 1 ]; then
   build=${BUILD_DIR:-build}
   py=${PYTHON:-/usr/bin/python3}
   rm -rf /tmp/ab-rehearse && mkdir -p /tmp/ab-rehearse/bin
-  for b in tests/unit_tests bench/trainer_cpu attnsweep; do
+  for b in tests/unit_tests bench/trainer_cpu attnsweep tests/emulator_tests gpu_primitive_tests; do
     [ -x "$build/$b" ] && ln -s "$(cd "$build" && pwd)/$b" /tmp/ab-rehearse/bin/
   done
   bin=/tmp/ab-rehearse/bin
@@ -605,7 +607,12 @@ fi
 # as a multiple of the first variant's, whether every dataset of the result file is
 # bit-identical to the first variant's, and the final metrics side by side.
 cell_dev=cuda
-[ "$rehearse" = 1 ] && cell_dev=cpu
+# A rehearsal with an emulated-device build (BUILD_DIR=build-emu) runs the CUDA code on the
+# emulated GPU, so the commands run the same path they will on the device; any other
+# build rehearses on the CPU.
+if [ "$rehearse" = 1 ] && ! grep -q "^ATTNSWEEP_CUDA:STRING=EMULATE" "$build/CMakeCache.txt" 2>/dev/null; then
+  cell_dev=cpu
+fi
 l1000_variants() {
   local dir=/tmp/$1 steps=$2 acts=$3 name=$1 act v label
   shift 3
@@ -720,6 +727,33 @@ PY
   done
   "$py" scripts/compare_results.py "$g10/fuse16" "$g10/fuse1" 2>&1 | tail -3 | tee -a "$summary"
   say "10. done in $((SECONDS - t10)) s"
+fi
+# 11. The emulated device checked against the real one (issue #39, only when asked:
+# STAGES=11, under 1 minute): gpu_primitive_tests (tests/emulator/test_primitives.cu built
+# with nvcc: mma.sync bf16/f16, ldmatrix .x4 and .trans, shuffles with widths, cp.async
+# with a partial source, ex2.approx, each against the PTX ISA's lane maps written out by
+# hand, the expectations the emulator passes in CI), then a few kernels' tests that the
+# emulator runs in CI: the tensor-core forward and backward and the fused path at one
+# shape each. Any failure here is a difference between the emulator and the GPU: read
+# docs/cuda-emulator.md ("What it cannot tell") before trusting either. REHEARSE=1 (with
+# BUILD_DIR=build-emu) runs the same on the emulated device.
+if stage 11; then
+  t11=$SECONDS
+  if [ -x "$bin/gpu_primitive_tests" ] || [ -x "$bin/emulator_tests" ]; then
+    prim=$bin/gpu_primitive_tests
+    [ -x "$prim" ] || prim=$bin/emulator_tests
+    ab timeout 40 "$prim" --gtest_filter='EmulatedPrimitives.*' > "$out/primitives.log" 2>&1
+    rc=$?
+    grep -E '^\[  FAILED|^\[==========\]|^\[  PASSED|Failure|Expected|Which is' "$out/primitives.log" | head -40 |
+      tee -a "$summary"
+    say "11. the emulator's primitives on this device: exit $rc"
+    [ "$tests_rc" -eq 0 ] && tests_rc=$rc
+  else
+    say "11. no gpu_primitive_tests binary (bench/gpu-bundle.sh builds it)"
+  fi
+  gtest_stage emulated_kernels "11. kernels the emulator checks" 40 \
+    'Shapes/AttentionCudaMma.ForwardMatchesCpu/softmax_q129_k129_d64*:Shapes/AttentionCudaMmaBwd.BackwardMatchesCpu/softmax_q129_k129_d64*:Shapes/AttentionCuda.RefAndFusedMatchCpu/softmax_q129_k129_d64*'
+  say "11. done in $((SECONDS - t11)) s"
 fi
 say "done, tests exit $tests_rc"
 exit "$tests_rc"

@@ -9,6 +9,7 @@
 
 #include "experiments/icl_prompts_cuda.h"
 #include "experiments/normals_math.h"
+#include "kernels/cuda/device.cuh"
 
 namespace attnsweep {
 namespace {
@@ -101,15 +102,16 @@ void icl_prompts_cuda(const IclPromptsCuda& a, const int64_t* idx, int64_t count
                                 ": expected 1 <= d <= " + std::to_string(kIclMaxD) + " and L >= 1");
   if (count <= 0) return;
   const int64_t T = a.L + 1;
-  prompts_kernel<<<dim3(static_cast<unsigned>((T + kThreads - 1) / kThreads), static_cast<unsigned>(count)), kThreads,
-                   0, stream>>>(a, idx, x, y);
+  ATTN_LAUNCH(dim3(static_cast<unsigned>((T + kThreads - 1) / kThreads), static_cast<unsigned>(count)), kThreads, 0,
+              stream, prompts_kernel)
+  (a, idx, x, y);
   check(cudaGetLastError(), "icl_prompts_cuda");
 }
 
 void philox_normals_cuda(uint64_t key, uint64_t stream_index, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  normals_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(key_words(key),
-                                                                                                stream_index, out, n);
+  ATTN_LAUNCH(static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream, normals_kernel)
+  (key_words(key), stream_index, out, n);
   check(cudaGetLastError(), "philox_normals_cuda");
 }
 

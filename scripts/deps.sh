@@ -6,6 +6,7 @@ set -euo pipefail
 PKGS=(cmake ninja-build g++ pkg-config
       libopenmpi-dev openmpi-bin libhdf5-dev nlohmann-json3-dev libboost-program-options-dev
       libopenblas-dev libgtest-dev libgmock-dev
+      libboost-context-dev  # emulator/: the emulated device's fibers
       libssl-dev  # base/sha256.cpp: SHA-256 from libcrypto
       python3-h5py python3-numpy python3-pandas python3-torch python3-jsonschema python3-matplotlib python3-pil chromium time
       dataset-fashion-mnist slurmctld slurmd slurm-client munge

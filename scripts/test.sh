@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tests: install, check the formatting (clang-format-14), build with warnings as errors, run every unit and integration
-# test (CUDA tests report SKIPPED without a GPU); then the reliability stage: the unit
-# and fault tests again under ASan+UBSan (build-asan/), and a short fuzz run
-# (tests/fuzz/run.sh; docs/reliability.md).
+# test (CUDA tests report SKIPPED without a GPU); then the CUDA tests on the emulated
+# device (build-emu/, docs/cuda-emulator.md): every CUDA test runs there; then the
+# reliability stage: the unit and fault tests again under ASan+UBSan (build-asan/), and
+# a short fuzz run (tests/fuzz/run.sh; docs/reliability.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -11,6 +12,20 @@ bash scripts/format.sh --check
 bash scripts/build.sh -DATTNSWEEP_WERROR=ON
 # Two at a time (the fault tests alone: tests/CMakeLists.txt).
 (cd build && ctest --output-on-failure --timeout 900 -j 2)
+
+echo "attnsweep: emulated CUDA device stage"
+t0=$(date +%s)
+# The CUDA toolkit's headers are all it takes (no nvcc, no driver): where they are missing
+# the stage cannot build, and says so.
+if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]; then
+  cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSWEEP_CUDA=EMULATE -DATTNSWEEP_WERROR=ON \
+        -DCUDAToolkit_ROOT="${CUDA_HOME:-/usr/local/cuda}"
+  cmake --build build-emu -j "$(nproc)" --target attnsweep unit_tests emulator_tests
+  (cd build-emu && ctest --output-on-failure --timeout 1800 -j 2 -L cuda)
+else
+  echo "attnsweep: emulated CUDA device stage SKIPPED: no CUDA headers at ${CUDA_HOME:-/usr/local/cuda}/include"
+fi
+echo "attnsweep: emulated CUDA device stage took $(( $(date +%s) - t0 )) s"
 
 echo "attnsweep: ASan+UBSan stage"
 t0=$(date +%s)

@@ -300,7 +300,9 @@ double CudaBackend::mse_forward(const float* pred, const float* target, int64_t 
 
 bool CudaBackend::readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell,
                                 bool train, bool norms) {
-  if (!readout_algebra_enabled() || !readout_cuda_supported(shape, 1)) return false;
+  // The algebra is float32 only: a bf16 or tf32 cell takes the op sequence, which rounds
+  // as asked (the emulated device found bf16 read-out cells trained in fp32's bits).
+  if (!readout_algebra_enabled() || precision_ != Precision::fp32 || !readout_cuda_supported(shape, 1)) return false;
   if (mode_ == Mode::eager) {
     const OpTimer timed(this);
     readout_cuda(shape, x, y, &cell, 1, norms, train, nullptr, ws_, stream_);
@@ -326,6 +328,8 @@ bool CudaBackend::readout_together(const std::vector<CudaBackend*>& backends, co
       throw std::logic_error("CudaBackend::readout_together: cells on GPUs " + std::to_string(device_) + " and " +
                              std::to_string(b->device_));
   if (!readout_algebra_enabled() || !readout_cuda_supported(shape, K)) return false;
+  for (const CudaBackend* b : backends)
+    if (b->precision_ != Precision::fp32) return false;  // as readout_fused
   for (CudaBackend* b : backends)
     if (b != this) wait_for(*b);
   {

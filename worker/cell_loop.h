@@ -174,7 +174,10 @@ class CellLoop {
     const HostBatch* b = shared;
     if (!b) {
       if (ahead_) {
-        b = &ahead_->take(st_.samples_seen, st_.samples_seen + B);
+        // Nothing is made ahead for a step that will not run (the emulated device found
+        // the host making steps + 1 batches).
+        const bool last = st_.step + 1 >= tc_.steps;
+        b = &ahead_->take(st_.samples_seen, last ? -1 : st_.samples_seen + B);
       } else {
         make(st_.samples_seen, line_);
         b = &line_;

@@ -41,12 +41,13 @@ class BatchPrefetcher {
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
 
   // The batch at `cursor` (the one made ahead if it is that one, else made here), then
-  // starts making the batch at `next` in the other slot. Valid until the next take().
-  // Rethrows what the thread's make threw.
+  // starts making the batch at `next` in the other slot (none when next < 0: after the
+  // last step). Valid until the next take(). Rethrows what the thread's make threw.
   HostBatch& take(int64_t cursor, int64_t next) {
     wait();
     const int cur = ready_cursor_ == cursor ? ready_slot_ : 1 - ready_slot_;
     if (ready_cursor_ != cursor) make_(cursor, slots_[cur]);
+    if (next < 0) return slots_[cur];
     {
       std::lock_guard<std::mutex> lock(mu_);
       job_cursor_ = next;

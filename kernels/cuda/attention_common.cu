@@ -148,27 +148,27 @@ BwdArgs backward_args(const AttentionSpec& spec, const AttentionShape& sh, const
 
 void launch_mask_prefix(const float* key_mask, int32_t* prefix, int64_t B, int64_t Nk, cudaStream_t stream) {
   if (B == 0 || Nk == 0) return;
-  mask_prefix_kernel<<<static_cast<unsigned>(B), kPrefixThreads, 0, stream>>>(key_mask, prefix, Nk);
+  ATTN_LAUNCH(static_cast<unsigned>(B), kPrefixThreads, 0, stream, mask_prefix_kernel)(key_mask, prefix, Nk);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
 void launch_norm_reduce(const double* row_attn, const double* row_jac, int64_t BH, int64_t Nq, double* attn_fro,
                         double* jac_fro, cudaStream_t stream) {
   if (BH == 0) return;
-  norm_reduce_kernel<<<static_cast<unsigned>(BH), kReduceThreads, 0, stream>>>(row_attn, row_jac, Nq, attn_fro,
-                                                                               jac_fro);
+  ATTN_LAUNCH(static_cast<unsigned>(BH), kReduceThreads, 0, stream, norm_reduce_kernel)
+  (row_attn, row_jac, Nq, attn_fro, jac_fro);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
 void launch_bf16_to_f32(const __nv_bfloat16* in, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  bf16_to_f32_kernel<<<map_blocks(n), kMapThreads, 0, stream>>>(in, out, n);
+  ATTN_LAUNCH(map_blocks(n), kMapThreads, 0, stream, bf16_to_f32_kernel)(in, out, n);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  f32_to_bf16_kernel<<<map_blocks(n), kMapThreads, 0, stream>>>(in, out, n);
+  ATTN_LAUNCH(map_blocks(n), kMapThreads, 0, stream, f32_to_bf16_kernel)(in, out, n);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 

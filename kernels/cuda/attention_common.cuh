@@ -5,6 +5,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/attention_cuda.h"
+#include "kernels/cuda/device.cuh"
 #include "kernels/precision.h"
 
 #include <cublas_v2.h>
@@ -253,7 +254,7 @@ void launch_blocks(const char* what, Kernel kernel, int64_t blocks, int threads,
   if (blocks <= 0) return;
   if (blocks > (int64_t{1} << 31) - 1) throw std::invalid_argument(std::string(what) + ": grid too large");
   ATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(blocks), threads, smem, stream>>>(args);
+  ATTN_LAUNCH(static_cast<unsigned>(blocks), threads, smem, stream, kernel)(args);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
@@ -285,8 +286,8 @@ template <int D, class T>
 void launch_dsum(const void* O, const void* dO, float* Dsum, int64_t rows, cudaStream_t stream) {
   if (rows <= 0) return;
   const int64_t blocks = (rows + kDsumThreads / 32 - 1) / (kDsumThreads / 32);
-  dsum_kernel<D, T><<<static_cast<unsigned>(blocks), kDsumThreads, 0, stream>>>(static_cast<const T*>(O),
-                                                                                static_cast<const T*>(dO), Dsum, rows);
+  ATTN_LAUNCH(static_cast<unsigned>(blocks), kDsumThreads, 0, stream, dsum_kernel<D, T>)
+  (static_cast<const T*>(O), static_cast<const T*>(dO), Dsum, rows);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 

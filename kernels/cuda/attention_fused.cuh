@@ -208,7 +208,7 @@ template <Activation A, int D, class T>
 __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FwdArgs a) {
   constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
   constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16, LDQ = D + 1, LDP = BN + 1;
-  extern __shared__ float smem[];
+  ATTN_DYNAMIC_SHARED(float, smem);
   float* Qs = smem;
   float* Ks = Qs + BM * LDQ;
   float* Vs = Ks + BN * LDQ;
@@ -303,7 +303,7 @@ template <Activation A, int D, class T>
 __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(BwdArgs a) {
   constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
   constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16, LD = D + 1, LDP = BN + 1;
-  extern __shared__ float smem[];
+  ATTN_DYNAMIC_SHARED(float, smem);
   float* Ks = smem;
   float* Vs = Ks + BN * LD;
   float* Qs = Vs + BN * LD;
@@ -394,7 +394,7 @@ template <Activation A, int D, class T>
 __global__ void __launch_bounds__(kThreads) fused_dq_kernel(BwdArgs a) {
   constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
   constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16, LD = D + 1, LDP = BN + 1;
-  extern __shared__ float smem[];
+  ATTN_DYNAMIC_SHARED(float, smem);
   float* Qs = smem;
   float* dOs = Qs + BM * LD;
   float* Ks = dOs + BM * LD;

@@ -80,6 +80,7 @@
 #pragma once
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/ptx.cuh"
 
 #include <cuda_fp16.h>
 
@@ -110,53 +111,7 @@ struct Geom {
   }
 };
 
-// ---- PTX wrappers ---------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared; src_bytes = 0 zero-fills the destination.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-// c (16x8 f32) += a (16x16 row) * b (16x8 col).
-template <class T>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
+// The PTX (cp.async, ldmatrix, mma.sync, ex2): kernels/cuda/ptx.cuh.
 
 // Two floats as one 32-bit register of T pairs: lo in the low half (the lower column).
 template <class T>
@@ -168,12 +123,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     const __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&v);
   }
-}
-
-__device__ __forceinline__ float ex2(float x) {  // 2^x; ex2(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 __device__ __forceinline__ float quad_sum(float v) {
@@ -449,7 +398,7 @@ __device__ __forceinline__ void forward_store(const FwdArgs& a, const QueryBlock
 template <Activation A, int Deg, int D, class T, bool Norms>
 __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_forward_kernel(FwdArgs a) {
   constexpr int LD = Geom<D>::LD;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ATTN_DYNAMIC_SHARED(unsigned char, smem_raw);
   T* Qs = reinterpret_cast<T*>(smem_raw);
   T* Ks = Qs + kBM * LD;                                     // [2][kBN][LD]
   T* Vs = Ks + 2 * kBN * LD;                                 // [2][kBN][LD]

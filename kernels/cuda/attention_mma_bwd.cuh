@@ -254,7 +254,7 @@ template <Activation A, int Deg, int D, class T>
 __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dkdv_kernel(BwdArgs a) {
   constexpr int LD = Geom<D>::LD;
   constexpr int OT = D / 8;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ATTN_DYNAMIC_SHARED(unsigned char, smem_raw);
   T* Ks = reinterpret_cast<T*>(smem_raw);
   T* Vs = Ks + kBN * LD;
   T* Qs = Vs + kBN * LD;                                              // [2][kBM][LD]
@@ -324,7 +324,7 @@ template <Activation A, int Deg, int D, class T>
 __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dq_kernel(BwdArgs a) {
   constexpr int LD = Geom<D>::LD;
   constexpr int NT = kBN / 8, OT = D / 8;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ATTN_DYNAMIC_SHARED(unsigned char, smem_raw);
   T* Qs = reinterpret_cast<T*>(smem_raw);
   T* dOs = Qs + kBM * LD;
   T* Ks = dOs + kBM * LD;                                     // [2][kBN][LD]

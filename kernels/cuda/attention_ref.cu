@@ -204,8 +204,8 @@ void attention_forward_cuda_ref(const AttentionSpec& spec, const AttentionShape&
   // S = Q K^T * scale   (B*H of [Nq,d] x [d,Nk])
   gemm_rm(ws->cublas, BH, score_scale(spec, sh), {Q, sh.Nq, sh.d, false, sh.Nq * sh.d},
           {K, sh.Nk, sh.d, true, sh.Nk * sh.d}, S, sh.Nq * sh.Nk);
-  ref_forward_rows<<<static_cast<unsigned>(BH * sh.Nq), kRowThreads, 0, stream>>>(
-      spec.act, mask, sh.H, S, lse, norms ? row_attn : nullptr, norms ? row_jac : nullptr);
+  ATTN_LAUNCH(static_cast<unsigned>(BH * sh.Nq), kRowThreads, 0, stream, ref_forward_rows)
+  (spec.act, mask, sh.H, S, lse, norms ? row_attn : nullptr, norms ? row_jac : nullptr);
   ATTN_CUDA_CHECK_LAUNCH();
   // O = P V   ([Nq,Nk] x [Nk,dv])
   gemm_rm(ws->cublas, BH, 1.0f, {S, sh.Nq, sh.Nk, false, sh.Nq * sh.Nk}, {V, sh.Nk, sh.dv, false, sh.Nk * sh.dv}, O,
@@ -238,7 +238,8 @@ void attention_backward_cuda_ref(const AttentionSpec& spec, const AttentionShape
 
   gemm_rm(ws->cublas, BH, scale, {Q, sh.Nq, sh.d, false, sQ}, {K, sh.Nk, sh.d, true, sK}, S, sS);  // S = Q K^T * scale
   gemm_rm(ws->cublas, BH, 1.0f, {dO, sh.Nq, sh.dv, false, sO}, {V, sh.Nk, sh.dv, true, sV}, dP, sS);  // dP = dO V^T
-  ref_backward_rows<<<static_cast<unsigned>(BH * sh.Nq), kRowThreads, 0, stream>>>(spec.act, mask, sh.H, lse, S, dP);
+  ATTN_LAUNCH(static_cast<unsigned>(BH * sh.Nq), kRowThreads, 0, stream, ref_backward_rows)
+  (spec.act, mask, sh.H, lse, S, dP);
   ATTN_CUDA_CHECK_LAUNCH();
   gemm_rm(ws->cublas, BH, scale, {dP, sh.Nq, sh.Nk, false, sS}, {K, sh.Nk, sh.d, false, sK}, dQ,
           sQ);  // dQ = dS K * scale

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/device.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(kMapThreads) map_kernel(F f, int64_t n) {
 template <class F>
 void launch_map(const F& f, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  map_kernel<<<map_blocks(n), kMapThreads, 0, stream>>>(f, n);
+  ATTN_LAUNCH(map_blocks(n), kMapThreads, 0, stream, map_kernel<F>)(f, n);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 

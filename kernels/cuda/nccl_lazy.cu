@@ -55,7 +55,11 @@ const Api& api() {
   std::call_once(once, [] {
     std::vector<std::string> paths;
     if (const char* p = std::getenv("ATTNSWEEP_NCCL_LIBRARY"); p && *p) paths.push_back(p);
+#ifdef ATTNSWEEP_CUDA_EMULATED
+    paths.push_back("libattnsweep_cudaemu.so");  // the emulated devices' NCCL (emulator/nccl.cpp)
+#else
     paths.push_back("libnccl.so.2");
+#endif
     paths.push_back("/usr/local/cuda/lib64/libnccl.so.2");
     std::string tried;
     for (const std::string& p : paths) {

@@ -110,9 +110,10 @@ void launch_colsum(const F& f, int64_t N, int64_t C, Dsts<NOUT> dst, AttentionCu
   chunks = (N + chunk_rows - 1) / chunk_rows;
   auto* partial = reinterpret_cast<double*>(ws->reserve(static_cast<size_t>(NOUT * chunks * C) * sizeof(double)));
   const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
-  colsum_partial_kernel<NOUT><<<grid, dim3(32, kColsumLanes), 0, stream>>>(f, N, C, chunk_rows, chunks, partial);
+  ATTN_LAUNCH(grid, dim3(32, kColsumLanes), 0, stream, colsum_partial_kernel<NOUT, F>)
+  (f, N, C, chunk_rows, chunks, partial);
   ATTN_CUDA_CHECK_LAUNCH();
-  colsum_finish_kernel<NOUT><<<map_blocks(C), kThreads, 0, stream>>>(partial, chunks, C, dst);
+  ATTN_LAUNCH(map_blocks(C), kThreads, 0, stream, colsum_finish_kernel<NOUT>)(partial, chunks, C, dst);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
@@ -620,7 +621,7 @@ void matmul_backward_cuda(float* dinp, float* dweight, float* dbias, const float
 void layernorm_forward_cuda(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                             const float* bias, int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  layernorm_forward_kernel<<<row_blocks(N), kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  ATTN_LAUNCH(row_blocks(N), kThreads, 0, stream, layernorm_forward_kernel)(out, mean, rstd, inp, weight, bias, N, C);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
@@ -628,7 +629,8 @@ void layernorm_backward_cuda(float* dinp, float* dweight, float* dbias, const fl
                              const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
                              AttentionCudaWorkspace* ws, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  layernorm_backward_dinp_kernel<<<row_blocks(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  ATTN_LAUNCH(row_blocks(N), kThreads, 0, stream, layernorm_backward_dinp_kernel)
+  (dinp, dout, inp, weight, mean, rstd, N, C);
   ATTN_CUDA_CHECK_LAUNCH();
   launch_colsum<2>(LayernormParamGrads{dout, inp, mean, rstd, C}, N, C, Dsts<2>{{dweight, dbias}}, ws, stream);
 }
@@ -692,9 +694,10 @@ void softmax_crossentropy_sum_cuda(float* probs, const float* logits, const int3
   Carver carve(ws->reserve(xent_scratch_bytes(N)));
   double* row_loss = carve.take<double>(static_cast<size_t>(N));
   int32_t* row_ok = carve.take<int32_t>(static_cast<size_t>(N));
-  softmax_xent_forward_kernel<<<row_blocks(N), kThreads, 0, stream>>>(probs, row_loss, row_ok, logits, targets, N, V);
+  ATTN_LAUNCH(row_blocks(N), kThreads, 0, stream, softmax_xent_forward_kernel)
+  (probs, row_loss, row_ok, logits, targets, N, V);
   ATTN_CUDA_CHECK_LAUNCH();
-  sum_doubles_kernel<<<1, kThreads, 0, stream>>>(row_loss, row_ok, N, out);
+  ATTN_LAUNCH(1, kThreads, 0, stream, sum_doubles_kernel)(row_loss, row_ok, N, out);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
@@ -716,9 +719,9 @@ void sum_squares_into(const float* pred, const float* target, int64_t n, ScalarR
   const int64_t blocks = sum_squares_blocks(n);
   Carver carve(scratch);
   double* partial = carve.take<double>(static_cast<size_t>(blocks));
-  sum_squares_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(pred, target, n, partial);
+  ATTN_LAUNCH(static_cast<unsigned>(blocks), kThreads, 0, stream, sum_squares_partial_kernel)(pred, target, n, partial);
   ATTN_CUDA_CHECK_LAUNCH();
-  sum_doubles_kernel<<<1, kThreads, 0, stream>>>(partial, nullptr, blocks, out);
+  ATTN_LAUNCH(1, kThreads, 0, stream, sum_doubles_kernel)(partial, nullptr, blocks, out);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
@@ -748,7 +751,7 @@ void sum_squares_cuda(const float* pred, const float* target, int64_t n, CudaSca
 }
 
 void clip_decision_cuda(CudaStepScalars* s, cudaStream_t stream) {
-  clip_decision_kernel<<<1, 1, 0, stream>>>(s);
+  ATTN_LAUNCH(1, 1, 0, stream, clip_decision_kernel)(s);
   ATTN_CUDA_CHECK_LAUNCH();
 }
 
@@ -791,7 +794,7 @@ void embedding_backward_cuda(float* dwte, float* dwpe, const float* dout, const 
     const int64_t col_blocks = (C + kEmbThreads - 1) / kEmbThreads;
     const int K = static_cast<int>(std::clamp<int64_t>(264 / col_blocks, 1, 256));
     const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(K));
-    embedding_backward_wte_kernel<<<grid, kEmbThreads, 0, stream>>>(dwte, dout, ids, BT, C, K);
+    ATTN_LAUNCH(grid, kEmbThreads, 0, stream, embedding_backward_wte_kernel)(dwte, dout, ids, BT, C, K);
     ATTN_CUDA_CHECK_LAUNCH();
   }
   if (dwpe != nullptr) launch_map(EmbeddingBackwardWpe{dwpe, dout, B, T * C}, T * C, stream);

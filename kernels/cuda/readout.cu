@@ -221,7 +221,7 @@ __device__ void scores_backward(const PhiParams& pp, const float* x, int L, int 
 // (__grid_constant__: the cell is picked by blockIdx.y from the launch's argument space,
 // without a copy of the arguments into each thread's local memory.)
 __global__ void __launch_bounds__(kThreads) readout_prompt_kernel(const __grid_constant__ PromptArgs a) {
-  extern __shared__ float keys[];  // s [L], then p [L]
+  ATTN_DYNAMIC_SHARED(float, keys);  // s [L], then p [L]
   __shared__ Shared sh;
   const int b = blockIdx.x, k = blockIdx.y, tid = threadIdx.x;
   const DevCell& cell = a.cell[k];
@@ -360,14 +360,15 @@ void readout_cuda(const ReadoutShape& sh, const float* x, const float* y, Readou
     ATTN_CUDA_CHECK(cudaFuncSetAttribute(readout_prompt_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(dyn)));
   if (B > 0) {
-    readout_prompt_kernel<<<dim3(static_cast<unsigned>(B), static_cast<unsigned>(K)), kThreads, dyn, stream>>>(pa);
+    ATTN_LAUNCH(dim3(static_cast<unsigned>(B), static_cast<unsigned>(K)), kThreads, dyn, stream, readout_prompt_kernel)
+    (pa);
     ATTN_CUDA_CHECK_LAUNCH();
   }
   // Elements 0 .. G - 1 the gradient, G the loss; without training only the loss.
   ra.first = train ? 0 : G;
   const int64_t elems = train ? G + 1 : 1;
   const unsigned blocks = static_cast<unsigned>((elems + kThreads - 1) / kThreads);
-  readout_reduce_kernel<<<dim3(blocks, static_cast<unsigned>(K)), kThreads, 0, stream>>>(ra);
+  ATTN_LAUNCH(dim3(blocks, static_cast<unsigned>(K)), kThreads, 0, stream, readout_reduce_kernel)(ra);
   ATTN_CUDA_CHECK_LAUNCH();
   if (loss_sums != nullptr) return;
   CudaScalarSum host[kReadoutCudaMaxCells];

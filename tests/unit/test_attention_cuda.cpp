@@ -579,6 +579,38 @@ TEST_P(AttentionCudaMma, ForwardMatchesCpu) {
   EXPECT_EQ(0, std::memcmp(got.jac_fro.data(), again.jac_fro.data(), got.jac_fro.size() * sizeof(double)));
 }
 
+// fp16's range (65504) against unnormalised element-wise phi: P = phi(S) is rounded to
+// fp16 for the P V product (attention_mma.cuh), so an unscaled cubic with scores near 50
+// (phi = 1.25e5) overflows to inf. The kernels do not guard it: the result is non-finite,
+// never a finite wrong number, so a trainer would report the cell as diverged; bf16 (float's
+// range) and the scaled activations at the trainer's scores stay finite. The trainer
+// offers no fp16 (the precision key is fp32, tf32 or bf16).
+TEST(AttentionCudaMma, F16OverflowOfUnscaledPolyIsNonFiniteNotWrong) {
+  SKIP_WITHOUT_DEVICE();
+  static Workspace ws = make_workspace();
+  for (const bool f16 : {true, false}) {
+    ActivationSpec cubic;
+    cubic.activation = Activation::poly;
+    cubic.degree = 3;
+    cubic.scale = ScaleKind::none;
+    MmaCase c{"poly3_none", cubic, 64, 64, 64, false, false, f16};
+    Inputs in = make_mma_inputs(c);
+    // Every score q . k = 64 * 0.875^2 = 49 (exact in both types): phi = 1.18e5.
+    for (auto* v : {&in.Q, &in.K}) std::fill(v->begin(), v->end(), 0.875f);
+    for (float& x : in.V) x = 0.5f;
+    const MmaOut got = run_mma(in, f16, ws.get());
+    size_t finite = 0;
+    for (float o : got.O) finite += std::isfinite(o);
+    if (f16) {
+      EXPECT_EQ(finite, 0u) << "fp16: every output overflowed (phi = 1.18e5 > 65504)";
+    } else {
+      EXPECT_EQ(finite, got.O.size()) << "bf16 has float's range";
+      const float want = 64 * 0.5f * 49 * 49 * 49;
+      EXPECT_NEAR(got.O[0], want, 1e-2 * want);
+    }
+  }
+}
+
 std::vector<MmaCase> mma_cases() {
   auto acts = activations();
   ActivationSpec p4;

@@ -124,8 +124,12 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Float32 sums over a few hundred keys in two orders: 1e-5 relative is ~100 ulp, far
 // above the rounding of either path and far below any error in the algebra (a wrong
-// term changes the gradient by O(1) relative).
-constexpr double kTol = 1e-5;
+// term changes the gradient by O(1) relative). Rounding errors of a sum grow like the
+// square root of its length: beyond 300 keys the bound grows so (3.2e-5 at L = 3000,
+// where the emulated device's CUDA path measured 1.5e-5 for sigmoid).
+double tol_for(int64_t L) {
+  return 1e-5 * std::max(1.0, std::sqrt(static_cast<double>(L) / 300.0));
+}
 
 // The algebra on model M (the CPU's or CUDA's) against the CPU's op sequence, for every
 // activation, 1-3 heads and each prompt length of Ls. Returns the cases compared.
@@ -142,6 +146,7 @@ int compare_with_the_generic_path(const std::vector<int64_t>& Ls) {
         const Pass want = run_model(mc, false, x, y, B, 3, 0.5);
         const Pass got = run_model<M>(mc, true, x, y, B, 3, 0.5);
         const std::string what = describe(act, H, L);
+        const double kTol = tol_for(L);
         EXPECT_NEAR(got.loss, want.loss, kTol * std::abs(want.loss)) << what;
         EXPECT_LE(rel_l2(got.pred, want.pred), kTol) << what;
         EXPECT_LE(rel_l2(got.grads, want.grads), kTol) << what;

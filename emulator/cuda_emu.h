@@ -1,0 +1,127 @@
+// Force-included (-include) before every CUDA source (.cu, .cuh) of the emulated build
+// (cmake -DATTNSWEEP_CUDA=EMULATE): makes CUDA C++ host C++. The execution-space
+// keywords vanish, __shared__ becomes a static in a section of its own (poisoned at each
+// launch, so a read of what the block never wrote is NaN), threadIdx & co. read the
+// running lane, and the device intrinsics the kernels use are defined here as the ISA
+// defines them. Kernels change only at the seams kernels/cuda/device.cuh (launches,
+// dynamic shared memory) and kernels/cuda/ptx.cuh (inline PTX, whose twin is ptx.h).
+#pragma once
+
+#define ATTNSWEEP_CUDA_EMULATED 1
+#define __shared__ __attribute__((section("attnsweep_emu_shared"))) static
+#define __launch_bounds__(...)
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <source_location>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "emulator/emu.h"
+
+// The linker's bounds of this binary's static __shared__ variables.
+extern "C" char __start_attnsweep_emu_shared[] __attribute__((weak));
+extern "C" char __stop_attnsweep_emu_shared[] __attribute__((weak));
+
+#define threadIdx (::attnsweep::emu::t_lane->thread_idx)
+#define blockIdx (::attnsweep::emu::t_lane->block_idx)
+#define blockDim (::attnsweep::emu::t_lane->block_dim)
+#define gridDim (::attnsweep::emu::t_lane->grid_dim)
+
+inline void __syncthreads(std::source_location loc = std::source_location::current()) {
+  ::attnsweep::emu::syncthreads(loc);
+}
+
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32,
+                         std::source_location loc = std::source_location::current()) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  if (width < 1 || width > 32 || (width & (width - 1)))
+    ::attnsweep::emu::device_error("__shfl_xor_sync with a width that is not a power of 2 up to 32", loc);
+  T out{};
+  ::attnsweep::emu::warp_collective(
+      ::attnsweep::emu::WarpOp::shfl_xor, mask,
+      (static_cast<uint32_t>(lane_mask) & 31u) | (uint32_t{sizeof(T)} << 8) | (static_cast<uint32_t>(width) << 16), &v,
+      &out, loc);
+  return out;
+}
+
+// ---- the fast-math and rounding intrinsics (PTX ISA; CUDA math API) -------------------
+
+// __expf(x) = ex2.approx(x * log2(e)), the product rounded to float (FMUL then MUFU.EX2).
+inline float __expf(float x) {
+  const float t = x * 1.4426950408889634f;
+  return ::attnsweep::emu::ex2_approx_ftz(t);
+}
+// The _rn arithmetic is never contracted into an FMA: the emulated build compiles CUDA
+// sources with -ffp-contract=off.
+inline float __fadd_rn(float a, float b) {
+  return a + b;
+}
+inline float __fsub_rn(float a, float b) {
+  return a - b;
+}
+inline float __fmul_rn(float a, float b) {
+  return a * b;
+}
+inline float __fsqrt_rn(float a) {
+  return std::sqrt(a);
+}
+inline float __int2float_rn(int x) {
+  return static_cast<float>(x);
+}
+inline float __uint_as_float(unsigned x) {
+  return std::bit_cast<float>(x);
+}
+inline unsigned __float_as_uint(float x) {
+  return std::bit_cast<unsigned>(x);
+}
+inline float __int_as_float(int x) {
+  return std::bit_cast<float>(x);
+}
+inline int __float_as_int(float x) {
+  return std::bit_cast<int>(x);
+}
+
+// cuda_runtime.h's template overload, which it declares for nvcc only.
+template <class... P>
+inline cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
+
+namespace attnsweep::emu {
+// kernel<<<grid, block, smem, stream>>>(args): the arguments are converted to the
+// kernel's parameter types and copied at the launch, as CUDA does.
+template <class... P>
+struct Launcher {
+  void (*fn)(P...);
+  LaunchSite site;
+  dim3 grid, block;
+  size_t smem;
+  cudaStream_t stream;
+  template <class... A>
+  void operator()(A&&... a) const {
+    static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong number of arguments");
+    std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
+    auto f = fn;
+    (void)launch(site, grid, block, smem, stream, [f, args]() { std::apply(f, args); });
+  }
+};
+template <class... P>
+Launcher<P...> make_launcher(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             const char* name, const char* file, int line) {
+  return Launcher<P...>{fn,
+                        LaunchSite{reinterpret_cast<const void*>(fn), name, file, line, __start_attnsweep_emu_shared,
+                                   __stop_attnsweep_emu_shared},
+                        grid,
+                        block,
+                        smem,
+                        stream};
+}
+}  // namespace attnsweep::emu

@@ -1,0 +1,105 @@
+// The emulated CUDA device's interface between the kernels' side (emulator/cuda_emu.h,
+// force-included into every CUDA source of the emulated build) and its runtime
+// (block.cpp: a block's threads as fibers; runtime.cpp: memory, streams, events, graphs).
+// docs/cuda-emulator.md says what it models and what it cannot tell.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+namespace attnsweep::emu {
+
+// One emulated GPU thread (a lane): what threadIdx, blockIdx, blockDim and gridDim read.
+struct Lane {
+  uint3 thread_idx;
+  uint3 block_idx;
+  dim3 block_dim;
+  dim3 grid_dim;
+  int linear = 0;  // threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)
+};
+
+// The lane running on this host thread (set by the block scheduler at every switch).
+// Initial-exec TLS: the emulator is linked at start-up, never dlopen'ed, and kernels read
+// it at every threadIdx.
+extern thread_local Lane* t_lane __attribute__((tls_model("initial-exec")));
+
+// ---- block and warp collectives (block.cpp) --------------------------------------------
+// __syncthreads: every live thread of the block at the same barrier, or an error naming
+// the kernel and both lines (synccheck).
+void syncthreads(std::source_location loc);
+
+// The warp collectives: every lane of the warp arrives with its operand; the last
+// arrival computes every lane's result from the ISA's lane maps; a lane missing
+// (exited, at a block barrier or at another collective) is an error, never a hang.
+enum class WarpOp : int { shfl_xor, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16 };
+void warp_collective(WarpOp op, uint32_t mask, uint32_t arg, const void* in, void* out, std::source_location loc);
+
+// The running block's dynamic shared memory (exactly the launch's size: a read past it is
+// a heap overflow under ASan); nullptr when the launch asked for none.
+void* dynamic_shared();
+
+// cp.async (16 bytes, src_bytes <= 16 read, the rest zero-filled): the destination is
+// poisoned (0xff bytes: NaN) at issue and written at the wait_group that covers it.
+void cp_async16(void* dst, const void* src, int src_bytes, std::source_location loc);
+void cp_async_commit();
+void cp_async_wait(int pending_allowed, std::source_location loc);
+
+// An error inside a kernel (a bad address or operand): ends the launch with
+// cudaErrorLaunchFailure and this message.
+[[noreturn]] void device_error(const std::string& what, std::source_location loc);
+
+// ex2.approx.ftz.f32: 2^x, subnormal inputs and results flushed to zero, ex2(-inf) = +0.
+// The hardware's result is within 2 ulp of 2^x; this is the correctly rounded one.
+inline float flush_subnormal(float x) {
+  return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x;
+}
+inline float ex2_approx_ftz(float x) {
+  return flush_subnormal(std::exp2(flush_subnormal(x)));
+}
+
+// ---- launches (runtime.cpp) ------------------------------------------------------------
+struct LaunchSite {
+  const void* func;  // the kernel, as cudaFuncSetAttribute names it
+  const char* name;  // its expression at the launch site
+  const char* file;
+  int line;
+  char* shared_begin;  // this binary's static __shared__ section, poisoned at each launch
+  char* shared_end;
+};
+// Checks the configuration (an error is what cudaGetLastError returns next), then
+// enqueues every block of the grid on `stream`; `thread` runs the kernel body for t_lane.
+cudaError_t launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream,
+                   std::function<void()> thread);
+
+// Runs one grid now (block.cpp; the runtime calls it when the launch's turn comes).
+// Returns "" or what went wrong, naming the kernel and the line.
+std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_smem,
+                     const std::function<void()>& thread);
+
+// Work queued on a stream runs after the stream's earlier work and after every token in
+// `wait_for` is done (a token is done when its producer sets it, in its own work).
+struct Token {
+  bool done = false;
+};
+using TokenP = std::shared_ptr<Token>;
+// Queues `work` on `stream` like a kernel (cuBLAS and NCCL use it). `what` names it in errors.
+cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work,
+                    std::vector<TokenP> wait_for = {});
+// Whether the stream is capturing a graph (work that cannot be captured refuses it).
+bool is_capturing(cudaStream_t stream);
+
+// Device memory: true when [p, p + bytes) lies in one live cudaMalloc'd allocation.
+bool is_device_range(const void* p, size_t bytes);
+
+// The number of emulated devices (ATTNSWEEP_EMULATED_GPUS, default 1).
+int device_count();
+
+}  // namespace attnsweep::emu

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Breaks the CUDA code on purpose, one mistake at a time, and shows that an emulated test
+# fails on each (docs/cuda-emulator.md, "Deliberate breakages"). Not a ctest: it edits
+# sources and rebuilds (about 1-2 minutes a breakage on 2 cores), then restores each
+# file with `git checkout`, so run it on a clean tree:
+#   bash tests/emulator/breakages.sh [BUILD_DIR=build-emu] [NAME...]  > breakages.log
+# Prints, per breakage, the test filter, its exit code and the first lines of the failure.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD_DIR:-build-emu}
+export ATTNSWEEP_EMULATED_GPUS=2
+if [ -n "$(git status --porcelain -- kernels worker experiments)" ]; then
+  echo "breakages.sh: kernels/, worker/ or experiments/ has uncommitted changes; it restores files with git checkout" >&2
+  exit 2
+fi
+
+# name | file | python expression of the edit (s: the file's text) | gtest filter
+BREAKAGES=(
+  "syncthreads_removed|kernels/cuda/attention_mma.cuh|s.replace('    cp_async_wait<1>();\n    __syncthreads();\n    body(t, t & 1);', '    cp_async_wait<1>();\n    body(t, t & 1);', 1)|Shapes/AttentionCudaMma.ForwardMatchesCpu/softmax_q129_k129_d64*"
+  "ldmatrix_trans_dropped|kernels/cuda/attention_mma.cuh|s.replace('ldmatrix_x4_trans(xf,', 'ldmatrix_x4(xf,', 1)|Shapes/AttentionCudaMma.ForwardMatchesCpu/softmax_q129_k129_d64*"
+  "causal_limit_off_by_one|kernels/cuda/attention_common.cuh|s.replace('const int64_t e = i + (Nk - Nq) + 1;', 'const int64_t e = i + (Nk - Nq) + 2;', 1)|Shapes/AttentionCuda.RefAndFusedMatchCpu/softmax_q129_k129_d64_causal"
+  "event_wait_removed|worker/backend_cuda.cpp|s.replace('  cuda_check(cudaStreamWaitEvent(stream_, other.order_, 0), \"cudaStreamWaitEvent (order)\");\n', '', 1)|CellGroupCuda.*"
+  "cp_async_read_before_wait|kernels/cuda/attention_mma.cuh|s.replace('    cp_async_wait<1>();\n    __syncthreads();\n    body(t, t & 1);', '    cp_async_wait<2>();\n    __syncthreads();\n    body(t, t & 1);', 1)|Shapes/AttentionCudaMma.ForwardMatchesCpu/softmax_q129_k129_d64*"
+  "mma_b_fragments_swapped|kernels/cuda/attention_mma.cuh|s.replace('mma16816<T>(s[2 * nn], qf[kk], kf[0], kf[1]);', 'mma16816<T>(s[2 * nn], qf[kk], kf[1], kf[0]);', 1)|Shapes/AttentionCudaMma.ForwardMatchesCpu/softmax_q129_k129_d64*"
+  "pinned_batch_overwritten_before_its_copy|worker/backend_cuda.cpp|s.replace('    cuda_check(cudaEventSynchronize(s.copied), \"cudaEventSynchronize\");\n', '', 1)|CudaTrainerTest.MatchesCpuTrajectoryFor50Steps"
+)
+
+want=("$@")
+for entry in "${BREAKAGES[@]}"; do
+  IFS='|' read -r name file edit filter <<<"$entry"
+  if [ ${#want[@]} -gt 0 ] && [[ ! " ${want[*]} " =~ " $name " ]]; then continue; fi
+  echo "=== $name: $file; ctest filter $filter"
+  /usr/bin/python3 - "$file" "$edit" <<'PY'
+import sys
+path, edit = sys.argv[1], sys.argv[2]
+s = open(path).read()
+t = eval(edit, {"s": s})
+if t == s:
+    sys.exit(f"breakages.sh: the edit did not apply to {path}")
+open(path, "w").write(t)
+PY
+  if [ $? -ne 0 ]; then git checkout -- "$file"; echo "RESULT $name: edit did not apply"; continue; fi
+  if ! cmake --build "$BUILD" --target unit_tests >/tmp/breakage-build.log 2>&1; then
+    tail -5 /tmp/breakage-build.log
+    git checkout -- "$file"
+    echo "RESULT $name: did not build"
+    continue
+  fi
+  timeout 900 "$BUILD/tests/unit_tests" --gtest_filter="$filter" >/tmp/breakage-test.log 2>&1
+  rc=$?
+  grep -m 3 -E "attnsweep emulator:|Failure|Expected|Which is|exception|differ|rel" /tmp/breakage-test.log | cut -c1-400
+  echo "RESULT $name: exit $rc ($( [ $rc -ne 0 ] && echo 'a test failed, as it must' || echo 'NO TEST FAILED'))"
+  git checkout -- "$file"
+done
+# Restore the build to the tree's sources.
+cmake --build "$BUILD" --target unit_tests >/dev/null 2>&1

@@ -1,0 +1,333 @@
+// What only the emulated device checks (docs/cuda-emulator.md): each test makes one
+// mistake a kernel or its host code could make and expects the emulator's report, the
+// same message a user would read. Emulated build only (ctest emulator.checks).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/device.cuh"
+#include "kernels/cuda/ptx.cuh"
+
+extern "C" {
+int ncclCommInitAll(void** comms, int ndev, const int* devlist);
+int ncclCommDestroy(void* comm);
+int ncclAllReduce(const void* send, void* recv, size_t count, int dtype, int op, void* comm, cudaStream_t stream);
+int ncclGroupStart();
+int ncclGroupEnd();
+}
+
+namespace {
+
+// The fault's message after a synchronising call, and the device reset for the next test.
+std::string fault_after_sync() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  std::string msg = e == cudaSuccess ? "" : cudaGetErrorString(e);
+  cudaDeviceReset();
+  return msg;
+}
+
+float* device_floats(size_t n) {
+  float* p = nullptr;
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(float)), cudaSuccess);
+  return p;
+}
+
+std::vector<float> to_host(const float* d, size_t n) {
+  std::vector<float> v(n);
+  EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return v;
+}
+
+// ---- synccheck ----------------------------------------------------------------------------
+__global__ void divergent_barrier_kernel() {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+}
+__global__ void exit_before_barrier_kernel() {
+  if (threadIdx.x == 0) return;
+  __syncthreads();
+}
+__global__ void lane_missing_kernel(float* out) {
+  float v = 1.0f;
+  if (threadIdx.x != 3) v = __shfl_xor_sync(0xffffffffu, v, 1);
+  out[threadIdx.x] = v;
+}
+
+TEST(EmulatorChecks, ThreadsAtDifferentBarriersAreReported) {
+  ATTN_LAUNCH(1, 64, 0, nullptr, divergent_barrier_kernel)();
+  const std::string m = fault_after_sync();
+  EXPECT_NE(m.find("divergent_barrier_kernel"), std::string::npos) << m;
+  EXPECT_NE(m.find("threads at different barriers"), std::string::npos) << m;
+  EXPECT_NE(m.find("test_checks.cu:"), std::string::npos) << m;
+}
+
+TEST(EmulatorChecks, AThreadExitingWhileOthersWaitIsReported) {
+  ATTN_LAUNCH(1, 64, 0, nullptr, exit_before_barrier_kernel)();
+  const std::string m = fault_after_sync();
+  EXPECT_NE(m.find("a thread exited while others wait at a barrier"), std::string::npos) << m;
+}
+
+TEST(EmulatorChecks, ALaneMissingAtAShuffleIsAnErrorNotAHang) {
+  float* out = device_floats(32);
+  ATTN_LAUNCH(1, 32, 0, nullptr, lane_missing_kernel)(out);
+  const std::string m = fault_after_sync();
+  EXPECT_NE(m.find("a lane is missing at a warp collective"), std::string::npos) << m;
+  EXPECT_NE(m.find("thread 3"), std::string::npos) << m;
+  cudaFree(out);
+}
+
+// ---- racecheck by poison: a read of shared memory no thread wrote yet ----------------------
+template <bool Sync>
+__global__ void publish_kernel(float* out) {
+  __shared__ float s[64];
+  s[threadIdx.x] = static_cast<float>(threadIdx.x);
+  if (Sync) __syncthreads();
+  out[threadIdx.x] = s[(threadIdx.x + 1) % 64];  // the neighbour's value
+}
+
+TEST(EmulatorChecks, AMissingSyncthreadsReadsPoison) {
+  float* out = device_floats(64);
+  ATTN_LAUNCH(1, 64, 0, nullptr, publish_kernel<true>)(out);
+  std::vector<float> r = to_host(out, 64);
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(r[static_cast<size_t>(t)], static_cast<float>((t + 1) % 64));
+  ATTN_LAUNCH(1, 64, 0, nullptr, publish_kernel<false>)(out);
+  r = to_host(out, 64);
+  EXPECT_TRUE(std::isnan(r[0])) << "thread 0 ran before thread 1 wrote: it must see the poison, saw " << r[0];
+  cudaFree(out);
+}
+
+// ---- cp.async: the destination is poisoned until its wait_group ---------------------------
+__global__ void cp_async_early_read_kernel(const float* src, float* out) {
+  __shared__ __align__(16) float buf[32 * 4];
+  attnsweep::cuda::mma::cp_async16(&buf[threadIdx.x * 4], src + threadIdx.x * 4, 16);
+  attnsweep::cuda::mma::cp_async_commit();
+  out[threadIdx.x] = buf[threadIdx.x * 4];  // before the wait
+  attnsweep::cuda::mma::cp_async_wait<0>();
+  out[32 + threadIdx.x] = buf[threadIdx.x * 4];
+}
+
+TEST(EmulatorChecks, ACpAsyncDestinationReadBeforeItsWaitIsPoison) {
+  float* src = device_floats(128);
+  float* out = device_floats(64);
+  std::vector<float> h(128, 3.0f);
+  ASSERT_EQ(cudaMemcpy(src, h.data(), 128 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ATTN_LAUNCH(1, 32, 0, nullptr, cp_async_early_read_kernel)(src, out);
+  const std::vector<float> r = to_host(out, 64);
+  for (int t = 0; t < 32; ++t) {
+    EXPECT_TRUE(std::isnan(r[static_cast<size_t>(t)])) << t;
+    EXPECT_EQ(r[static_cast<size_t>(32 + t)], 3.0f) << t;
+  }
+  cudaFree(src);
+  cudaFree(out);
+}
+
+// ---- launches -------------------------------------------------------------------------------
+__global__ void dyn_kernel(float* out) {
+  ATTN_DYNAMIC_SHARED(float, s);
+  s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x];
+}
+
+TEST(EmulatorChecks, DynamicSharedMemoryAboveItsLimitIsRefused) {
+  float* out = device_floats(32);
+  ATTN_LAUNCH(1, 32, 64 * 1024, nullptr, dyn_kernel)(out);
+  const cudaError_t e = cudaGetLastError();
+  EXPECT_EQ(e, cudaErrorInvalidValue);
+  EXPECT_NE(std::string(cudaGetErrorString(e)).find("cudaFuncAttributeMaxDynamicSharedMemorySize"), std::string::npos);
+  ASSERT_EQ(cudaFuncSetAttribute(dyn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024), cudaSuccess);
+  ATTN_LAUNCH(1, 32, 64 * 1024, nullptr, dyn_kernel)(out);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ATTN_LAUNCH(1, 2048, 0, nullptr, dyn_kernel)(out);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  cudaFree(out);
+}
+
+// ---- streams: a forgotten event wait shows -------------------------------------------------
+__global__ void fill_kernel(float* p, float v, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) p[i] = v;
+}
+__global__ void copy_kernel(const float* a, float* b, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) b[i] = a[i];
+}
+
+TEST(EmulatorChecks, AForgottenEventWaitReadsWhatWasNotWrittenYet) {
+  cudaStream_t producer, consumer;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t ready;
+  ASSERT_EQ(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), cudaSuccess);
+  float* a = device_floats(256);
+  float* b = device_floats(256);
+  for (const bool wait : {true, false}) {
+    ATTN_LAUNCH(1, 64, 0, producer, fill_kernel)(a, wait ? 1.0f : 2.0f, 256);
+    ASSERT_EQ(cudaEventRecord(ready, producer), cudaSuccess);
+    if (wait) ASSERT_EQ(cudaStreamWaitEvent(consumer, ready, 0), cudaSuccess);
+    ATTN_LAUNCH(1, 64, 0, consumer, copy_kernel)(a, b, 256);
+    ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
+    std::vector<float> h(256);
+    ASSERT_EQ(cudaMemcpyAsync(h.data(), b, 256 * sizeof(float), cudaMemcpyDeviceToHost, consumer), cudaSuccess);
+    if (wait) {
+      EXPECT_EQ(h[0], 1.0f);
+    } else {
+      EXPECT_EQ(h[0], 1.0f) << "without the wait the consumer ran first and copied the old values";
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  // The legacy stream does not wait for a non-blocking stream either.
+  ATTN_LAUNCH(1, 64, 0, producer, fill_kernel)(a, 5.0f, 256);
+  std::vector<float> h(256);
+  ASSERT_EQ(cudaMemcpy(h.data(), a, 256 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(h[0], 2.0f) << "cudaMemcpy on the legacy stream ran before the non-blocking stream's fill";
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaFree(a);
+  cudaFree(b);
+  cudaEventDestroy(ready);
+  cudaStreamDestroy(producer);
+  cudaStreamDestroy(consumer);
+}
+
+// ---- memory -------------------------------------------------------------------------------
+TEST(EmulatorChecks, CopiesAreCheckedAgainstTheirAllocations) {
+  float* d = device_floats(16);
+  std::vector<float> h(32, 1.0f);
+  EXPECT_EQ(cudaMemcpy(d, h.data(), 32 * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue)
+      << "32 floats into an allocation of 16";
+  EXPECT_NE(std::string(cudaGetErrorString(cudaErrorInvalidValue)).find("past the end"), std::string::npos);
+  EXPECT_EQ(cudaMemcpy(h.data(), d, 16 * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue)
+      << "the kind says host to device, the pointers say device to host";
+  EXPECT_EQ(cudaMemcpy(h.data(), d, 16 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_TRUE(std::isnan(h[0])) << "fresh device memory is poisoned (NaN)";
+  EXPECT_EQ(cudaFree(h.data()), cudaErrorInvalidValue);
+  cudaFree(d);
+}
+
+// ---- graphs -------------------------------------------------------------------------------
+TEST(EmulatorChecks, GraphCaptureFollowsTheCaptureRules) {
+  cudaStream_t s, side;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  float* a = device_floats(64);
+  // A captured fill, replayed twice: the kernel runs at replay, not at capture.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ATTN_LAUNCH(1, 64, 0, s, fill_kernel)(a, 7.0f, 64);
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  std::vector<float> h(64);
+  ASSERT_EQ(cudaMemcpy(h.data(), a, 64 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_TRUE(std::isnan(h[0])) << "nothing ran during the capture";
+  cudaGraphExec_t x = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&x, g, 0), cudaSuccess);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(cudaGraphLaunch(x, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(h.data(), a, 64 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(h[0], 7.0f);
+  cudaGraphExecDestroy(x);
+  cudaGraphDestroy(g);
+  // cudaMalloc during a capture invalidates it.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, 64), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  // A stream forked into the capture and never joined back.
+  cudaEvent_t fork;
+  ASSERT_EQ(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, fork, 0), cudaSuccess);
+  ATTN_LAUNCH(1, 64, 0, side, fill_kernel)(a, 1.0f, 64);
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureUnjoined);
+  cudaGetLastError();
+  cudaEventDestroy(fork);
+  cudaFree(a);
+  cudaStreamDestroy(s);
+  cudaStreamDestroy(side);
+}
+
+// ---- a kernel fault is sticky, names the kernel, and cudaDeviceReset clears it -------------
+TEST(EmulatorChecks, AFaultIsStickyUntilReset) {
+  ATTN_LAUNCH(1, 64, 0, nullptr, exit_before_barrier_kernel)();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  float* p = nullptr;
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), 16), cudaErrorLaunchFailure) << "the fault is sticky";
+  EXPECT_NE(std::string(cudaGetErrorString(cudaErrorLaunchFailure)).find("exit_before_barrier_kernel"),
+            std::string::npos);
+  ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), 16), cudaSuccess);
+  cudaFree(p);
+}
+
+// ---- cuBLAS and NCCL ------------------------------------------------------------------------
+TEST(EmulatorChecks, CublasSgemmAndTf32Rounding) {
+  // C (2x2) = A (2x3) B (3x2), column-major; A's entries carry bits below TF32's mantissa.
+  const float e = std::ldexp(1.0f, -15);  // below TF32's 10 bits at 1, kept by fp32
+  std::vector<float> A = {1 + e, 0, 0, 1, 1, 1}, B = {1, 1, 1, 1, 0, 0}, C(4, 0.0f);
+  float* dA = device_floats(6);
+  float* dB = device_floats(6);
+  float* dC = device_floats(4);
+  ASSERT_EQ(cudaMemcpy(dA, A.data(), 24, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dB, B.data(), 24, cudaMemcpyHostToDevice), cudaSuccess);
+  cublasHandle_t h;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  const float one = 1.0f, zero = 0.0f;
+  for (const bool tf32 : {false, true}) {
+    ASSERT_EQ(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, dA, 2, dB, 3, &zero, dC, 2),
+              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cudaMemcpy(C.data(), dC, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+    // C(0,0) = A(0,0) + A(0,1) + A(0,2) = (1 + e) + 0 + 1.
+    EXPECT_EQ(C[0], tf32 ? 2.0f : 2.0f + e) << (tf32 ? "tf32" : "fp32");
+  }
+  EXPECT_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, A.data(), 2, dB, 3, &zero, dC, 2),
+            CUBLAS_STATUS_INVALID_VALUE)
+      << "a host pointer as A";
+  cublasDestroy(h);
+  cudaFree(dA);
+  cudaFree(dB);
+  cudaFree(dC);
+}
+
+TEST(EmulatorChecks, NcclAllReduceSumsAcrossDevicesAndNeedsAGroup) {
+  int n = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  if (n < 2) GTEST_SKIP() << "needs ATTNSWEEP_EMULATED_GPUS=2";
+  void* comms[2];
+  const int devs[2] = {0, 1};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), 0);
+  float* buf[2];
+  cudaStream_t st[2];
+  for (int d = 0; d < 2; ++d) {
+    cudaSetDevice(d);
+    buf[d] = device_floats(8);
+    std::vector<float> h(8, static_cast<float>(d + 1));
+    ASSERT_EQ(cudaMemcpy(buf[d], h.data(), 32, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&st[d], cudaStreamNonBlocking), cudaSuccess);
+  }
+  EXPECT_EQ(ncclAllReduce(buf[0], buf[0], 8, 7, 0, comms[0], st[0]), 5) << "two ranks from one thread, no group";
+  ASSERT_EQ(ncclGroupStart(), 0);
+  for (int d = 0; d < 2; ++d) ASSERT_EQ(ncclAllReduce(buf[d], buf[d], 8, 7, 0, comms[d], st[d]), 0);
+  ASSERT_EQ(ncclGroupEnd(), 0);
+  for (int d = 0; d < 2; ++d) {
+    cudaSetDevice(d);
+    ASSERT_EQ(cudaStreamSynchronize(st[d]), cudaSuccess);
+    std::vector<float> h(8);
+    ASSERT_EQ(cudaMemcpy(h.data(), buf[d], 32, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(h[0], 3.0f) << "device " << d;
+    cudaFree(buf[d]);
+    cudaStreamDestroy(st[d]);
+    ncclCommDestroy(comms[d]);
+  }
+  cudaSetDevice(0);
+}
+
+}  // namespace
