@@ -366,11 +366,25 @@ void log_launch(const LaunchSite& site) {
 
 }  // namespace
 
+// ATTNSWEEP_EMULATED_GPUS=K devices (default 1), of which a process sees those that
+// CUDA_VISIBLE_DEVICES names (by index), as a child bound to one GPU does.
 int device_count() {
   static const int n = [] {
     const char* e = std::getenv("ATTNSWEEP_EMULATED_GPUS");
-    const int k = e && *e ? std::atoi(e) : 1;
-    return std::clamp(k, 0, 16);
+    const int k = std::clamp(e && *e ? std::atoi(e) : 1, 0, 16);
+    const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (!v) return k;
+    int seen = 0;
+    for (const char* p = v; *p;) {
+      char* end = nullptr;
+      const long i = std::strtol(p, &end, 10);
+      if (end == p) break;  // as CUDA: the list ends at the first entry that is not an index
+      if (i < 0 || i >= k) break;
+      ++seen;
+      p = *end == ',' ? end + 1 : end;
+      if (*end != ',') break;
+    }
+    return seen;
   }();
   return n;
 }

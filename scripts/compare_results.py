@@ -20,7 +20,7 @@ import numpy as np
 
 # Root attributes that differ between two runs of the same cell by design.
 VOLATILE = {"started", "finished", "host", "wall_seconds", "slurm_job_id", "slurm_array_task",
-            "gpu_name", "gpu_uuid", "attnsweep_version"}
+            "gpu_name", "gpu_uuid", "cuda_visible_devices", "attnsweep_version"}
 
 
 def attrs_of(obj, root):

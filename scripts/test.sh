@@ -31,7 +31,9 @@ echo "attnsweep: ASan+UBSan stage"
 t0=$(date +%s)
 # At -O1, as the sanitizers' documentation advises: the build takes about half as long
 # as at -O3 (409 s against 735 s on the 2-core machine), the tests about twice as long,
-# which the two unit shards side by side absorb (docs/reliability.md).
+# which the two unit shards side by side absorb (docs/reliability.md). The CUDA code's
+# memcheck (an emulated-device build under ASan, docs/cuda-emulator.md) is not run here:
+# CI's 45 minutes do not hold it next to the emulated stage above.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
       -DATTNSWEEP_SANITIZE=ON -DATTNSWEEP_CUDA=OFF -DATTNSWEEP_WERROR=ON
 # Only what the tests below run (not bench/ or trainer_ref_dump).

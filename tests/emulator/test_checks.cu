@@ -86,22 +86,36 @@ TEST(EmulatorChecks, ALaneMissingAtAShuffleIsAnErrorNotAHang) {
 }
 
 // ---- racecheck by poison: a read of shared memory no thread wrote yet ----------------------
-template <bool Sync>
-__global__ void publish_kernel(float* out) {
+// Static __shared__ of a kernel that is not a template (GCC places a template's statics
+// outside the poisoned section: docs/cuda-emulator.md), and dynamic shared memory.
+__global__ void publish_synced_kernel(float* out) {
   __shared__ float s[64];
   s[threadIdx.x] = static_cast<float>(threadIdx.x);
-  if (Sync) __syncthreads();
+  __syncthreads();
   out[threadIdx.x] = s[(threadIdx.x + 1) % 64];  // the neighbour's value
+}
+__global__ void publish_unsynced_kernel(float* out) {
+  __shared__ float s[64];
+  s[threadIdx.x] = static_cast<float>(threadIdx.x);
+  out[threadIdx.x] = s[(threadIdx.x + 1) % 64];  // no barrier: a race
+}
+__global__ void publish_unsynced_dynamic_kernel(float* out) {
+  ATTN_DYNAMIC_SHARED(float, s);
+  s[threadIdx.x] = static_cast<float>(threadIdx.x);
+  out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
 }
 
 TEST(EmulatorChecks, AMissingSyncthreadsReadsPoison) {
   float* out = device_floats(64);
-  ATTN_LAUNCH(1, 64, 0, nullptr, publish_kernel<true>)(out);
+  ATTN_LAUNCH(1, 64, 0, nullptr, publish_synced_kernel)(out);
   std::vector<float> r = to_host(out, 64);
   for (int t = 0; t < 64; ++t) EXPECT_EQ(r[static_cast<size_t>(t)], static_cast<float>((t + 1) % 64));
-  ATTN_LAUNCH(1, 64, 0, nullptr, publish_kernel<false>)(out);
+  ATTN_LAUNCH(1, 64, 0, nullptr, publish_unsynced_kernel)(out);
   r = to_host(out, 64);
   EXPECT_TRUE(std::isnan(r[0])) << "thread 0 ran before thread 1 wrote: it must see the poison, saw " << r[0];
+  ATTN_LAUNCH(1, 64, 64 * sizeof(float), nullptr, publish_unsynced_dynamic_kernel)(out);
+  r = to_host(out, 64);
+  EXPECT_TRUE(std::isnan(r[0])) << "dynamic shared memory: saw " << r[0];
   cudaFree(out);
 }
 
@@ -172,7 +186,9 @@ TEST(EmulatorChecks, AForgottenEventWaitReadsWhatWasNotWrittenYet) {
   for (const bool wait : {true, false}) {
     ATTN_LAUNCH(1, 64, 0, producer, fill_kernel)(a, wait ? 1.0f : 2.0f, 256);
     ASSERT_EQ(cudaEventRecord(ready, producer), cudaSuccess);
-    if (wait) ASSERT_EQ(cudaStreamWaitEvent(consumer, ready, 0), cudaSuccess);
+    if (wait) {
+      ASSERT_EQ(cudaStreamWaitEvent(consumer, ready, 0), cudaSuccess);
+    }
     ATTN_LAUNCH(1, 64, 0, consumer, copy_kernel)(a, b, 256);
     ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
     std::vector<float> h(256);
@@ -211,6 +227,26 @@ TEST(EmulatorChecks, CopiesAreCheckedAgainstTheirAllocations) {
   EXPECT_EQ(cudaFree(h.data()), cudaErrorInvalidValue);
   cudaFree(d);
 }
+
+// ---- memcheck (under ASan): device memory is host memory of exactly the asked size --------
+#if defined(__SANITIZE_ADDRESS__)
+__global__ void read_one_past_kernel(const float* in, float* out, int n) {
+  for (int i = threadIdx.x; i <= n; i += blockDim.x) out[0] += in[i];  // i == n: one past the end
+}
+
+TEST(EmulatorChecks, AKernelReadingOnePastItsBufferIsReportedUnderAsan) {
+  float* in = device_floats(100);
+  float* out = device_floats(1);
+  EXPECT_DEATH(
+      {
+        ATTN_LAUNCH(1, 32, 0, nullptr, read_one_past_kernel)(in, out, 100);
+        cudaDeviceSynchronize();
+      },
+      "heap-buffer-overflow");
+  cudaFree(in);
+  cudaFree(out);
+}
+#endif
 
 // ---- graphs -------------------------------------------------------------------------------
 TEST(EmulatorChecks, GraphCaptureFollowsTheCaptureRules) {

@@ -50,7 +50,7 @@ run_rc "$ATTNSWEEP" run every.json --out cpu --device cpu --workers 2
 check "every task on CPU slots (exit 0: $ERR)" test "$RC" = 0
 run_rc "$ATTNSWEEP" run every.json --out cuda --device cuda --workers 2
 check "every task on the emulated GPUs (exit 0: $ERR)" test "$RC" = 0
-check "on GPU slots" grep -q "gpu slot" <<<"$ERR"
+check "on CUDA slots" grep -q "cuda slots per rank" <<<"$ERR"
 check "CUDA within 2e-3 of the CPU, step by step" close cpu cuda 2e-3
 
 ATTNSWEEP_CUDA_GRAPHS=1 run_rc "$ATTNSWEEP" run every.json --out graphs --device cuda --workers 2
@@ -73,7 +73,7 @@ check "icl cells trained as one group on a GPU slot (exit 0: $ERR)" test "$RC" =
 check "the group gives each cell's results alone bit for bit" $PY "$SRC/scripts/compare_results.py" icl-host icl-fused
 run_rc "$ATTNSWEEP" run icl.json --out icl-shared --device cuda --workers 1 --fuse 1 --cells-per-gpu 2
 check "two cells sharing each GPU (exit 0: $ERR)" test "$RC" = 0
-check "on 4 GPU slots (2 GPUs x 2)" grep -q "4 gpu slots" <<<"$ERR"
+check "on 4 CUDA slots (2 GPUs x 2)" grep -q "4 cuda slots (2 per GPU) per rank" <<<"$ERR"
 check "sharing a GPU changes no bit" $PY "$SRC/scripts/compare_results.py" icl-host icl-shared
 
 sed 's/"seed": \[0\]}/"seed": [0], "devices": [1, 2]}/' >dp.json <<'J'
@@ -106,7 +106,7 @@ import glob, json, sys, h5py, numpy as np
 by = {}
 for f in glob.glob(sys.argv[1] + "/runs/*.h5"):
     with h5py.File(f) as h:
-        by[json.loads(h.attrs["config"])["precision"]] = np.asarray(h["train/loss"], float)
+        by[json.loads(h.attrs["config"]).get("precision", "fp32")] = np.asarray(h["train/loss"], float)
 err = np.max(np.abs(by["fp32"] - by["bf16"]) / np.abs(by["fp32"]))
 print(f"bf16 against fp32: largest relative difference of the loss {err:.2e}")
 assert np.all(np.isfinite(by["bf16"])) and 0 < err <= 5e-2
