@@ -310,7 +310,8 @@ void compute_warp(Block& b, Thread* lanes[32]) {
       // (+8 for i >= 4); B (16x8, col): b_i at row 2 tig + (i&1) (+8 for i >= 2), column
       // groupID; C/D: c_i at row groupID (+8 for i >= 2), column 2 tig + (i&1).
       const bool bf16 = op == WarpOp::mma_bf16;
-      double A[16][16], B[16][8], C[16][8];
+      // B is kept transposed (Bt[col][k]) so each output is a dot product of two rows.
+      float A[16][16], Bt[8][16], C[16][8];
       for (int l = 0; l < 32; ++l) {
         const auto* in = static_cast<const uint32_t*>(lanes[l]->in);  // a[4], b[2], c[4] (floats)
         const int g = l >> 2, tig = l & 3;
@@ -320,24 +321,23 @@ void compute_warp(Block& b, Thread* lanes[32]) {
         }
         for (int i = 0; i < 4; ++i) {
           const int row = 2 * tig + (i & 1) + (i >= 2 ? 8 : 0);
-          B[row][g] = half_to_float(half_of(in[4 + i / 2], i & 1), bf16);
+          Bt[g][row] = half_to_float(half_of(in[4 + i / 2], i & 1), bf16);
         }
-        for (int i = 0; i < 4; ++i) {
-          float c;
-          std::memcpy(&c, &in[6 + i], 4);
-          C[g + (i >= 2 ? 8 : 0)][2 * tig + (i & 1)] = c;
-        }
+        for (int i = 0; i < 4; ++i) std::memcpy(&C[g + (i >= 2 ? 8 : 0)][2 * tig + (i & 1)], &in[6 + i], 4);
       }
-      // The products of 16-bit values are exact in float64; their sum is rounded once to
-      // float32 (the hardware's order inside the mma is unspecified: tests use tolerances).
+      // The product of two 16-bit values is exact in float (at most 22 significant bits);
+      // the 16 products and C are summed in float64 (four partial sums, an order the
+      // compiler can vectorise) and rounded once to float32. The hardware's order inside
+      // the mma is unspecified: the tests compare with tolerances.
       for (int l = 0; l < 32; ++l) {
         const int g = l >> 2, tig = l & 3;
         float* out = static_cast<float*>(lanes[l]->out);
         for (int i = 0; i < 4; ++i) {
           const int row = g + (i >= 2 ? 8 : 0), col = 2 * tig + (i & 1);
-          double acc = C[row][col];
-          for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
-          out[i] = static_cast<float>(acc);
+          double part[4] = {0, 0, 0, 0};
+          for (int k = 0; k < 16; k += 4)
+            for (int j = 0; j < 4; ++j) part[j] += static_cast<double>(A[row][k + j] * Bt[col][k + j]);
+          out[i] = static_cast<float>(static_cast<double>(C[row][col]) + ((part[0] + part[1]) + (part[2] + part[3])));
         }
       }
       break;
