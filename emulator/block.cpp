@@ -46,13 +46,18 @@ struct BlockError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::string where(std::source_location loc) {
-  std::string f = loc.file_name();
-  if (auto k = f.rfind('/'); k != std::string::npos) {
+// A source path by its last two components (cuda/attention_mma.cuh).
+std::string short_path(const char* file) {
+  std::string f = file;
+  if (auto k = f.rfind('/'); k != std::string::npos && k > 0) {
     const auto k2 = f.rfind('/', k - 1);
     if (k2 != std::string::npos) f = f.substr(k2 + 1);
   }
-  return f + ":" + std::to_string(loc.line());
+  return f;
+}
+
+std::string where(std::source_location loc) {
+  return short_path(loc.file_name()) + ":" + std::to_string(loc.line());
 }
 
 size_t stack_bytes() {
@@ -142,15 +147,7 @@ struct Block {
 #endif
 
   std::string kernel() const {
-    return std::string(site->name) + " (launched at " + where_file(site->file) + ":" + std::to_string(site->line) + ")";
-  }
-  static std::string where_file(const char* file) {
-    std::string f = file;
-    if (auto k = f.rfind('/'); k != std::string::npos) {
-      const auto k2 = f.rfind('/', k - 1);
-      if (k2 != std::string::npos) f = f.substr(k2 + 1);
-    }
-    return f;
+    return std::string(site->name) + " (launched at " + short_path(site->file) + ":" + std::to_string(site->line) + ")";
   }
 };
 
@@ -467,12 +464,6 @@ Block& block() {
   return *t_block;
 }
 
-// The waiting thread leaves its fiber until the scheduler wakes it.
-void wait_here(Block& b, Thread& t) {
-  yield(b);
-  (void)t;
-}
-
 Thread& me(Block& b) {
   return *b.current->thread;
 }
@@ -484,7 +475,7 @@ void syncthreads(std::source_location loc) {
   Thread& t = me(b);
   t.state = State::at_barrier;
   t.loc = loc;
-  wait_here(b, t);
+  yield(b);  // until the scheduler wakes it
 }
 
 void warp_collective(WarpOp op, uint32_t mask, uint32_t arg, const void* in, void* out, std::source_location loc) {
@@ -497,7 +488,7 @@ void warp_collective(WarpOp op, uint32_t mask, uint32_t arg, const void* in, voi
   t.in = in;
   t.out = out;
   t.loc = loc;
-  wait_here(b, t);
+  yield(b);  // until the scheduler wakes it
 }
 
 void* dynamic_shared() {

@@ -907,9 +907,8 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (s->capture) return fail(cudaErrorStreamCaptureUnsupported, "cudaGraphLaunch into a capturing stream");
   // Each node on a queue of its own, ordered only by the graph's edges (and after the
   // stream's earlier work): a dependency the capture missed shows at replay too.
-  TokenP before = nullptr;
   push(s, "cudaGraphLaunch (start)", [] {});
-  before = s->last;
+  const TokenP before = s->last;
   std::vector<TokenP> tokens(x->nodes.size());
   std::vector<bool> has_child(x->nodes.size(), false);
   for (size_t i = 0; i < x->nodes.size(); ++i) {
