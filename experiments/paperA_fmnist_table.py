@@ -72,3 +72,57 @@ for k in keys:
             end = np.mean([last_row(tr[name][i])[layer].mean() for i in groups[k]])
             cols.append(f"{init:.3g} → {peak:.3g} → {end:.3g}")
     print(f"| {k} | " + " | ".join(cols) + " |")
+
+# Across N (when the directory holds more than one N): accuracy paired by seed against
+# softmax, and how the late-training plateau of ‖φ(S)‖_F grows with N.
+ns = sorted(set(int(x) for x in c["prompt_length"]))
+if len(ns) > 1:
+    T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+            9: 2.262, 10: 2.228, 13: 2.160, 16: 2.120, 25: 2.060}  # Student t, 97.5 %
+    by = {}  # (label, N) -> {seed: cell index}
+    for i in range(n):
+        by.setdefault((label(i), int(c["prompt_length"][i])), {})[int(c["seed"][i])] = i
+    labels = [k for k in order if any((k, m) in by for m in ns)]
+    print("\nTest accuracy minus softmax's, paired by seed: mean [95 % interval] in points;"
+          " '≤1sd' when |mean| is within softmax's seed std at that N")
+    print("| activation | " + " | ".join(f"N = {m}" for m in ns) + " |")
+    print("|---|" + "---|" * len(ns))
+    for k in labels[1:]:
+        row = []
+        for m in ns:
+            a, s = by.get((k, m), {}), by.get(("softmax", m), {})
+            seeds = sorted(set(a) & set(s))
+            d = 100 * np.array([c["test_accuracy"][a[x]] - c["test_accuracy"][s[x]] for x in seeds])
+            sm = 100 * np.array([c["test_accuracy"][s[x]] for x in seeds])
+            hw = T975[len(d) - 1] * d.std(ddof=1) / np.sqrt(len(d))
+            near = " ≤1sd" if abs(d.mean()) <= sm.std(ddof=1) else ""
+            row.append(f"{d.mean():+.2f} [{d.mean() - hw:+.2f}, {d.mean() + hw:+.2f}]{near}")
+        print(f"| {k} | " + " | ".join(row) + " |")
+
+    with h5py.File(f"{args.dir}/aggregate.h5", "r") as f:
+        tstep = f["trajectories"]["train_step"][()]
+    print("\nPlateau of ‖φ(S)‖_F (mean over heads and over the logged steps in the last quarter of"
+          " training), per layer: value at each N (mean over seeds), and the slope of log plateau on"
+          " log N over every cell, ± its 95 % interval")
+    print("| activation | layer | " + " | ".join(f"N = {m}" for m in ns) + " | slope |")
+    print("|---|---|" + "---|" * len(ns) + "---|")
+    for k in labels:
+        for layer in range(L):
+            xs, ys, means = [], [], []
+            for m in ns:
+                vals = []
+                for i in by.get((k, m), {}).values():
+                    st = tstep[i]
+                    late = np.isfinite(st) & (st >= 0.75 * np.nanmax(st))
+                    v = tr["norms_attn_fro"][i][late, layer, :].mean()
+                    vals.append(v)
+                    xs.append(np.log(m))
+                    ys.append(np.log(v))
+                means.append(np.mean(vals))
+            x, y = np.array(xs), np.array(ys)
+            A = np.vstack([x, np.ones_like(x)]).T
+            coef, res, *_ = np.linalg.lstsq(A, y, rcond=None)
+            dof = len(x) - 2
+            se = np.sqrt(np.sum((y - A @ coef) ** 2) / dof / np.sum((x - x.mean()) ** 2))
+            print(f"| {k} | {layer + 1} | " + " | ".join(f"{v:.3g}" for v in means) +
+                  f" | {coef[0]:.2f} ± {T975.get(dof, 2.0) * se:.2f} |")
