@@ -49,13 +49,31 @@ wait_job "$job" 120
 t1=$(date +%s.%N)
 grep -E "attnsweep|srun" job/slurm-"$job".out | grep -v "^$" | sed 's/^/  job: /' | tail -14
 check "the job ended COMPLETED ($JOB_STATE)" test "$JOB_STATE" = COMPLETED
-check "the first run lost rank 2 on h3 and ended with 75 (events.jsonl)" $PY -c "
+# Which came first decides what the first run recorded. The rank timeout (the usual case
+# here): rank 0 lost rank 2 on h3 and the run exited 75 before Slurm's step ended. Slurm
+# marking h3 DOWN first (seen in CI on a loaded machine: rank 0 had not yet lost rank 2
+# 13 s after the kill): Slurm ends the step, the job script's TERM reaches the run before
+# the run has exited, and srun kills what is left, so the first run may have lost rank 2
+# or not, and may have written its closing event (75) or not. Either way nothing may be
+# lost: the checks below (COMPLETED, every cell exactly once) hold for both.
+first_end=$(grep -m1 -oE "attnsweep job: (TERM|run exited)" job/slurm-"$job".out)
+if [ "$first_end" = "attnsweep job: TERM" ]; then first_end=slurm; else first_end=rank_timeout; fi
+check "the first run ended by the $first_end path (events.jsonl)" $PY -c "
 import json; ev = [json.loads(l) for l in open('job/events.jsonl')]
-lost = [e for e in ev if e['event'] == 'rank_lost']
-assert [(e['rank'], e['host']) for e in lost] == [(2, 'h3')], lost
-# ... and ended (exit 75) instead of hanging after the loss: its closing event.
-first = ev[:[i for i, e in enumerate(ev) if e['event'] == 'sweep_started'][1]]
-assert [e['exit_code'] for e in first if e['event'] == 'sweep_finished'] == [75], 'the first run did not end'"
+starts = [i for i, e in enumerate(ev) if e['event'] == 'sweep_started']
+assert len(starts) >= 2, f'{len(starts)} runs in events.jsonl, expected the first and a requeued one'
+first, second = ev[:starts[1]], ev[starts[-1]:]
+lost = [(e['rank'], e['host']) for e in first if e['event'] == 'rank_lost']
+codes = [e['exit_code'] for e in first if e['event'] == 'sweep_finished']
+if '$first_end' == 'rank_timeout':
+    assert lost == [(2, 'h3')], f'the first run lost {lost}, expected rank 2 on h3'
+    # ... and ended (exit 75) instead of hanging after the loss: its closing event.
+    assert codes == [75], f'the first run closed with {codes}, expected [75]'
+else:
+    assert lost in ([], [(2, 'h3')]), f'the first run lost {lost}'
+    assert codes in ([], [75]), f'the first run closed with {codes}, expected 75 or killed'
+assert not [e for e in second if e['event'] == 'rank_lost'], 'the last run lost a rank'
+assert [e['exit_code'] for e in second if e['event'] == 'sweep_finished'] == [0], 'the last run did not end with 0'"
 # Who requeued: the job script on the run's 75 (the sweep ended before Slurm declared h3
 # DOWN, the usual case here) or Slurm itself on NODE_FAIL (h3 DOWN first).
 if grep -q "requeueing $job" job/slurm-"$job".out; then by="the job script, on the run's exit 75"; else by="Slurm (NODE_FAIL)"; fi
