@@ -1,10 +1,12 @@
 // plan, activations, schema, results-schema: what a grid, the activations and the
 // result files are, without running anything.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/cli.h"
@@ -21,8 +23,10 @@ namespace attnsweep::cli {
 int cmd_plan(int argc, char** argv) {
   po::options_description desc("options");
   std::string grid_path;
-  int cells_per_gpu = 0, fuse = 0;
+  int cells_per_gpu = 0, fuse = 0, workers = 0;
   desc.add_options()("help,h", "this help")("json", "print the cells as one JSON array")(
+      "workers", po::value(&workers),
+      "CPU slots to estimate the wall time for, as run --workers K (default: the machine's cores)")(
       "fuse", po::value(&fuse),
       "group alike cells by up to K as run --fuse K would on CPU slots (default: the grid's resources.fuse, else the "
       "task's)")(
@@ -33,7 +37,9 @@ int cmd_plan(int argc, char** argv) {
   pos.add("grid", 1);
   po::variables_map vm;
   if (!parse("plan", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep plan GRID.json [--json] [--cells-per-gpu K] [--fuse K]", desc)) return kExitOk;
+  if (help(vm, "attnsweep plan GRID.json [--json] [--cells-per-gpu K] [--fuse K] [--workers K]", desc)) return kExitOk;
+  if (vm.count("workers") && !in_range("plan", "--workers", workers, 1, kMaxSlotsOrThreads)) return kExitUsage;
+  if (workers == 0) workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (vm.count("fuse") && !in_range("plan", "--fuse", fuse, 1, kMaxFuse)) return kExitUsage;
   if (vm.count("cells-per-gpu") && !in_range("plan", "--cells-per-gpu", cells_per_gpu, 1, kMaxCellsPerGpu))
     return kExitUsage;
@@ -72,15 +78,17 @@ int cmd_plan(int argc, char** argv) {
     std::cout << json({{"name", grid.name}, {"grid_hash", grid.hash}, {"cells", cells}}).dump(2) << "\n";
     return kExitOk;
   }
-  double total_cost = 0;
   for (size_t i = 0; i < grid.cells.size(); ++i) {
     const Cell& c = grid.cells[i];
     std::string line = c.id;
     for (const auto& [k, v] : c.config.items()) line += " " + k + "=" + format_value(v);
     if (groups[group_of[i]].size() > 1) line += " group=" + std::to_string(group_of[i]);
     std::cout << line << "\n";
-    total_cost += c.est_cost_s;
   }
+  std::vector<double> group_costs;
+  for (const auto& g : groups) group_costs.push_back(group_cost_s(grid, fusion, g));
+  double total_cost = 0;
+  for (double c : group_costs) total_cost += c;
   std::string gpu;
   if (fit.checked)
     gpu = "; GPU memory: " + std::to_string(k) + " x " + format_gib(fit.cell_bytes) + " (the largest cell, " +
@@ -92,8 +100,9 @@ int cmd_plan(int argc, char** argv) {
                                                                     " processes, alike cells trained as one by up to " +
                                                                     std::to_string(fk) + " (--fuse)"
                                                               : "";
-  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds%s%s)\n", grid.cells.size(), grid.name.c_str(),
-              total_cost, fused.c_str(), gpu.c_str());
+  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds, about %.0f s of wall time on %d CPU slots%s%s)\n",
+              grid.cells.size(), grid.name.c_str(), total_cost, estimated_wall_s(group_costs, workers), workers,
+              fused.c_str(), gpu.c_str());
   return kExitOk;
 }
 

@@ -1,7 +1,9 @@
 #include "coordinator/fusion.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <vector>
 
 #include "base/sha256.h"
 #include "experiments/registry.h"
@@ -79,6 +81,28 @@ std::vector<std::vector<size_t>> static_groups(const FusionPlan& plan, int k) {
     groups.push_back(std::move(g));
   }
   return groups;
+}
+
+double group_cost_s(const Grid& grid, const FusionPlan& plan, const std::vector<size_t>& group) {
+  double total = 0;
+  for (size_t n = 0; n < group.size(); ++n) {
+    const Cell& c = grid.cells[group[n]];
+    const TaskDef* t = task_of(c.config);
+    // A cell shares the group's batches only with a member of equal data key before it;
+    // one with data of its own draws and steps its own (measured: no saving, see fusion.h).
+    bool shares_data = false;
+    for (size_t m = 0; m < n; ++m) shares_data |= plan.data_key[group[m]] == plan.data_key[group[n]];
+    const bool added = shares_data && t != nullptr && t->fusion.added_cell_share != nullptr;
+    total += c.est_cost_s * (added ? t->fusion.added_cell_share(c.config) : 1.0);
+  }
+  return total;
+}
+
+double estimated_wall_s(std::vector<double> costs, int slots) {
+  std::sort(costs.begin(), costs.end(), std::greater<>());
+  std::vector<double> load(static_cast<size_t>(std::max(1, slots)), 0.0);
+  for (double c : costs) *std::min_element(load.begin(), load.end()) += c;
+  return *std::max_element(load.begin(), load.end());
 }
 
 }  // namespace attnsweep

@@ -431,18 +431,20 @@ const TaskDef& icl_regression_task() {
               string_key("prompts", {"philox"}, "philox",
                          "the prompt generator: philox = Philox4x32-10 normals in float32 (since attnsweep 0.2; "
                          "0.1 drew float64 splitmix64 Box-Muller prompts, whose cells had other ids)")};
-    // Per token: the read-out's 3C x C products forward and backward, the attention and
-    // the prompt's draws, at the ~3 GFLOP/s these small products and draws sustain
-    // (measured: 0.26 us per token and step at d = 5, L = 40, batch 128); each
-    // evaluation draws and runs the test prompts twice (test MSE, limit_sq_error).
+    // Per token: the read-out's 3C x C products and the prompt's draws, (18C^2 + 12C +
+    // 100) flops. Calibrated (docs/performance.md#how-plan-estimates-a-grid) on two
+    // machines between the slowest and the fastest seen: single cells at d = 5, L = 10 ...
+    // 4096 ran a training token-step at 112 Gflop/s and an evaluated test token (twice:
+    // test MSE and limit_sq_error) at 19.5, 60 us a step and 25 ms a cell besides, on the
+    // Zen 5 VM of 2026-12-03; the 2-core EPYC of 2026-12-04 took 2.7x as long on the same
+    // grids. The constants are those times 1.6, so either machine is within 1.7x.
     d.cost_s = [](const json& c) {
       const double C = c.at("d").get<double>() + 1, tokens = c.at("prompt_length").get<double>() + 1;
       const double per_token = 18 * C * C + 12 * C + 100;
       const double steps = c.at("steps").get<double>(), every = c.at("eval_every").get<double>();
       const double evals = 1 + (every > 0 ? std::floor(steps / every) : 0);
-      return (steps * c.at("batch").get<double>() + evals * c.at("test_prompts").get<double>() * 2) * tokens *
-                 per_token / 3e9 +
-             0.2;
+      return steps * (c.at("batch").get<double>() * tokens * per_token / 70e9 + 96e-6) +
+             evals * c.at("test_prompts").get<double>() * 2 * tokens * per_token / 12e9 + 0.04;
     };
     d.data_shape = icl_data_shape;
     d.model_config = icl_model_config;
@@ -463,6 +465,11 @@ const TaskDef& icl_regression_task() {
     d.fusion.may_differ = {"init_seed", "init_std", "seed", "activation", "degree", "scale", "lr"};
     d.fusion.data = {"seed"};
     d.fusion.default_size = 16;
+    // Measured: a cell that shares a group's batches (coordinator/fusion.h group_cost_s)
+    // adds about a quarter of one alone on the Zen 5 VM (16 cells of one data seed at L =
+    // 160 and 640, 2026-12-03) and 0.4 on the EPYC of 2026-12-04 (paperB_icl_paired_cpu's
+    // groups of 16 at L = 640: 24.8 s); cells that only evaluate (steps 0) share little.
+    d.fusion.added_cell_share = [](const json& c) { return c.at("steps").get<int64_t>() > 0 ? 0.35 : 0.8; };
     return d;
   }();
   return t;

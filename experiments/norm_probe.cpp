@@ -131,10 +131,12 @@ const TaskDef& norm_probe_task() {
     d.keys = {integer_key("samples", 1, 100000, 32, "independent draws averaged per cell"),
               integer_key("head_dim", 1, 1024, 16, "query/key width d of one head"),
               integer_key("dim", 1, 4096, 64, "model width D")};
-    // Scores, phi, phi' and both norms: about (2d + 20) flops per score entry.
+    // Scores, phi, phi' and both norms: about (2d + 20) flops per score entry, at 3.75
+    // Gflop/s on one core, and 50 ms a cell for its process and result file (calibrated on
+    // the demo's 273 cells on two machines, docs/performance.md#how-plan-estimates-a-grid).
     d.cost_s = [](const json& c) {
       const double n = c.at("prompt_length").get<double>();
-      return c.at("samples").get<double>() * n * n * (2 * c.at("head_dim").get<double>() + 20) / 2e9 + 0.01;
+      return c.at("samples").get<double>() * n * n * (2 * c.at("head_dim").get<double>() + 20) / 3.75e9 + 0.05;
     };
     d.outputs = {
         make_final_metric("attn_fro", "mean over the samples of ||phi(S)||_F", true, "", "‖φ(S)‖_F"),

@@ -44,6 +44,10 @@ struct TaskFusion {
   std::vector<std::string> data;
   // Cells per group when neither `run --fuse` nor the grid's resources.fuse says.
   int default_size = 1;
+  // What a cell adds to a group's time when an earlier member draws the same data (equal
+  // `data` keys), as a share of its cost_s alone (measured;
+  // docs/performance.md#how-plan-estimates-a-grid); nullptr: 1.
+  double (*added_cell_share)(const json& effective_config) = nullptr;
 };
 
 struct TaskDef {

@@ -94,7 +94,9 @@ double transformer_cost_s(const json& cfg) {
   const double n = cfg.at("prompt_length").get<double>(), d = cfg.at("dim").get<double>();
   const double per_token =
       cfg.at("layers").get<double>() * (2 * (4 + 2 * cfg.at("mlp_ratio").get<double>()) * d * d + 4 * n * d);
-  return 3 * cfg.at("steps").get<double>() * cfg.at("batch").get<double>() * n * per_token / 30e9 + 0.5;
+  // Forward and backward (3x the forward's flops) at 68 Gflop/s on one core: calibrated
+  // on paperA_fmnist's 54 cells (docs/performance.md#how-plan-estimates-a-grid).
+  return 3 * cfg.at("steps").get<double>() * cfg.at("batch").get<double>() * n * per_token / 68e9 + 0.5;
 }
 
 }  // namespace attnsweep

@@ -41,6 +41,27 @@ TEST(Fusion, AlikeCellsDifferOnlyInTheTasksFusableKeys) {
   EXPECT_EQ(fuse_size(g, 3), 3);   // the flag
 }
 
+// plan's estimate of a group: each cell in full, but a cell whose data an earlier member
+// already draws adds its task's added_cell_share (icl: 0.35 when trained).
+TEST(Fusion, AGroupCostsItsCellsLessTheSharedDataDiscount) {
+  const Grid g = paired_grid();
+  const FusionPlan p = plan_fusion(g);
+  const std::vector<size_t> alike = p.alike(0);
+  size_t same = 0, other = 0;
+  for (size_t j : alike) {
+    if (j == 0) continue;
+    if (p.data_key[j] == p.data_key[0] && same == 0) same = j;
+    if (p.data_key[j] != p.data_key[0] && other == 0) other = j;
+  }
+  ASSERT_NE(same, 0u);
+  ASSERT_NE(other, 0u);
+  const auto cost = [&](size_t i) { return g.cells[i].est_cost_s; };
+  EXPECT_DOUBLE_EQ(group_cost_s(g, p, {0}), cost(0));
+  EXPECT_DOUBLE_EQ(group_cost_s(g, p, {0, same}), cost(0) + 0.35 * cost(same));
+  EXPECT_DOUBLE_EQ(group_cost_s(g, p, {0, other}), cost(0) + cost(other));
+  EXPECT_DOUBLE_EQ(group_cost_s(g, p, {0, other, same}), cost(0) + cost(other) + 0.35 * cost(same));
+}
+
 TEST(Fusion, CompanionsOfTheSameDataFirstAtMostKMinusOne) {
   const Grid g = paired_grid();
   const FusionPlan p = plan_fusion(g);

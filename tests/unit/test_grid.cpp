@@ -570,7 +570,7 @@ TEST(Params, TaskKeysAndTrainingDefaults) {
 
 TEST(Params, EstimatedCost) {
   json probe = effective_config(json::parse(R"({"task": "norm_probe", "prompt_length": 1000, "samples": 10})"), "c");
-  EXPECT_DOUBLE_EQ(estimate_cost_s(probe), 10 * 1e6 * (2 * 16 + 20) / 2e9 + 0.01);
+  EXPECT_DOUBLE_EQ(estimate_cost_s(probe), 10 * 1e6 * (2 * 16 + 20) / 3.75e9 + 0.05);
   json syn = effective_config(json::parse(R"({"task": "synthetic", "seconds": 2.5})"), "c");
   EXPECT_DOUBLE_EQ(estimate_cost_s(syn), 2.505);
 }
