@@ -120,14 +120,20 @@ int cmd_submit(int argc, char** argv) {
       "timeout-s", po::value(&opt.timeout_s), "per-attempt timeout (default: the grid's, else none)")(
       "cells-per-gpu", po::value(&opt.cells_per_gpu),
       "cells sharing each GPU, passed to run (default: the grid's resources.cells_per_gpu, else 1; 1..64); above 1 "
-      "the job starts CUDA MPS on each node where it can (docs/slurm.md)")("dry-run", "write DIR/job.sbatch and stop");
+      "the job starts CUDA MPS on each node where it can (docs/slurm.md)")(
+      "sbatch", po::value(&opt.sbatch_options)->composing(),
+      "one more sbatch option for the script, as --sbatch=--qos=high (repeatable: --mem=64G, --constraint=a100, "
+      "--gres=gpu:h100:4 ...)")(
+      "setup", po::value(&opt.setup_lines)->composing(),
+      "a shell line the job runs before its srun, as --setup 'module load cuda' (repeatable, in order)")(
+      "dry-run", "write DIR/job.sbatch and stop");
   po::positional_options_description pos;
   pos.add("grid", 1);
   po::variables_map vm;
   if (!parse("submit", argc, argv, desc, pos, vm)) return kExitUsage;
   if (help(vm,
            "attnsweep submit GRID.json --out DIR --nodes N --gpus-per-node G [--time HH:MM:SS] [--partition P] "
-           "[--account A] [--dry-run]",
+           "[--account A] [--sbatch=OPT ...] [--setup LINE ...] [--dry-run]",
            desc))
     return kExitOk;
   opt.dry_run = vm.count("dry-run") > 0;

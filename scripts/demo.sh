@@ -4,7 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-bash scripts/build.sh
+# Only the binary the demo runs (not the tests, benchmarks or emulator): scripts/test.sh
+# builds the rest into the same build/.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$(nproc)" --target attnsweep
 ./build/attnsweep run experiments/grids/norm_probe.json --out demo
 ./build/attnsweep aggregate demo --fit-min-n 64
 ./build/attnsweep report demo

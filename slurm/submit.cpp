@@ -9,6 +9,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include <sys/vfs.h>
+
+#include "base/sha256.h"
 #include "coordinator/grid.h"
 #include "coordinator/process.h"
 #include "coordinator/rundir.h"
@@ -61,6 +64,44 @@ bool valid_slurm_name(const std::string& s) {
          s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,-") == std::string::npos;
 }
 
+// Why an --sbatch option cannot go into the script ("" when it can): the options the
+// script sets for the run's own sake, and those submit has a flag for.
+std::string sbatch_option_problem(const std::string& opt, int gpus_per_node) {
+  if (opt.size() < 2 || opt[0] != '-')
+    return "expected an sbatch option such as --qos=high, --mem=64G or --constraint=a100 (give it as "
+           "--sbatch=--qos=high)";
+  if (opt.find_first_of("\n\r") != std::string::npos) return "expected one option, got a line break";
+  const std::string name = opt.substr(0, opt.find_first_of("= "));
+  static const std::vector<std::pair<std::vector<std::string>, std::string>> owned = {
+      {{"--nodes", "-N"}, "use submit's --nodes"},
+      {{"--time", "-t"}, "use submit's --time"},
+      {{"--partition", "-p"}, "use submit's --partition"},
+      {{"--account", "-A"}, "use submit's --account"},
+      {{"--gpus-per-node"}, "use submit's --gpus-per-node"},
+      {{"--cpus-per-task", "-c", "--cpus-per-gpu"}, "use submit's --cpus-per-gpu or --cpus-per-node"},
+      {{"--ntasks", "-n", "--ntasks-per-node"}, "the script runs one rank per node"},
+      {{"--output", "-o", "--open-mode", "--error", "-e"}, "the script keeps every restart in DIR/slurm-JOBID.out"},
+      {{"--signal", "--requeue", "--no-requeue"}, "the script's own warning signal and requeue (use --grace-s)"}};
+  for (const auto& [names, why] : owned)
+    if (std::find(names.begin(), names.end(), name) != names.end()) return "set by the job script: " + why;
+  // --gres=gpu:TYPE:N or --gpus=TYPE:N names the node's GPUs: N must be --gpus-per-node.
+  if (name == "--gres" && opt.find("gpu") != std::string::npos) {
+    const std::string spec = opt.substr(opt.find_first_of("= ") + 1);
+    const std::string count = spec.substr(spec.rfind(':') + 1);
+    if (spec.rfind("gpu", 0) != 0 || !all_digits(count) || std::stoi(count) != gpus_per_node)
+      return std::string("expected gpu[:TYPE]:N with N the --gpus-per-node (")
+          .append(std::to_string(gpus_per_node))
+          .append(")");
+  }
+  return "";
+}
+
+bool names_gpus(const std::vector<std::string>& opts) {
+  for (const std::string& o : opts)
+    if (o.rfind("--gres=gpu", 0) == 0 || o.rfind("--gres gpu", 0) == 0) return true;
+  return false;
+}
+
 std::vector<std::string> validate(const SubmitOptions& o) {
   std::vector<std::string> p;
   if (o.nodes < 1) p.push_back("--nodes: expected an integer >= 1, got " + std::to_string(o.nodes));
@@ -82,7 +123,32 @@ std::vector<std::string> validate(const SubmitOptions& o) {
         "set their number with --cpus-per-node)");
   if (o.mpi != "pmix" && o.mpi != "pmi2" && o.mpi != "none" && o.mpi.rfind("pmix_", 0) != 0)
     p.push_back("--mpi: expected pmix, pmix_v<N>, pmi2 or none (see srun --mpi=list), got \"" + o.mpi + "\"");
+  for (const std::string& opt : o.sbatch_options)
+    if (std::string why = sbatch_option_problem(opt, o.gpus_per_node); !why.empty())
+      p.push_back("--sbatch " + opt + ": " + why);
+  for (const std::string& line : o.setup_lines)
+    if (line.find_first_of("\n\r") != std::string::npos || line.find('\0') != std::string::npos)
+      p.push_back("--setup: one shell line each (give --setup once per line), got one with a line break");
   return p;
+}
+
+// Where a path lies on a file system local to each node (tmpfs, ramfs, /tmp, /var/tmp,
+// /dev/shm, $TMPDIR): the place it names, else "".
+std::string node_local_place(const std::string& path) {
+  const fs::path a = fs::weakly_canonical(fs::absolute(path));
+  std::vector<std::string> roots = {"/tmp", "/var/tmp", "/dev/shm"};
+  if (const char* t = std::getenv("TMPDIR"); t && *t) roots.emplace_back(t);
+  for (const std::string& r : roots) {
+    const std::string rel = a.lexically_relative(fs::weakly_canonical(r)).string();
+    if (!rel.empty() && rel.rfind("..", 0) != 0) return r;
+  }
+  struct statfs st {};
+  fs::path probe = a;
+  while (!probe.empty() && !fs::exists(probe)) probe = probe.parent_path();
+  constexpr long kTmpfs = 0x01021994, kRamfs = 0x858458f6;
+  if (!probe.empty() && ::statfs(probe.c_str(), &st) == 0 && (st.f_type == kTmpfs || st.f_type == kRamfs))
+    return "a tmpfs";
+  return "";
 }
 
 }  // namespace
@@ -109,9 +175,20 @@ std::string render_sbatch(const SubmitOptions& o, const std::string& exe, const 
   replace_all(s, "@DATE@", iso_utc_now());
   replace_all(s, "@JOB_NAME@", job);
   replace_all(s, "@NODES@", std::to_string(o.nodes));
-  replace_all(s, "@GPU_LINE@",
-              o.gpus_per_node > 0 ? "#SBATCH --gpus-per-node=" + std::to_string(o.gpus_per_node)
-                                  : "# (no GPUs: --gpus-per-node 0 runs CPU slots)");
+  std::string gpu_line = "# (no GPUs: --gpus-per-node 0 runs CPU slots)";
+  if (o.gpus_per_node > 0) {
+    const std::string g = std::to_string(o.gpus_per_node);
+    gpu_line = names_gpus(o.sbatch_options)
+                   ? std::string("# (GPUs: the --gres line below, ").append(g).append(" per node)")
+                   : std::string("#SBATCH --gpus-per-node=").append(g);
+  }
+  replace_all(s, "@GPU_LINE@", gpu_line);
+  std::string extra, setup;
+  for (const std::string& opt : o.sbatch_options)
+    extra.append(extra.empty() ? "" : "\n").append("#SBATCH ").append(opt);
+  for (const std::string& line : o.setup_lines) setup.append(setup.empty() ? "" : "\n").append(line);
+  replace_all(s, "@EXTRA_SBATCH_LINES@", extra.empty() ? "# (no --sbatch options)" : extra);
+  replace_all(s, "@SETUP_LINES@", setup.empty() ? "# (no --setup lines)" : setup);
   replace_all(s, "@CPUS_PER_TASK@", std::to_string(cpus));
   replace_all(s, "@TIME@", o.time);
   replace_all(s, "@PARTITION_LINE@",
@@ -179,9 +256,28 @@ int submit(const SubmitOptions& o) {
     } catch (const InputError&) {
     }
   }
+  // A job.sbatch edited since submit wrote it (its header says it is safe to edit) is
+  // the user's: never replaced. Submit writes the script's SHA-256 beside it.
+  const std::string script = o.out_dir + "/job.sbatch", stamp = o.out_dir + "/.job.sbatch.sha256";
+  if (fs::exists(script) && (!fs::exists(stamp) || sha256_hex(read_text(script)) != read_text(stamp).substr(0, 64))) {
+    std::fprintf(stderr,
+                 "attnsweep submit: %s was edited since submit wrote it (or was not written by submit): it is "
+                 "kept. Submit it as it is with `sbatch %s` (the run resumes what %s holds), or move it away to "
+                 "have submit write a new one\n",
+                 script.c_str(), script.c_str(), o.out_dir.c_str());
+    return 2;
+  }
+  for (const auto& [what, path] :
+       {std::pair<std::string, std::string>{"--out", o.out_dir}, {"the attnsweep binary", self_executable()}})
+    if (const std::string place = node_local_place(path); !place.empty())
+      std::fprintf(stderr,
+                   "attnsweep submit: warning: %s (%s) is on %s, local to each node: the job's nodes see it only if "
+                   "they are this machine; put it on a file system every node mounts\n",
+                   what.c_str(), path.c_str(), place.c_str());
   atomic_write_text(grid_copy, text);
-  const std::string script = o.out_dir + "/job.sbatch";
-  atomic_write_text(script, render_sbatch(o, self_executable(), grid.name, grid.resources.cells_per_gpu));
+  const std::string rendered = render_sbatch(o, self_executable(), grid.name, grid.resources.cells_per_gpu);
+  atomic_write_text(script, rendered);
+  atomic_write_text(stamp, sha256_hex(rendered) + "\n");
   fs::permissions(script, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
   if (o.dry_run) {
     std::printf("%s (%zu cells; not submitted: --dry-run)\n", script.c_str(), grid.cells.size());

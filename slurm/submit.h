@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace attnsweep {
 
@@ -20,10 +21,17 @@ struct SubmitOptions {
   int retries = -1;
   double timeout_s = -1;
   int cells_per_gpu = 0;  // 0: the grid's resources.cells_per_gpu (passed on only when given)
+  // --sbatch: more sbatch options, one `#SBATCH OPT` line each (--qos=high, --mem=64G,
+  // --constraint=a100, --gres=gpu:h100:4 ...); options the script itself sets are refused.
+  std::vector<std::string> sbatch_options;
+  // --setup: shell lines the job runs before its srun (module load ..., source venv/bin/activate).
+  std::vector<std::string> setup_lines;
   bool dry_run = false;
 };
 
-// Returns the exit code (0 submitted or written, 2 bad input, 1 sbatch failed).
+// Returns the exit code (0 submitted or written, 2 bad input, 1 sbatch failed). A
+// DIR/job.sbatch edited since submit wrote it (DIR/.job.sbatch.sha256) is never replaced:
+// submit refuses (2) and says how to resubmit it as it is.
 int submit(const SubmitOptions& opt);
 
 // The job script for these options (no side effects), with `exe` as the binary path;

@@ -34,6 +34,38 @@ for f in glob.glob(sys.argv[1] + "/*.h5"):
             assert 0.1 < h["final"].attrs["test_accuracy"] <= 1.0
 PY
 
+# 1b. More sbatch options and set-up lines reach the job; node-local paths are warned
+# about; a job script edited since submit wrote it is kept, never overwritten.
+cat > tiny.json <<'JSON'
+{"name": "slurm-tiny", "axes": {"task": ["synthetic"], "seed": [0, 1]}, "fixed": {"seconds": 0.2}}
+JSON
+run_rc "$ATTNSWEEP" submit tiny.json --out opts --nodes 1 --gpus-per-node 0 --cpus-per-node 2 --time 00:10:00 \
+  --sbatch=--comment=attnsweep-opts --setup 'export ATTNSWEEP_SETUP_SEEN=yes' --setup 'echo "setup: $ATTNSWEEP_SETUP_SEEN"'
+check "submit with --sbatch and --setup exits 0 ($ERR)" test "$RC" = 0
+job=$OUT
+check "the --sbatch option reached Slurm" bash -c "scontrol show job $job | grep -q 'Comment=attnsweep-opts'"
+check "--out under /tmp is warned about as node-local" grep -q "warning: --out (opts) is on /tmp, local to each node" <<<"$ERR"
+wait_job "$job" 120
+check "the set-up lines ran in the job, in order, before the run" bash -c \
+  "grep -n 'setup: yes\|attnsweep job $job (restart 0)' opts/slurm-$job.out | head -1 | grep -q 'setup: yes'"
+check "and the job finished" grep -q "run exited 0" opts/slurm-"$job".out
+run_rc "$ATTNSWEEP" submit tiny.json --out opts --nodes 1 --gpus-per-node 0 --time 00:10:00 --dry-run
+check "an unedited script is written again (rc $RC: $ERR)" test "$RC" = 0
+echo '# edited by hand' >> opts/job.sbatch
+run_rc "$ATTNSWEEP" submit tiny.json --out opts --nodes 1 --gpus-per-node 0 --time 00:10:00 --dry-run
+check "an edited script is refused (rc $RC)" test "$RC" = 2
+check "saying how to resubmit it: $ERR" grep -q "was edited since submit wrote it.*sbatch .*opts/job.sbatch" <<<"$ERR"
+check "and kept as edited" grep -q '^# edited by hand$' opts/job.sbatch
+run_rc "$ATTNSWEEP" submit tiny.json --out opts2 --nodes 1 --gpus-per-node 0 --time 00:10:00 --dry-run --sbatch=--nodes=2
+check "an option the script sets is refused (rc $RC)" test "$RC" = 2
+check "naming the flag to use instead: $ERR" grep -q "set by the job script: use submit's --nodes" <<<"$ERR"
+run_rc "$ATTNSWEEP" submit tiny.json --out opts3 --nodes 1 --gpus-per-node 4 --time 00:10:00 --dry-run --sbatch=--gres=gpu:h100:2
+check "a --gres GPU count other than --gpus-per-node is refused (rc $RC)" test "$RC" = 2
+run_rc "$ATTNSWEEP" submit tiny.json --out opts4 --nodes 1 --gpus-per-node 4 --time 00:10:00 --dry-run \
+  --sbatch=--gres=gpu:h100:4 --sbatch=--mem=64G
+check "--gres names the GPUs instead of --gpus-per-node" bash -c \
+  "grep -qx '#SBATCH --gres=gpu:h100:4' opts4/job.sbatch && grep -qx '#SBATCH --mem=64G' opts4/job.sbatch && ! grep -q '^#SBATCH --gpus-per-node' opts4/job.sbatch"
+
 # 2. Preemption: USR1 mid-run -> exit 75 -> requeue -> resume -> each cell finished once.
 cat > long.json <<'JSON'
 {"name": "slurm-preempt", "axes": {"task": ["synthetic"], "seed": [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},
