@@ -474,6 +474,7 @@ class Aggregation {
         h5::Group g = f.require_group("/cells");
         for (const Column& c : cols_) write_column(g, c);
       }
+      write_cell_groups(f);
       TrajectoryPass(root_, rows_, fork_min_, opt_, result_).run(f, trajectories_, out_path_);
       write_fits(f, result_.fits);
       if (!result_.paired.empty()) write_paired_group(f, result_.paired);
@@ -484,6 +485,19 @@ class Aggregation {
     }
     commit_file(tmp, out_path_);
     guard.release();
+  }
+
+  // /cell_groups: per /cells row, the group strings of its fit and its comparisons, made
+  // where /fits and /paired make theirs, so that the report finds a fit's or a pair's
+  // cells by these strings instead of formatting the values of /cells itself.
+  void write_cell_groups(h5::File& f) const {
+    h5::Group g = f.require_group("/cell_groups");
+    g.write_strings("fit_group", column_of<std::string>(rows_, [](const Row& r) { return group_label(r.params); }),
+                    "the /fits group of the cell (every config key but prompt_length and the replicates, k=v)");
+    g.write_strings("paired_group", column_of<std::string>(rows_, [](const Row& r) { return paired_group(r.params); }),
+                    "the /paired group of the cell (as fit_group, without activation, degree, scale)");
+    g.write_strings("paired_spec", column_of<std::string>(rows_, [](const Row& r) { return paired_spec(r.params); }),
+                    "the cell's activation as /paired a or b names it (activation=poly degree=3 scale=inv_n)");
   }
 
   // DIR/paired.csv and DIR/best_scale.csv when the cells hold comparisons or numeric

@@ -55,7 +55,7 @@ Previous read_previous(const std::string& path) {
         h5::Group t = f.open_group("/trajectories");
         for (const std::string& name : t.children()) out.trajectory_shapes[name] = t.open_dataset(name).shape();
       }
-      out.complete = true;
+      out.complete = f.is_group("/cell_groups");  // older aggregates lack it: rewritten
     } catch (const std::exception&) {
       out.complete = false;  // the index alone still saves rereading the files
     }

@@ -100,10 +100,18 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
   }
   for (const std::string& key : param_keys) {
     std::vector<json> values;
+    bool named = false;  // some value is a string
     for (const Row& r : rows) {
       auto it = r.params.find(key);
       values.push_back(it == r.params.end() ? json() : it->second);
+      named |= values.back().is_string();
     }
+    // A cell whose activation takes no scale (softmax, sigmoid) has none in its config;
+    // among named scales it is `none`, so that grouping by scale keeps it (a numeric
+    // scale column keeps NaN: a string there would turn the column into text).
+    if (key == "scale" && named)
+      for (json& v : values)
+        if (v.is_null()) v = "none";
     std::string name = taken.count(key) ? "config." + key : key;  // never shadow a fixed column
     taken.insert(name);
     cols.push_back(json_column(name, "config parameter " + key, values));
@@ -122,6 +130,10 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
     }
     cols.push_back(std::move(c));
   }
+  // The activation as the report names it (results/table.h activation_label).
+  cols.push_back(string_column(taken.count("label") ? "activation_label" : "label",
+                               "the activation as the report names it (softmax, s³/√N, ReLU/N)",
+                               pick([](const Row& r) { return activation_label(r.params); })));
   return cols;
 }
 

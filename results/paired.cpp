@@ -56,6 +56,18 @@ bool activation_key(const std::string& k) {
   return k == "activation" || k == "degree" || k == "scale";
 }
 
+}  // namespace
+
+std::string paired_spec(const std::map<std::string, json>& params) {
+  auto s = spec_of(params);
+  return s ? s->label : std::string();
+}
+
+std::string paired_group(const std::map<std::string, json>& params) {
+  return group_label(params, activation_key);
+}
+
+namespace {
 struct Key {  // one comparison
   std::string group;
   double n;
@@ -83,7 +95,7 @@ std::vector<PairedDiff> paired_differences(const std::vector<CellRow>& cells) {
       if (!activation_key(k)) key += k + "=" + v.dump() + "\n";
     auto n = c.params.find("prompt_length");
     const double length = n != c.params.end() && n->second.is_number() ? n->second.get<double>() : kNaN;
-    const std::string group = group_label(c.params, activation_key);
+    const std::string group = paired_group(c.params);
     std::vector<Member>& m = pairs[key];
     if (std::none_of(m.begin(), m.end(), [&](const Member& x) { return x.spec.label == spec->label; }))
       m.push_back({*spec, &c});

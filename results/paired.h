@@ -33,6 +33,13 @@ struct PairedDiff {
   int64_t a_lower = 0;                // pairs where a's metric is below b's
 };
 
+// What names a cell in the comparisons: its activation as k=v ("activation=poly degree=3
+// scale=inv_sqrt_n"; "" when it has no known activation), the PairedDiff::a or b it is,
+// and its group (PairedDiff::group). aggregate.h5 /cell_groups holds both per cell, so
+// that the report finds a comparison's cells without formatting a value itself.
+std::string paired_spec(const std::map<std::string, nlohmann::json>& params);
+std::string paired_group(const std::map<std::string, nlohmann::json>& params);
+
 // Every comparison the cells allow: a before b in the registry's order (activation id,
 // then degree, then scale: none, inv_sqrt_n, inv_n, numbers). A cell whose activation
 // is met twice in one pair (softmax at degree 1 and 3: softmax takes no degree) counts

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "base/atomic_file.h"
+#include "kernels/activation.h"
 
 namespace attnsweep {
 namespace {
@@ -34,7 +36,7 @@ std::string label_value(const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number_integer()) return v.dump();
   if (v.is_number()) return format_number(v.get<double>());
-  return v.dump();
+  return v.dump();  // true, false, null, arrays and objects as JSON text
 }
 
 std::string Column::csv(size_t i) const {
@@ -61,6 +63,42 @@ std::string group_label(const std::map<std::string, nlohmann::json>& params,
   return group;
 }
 
+std::string activation_label(const std::map<std::string, nlohmann::json>& params) {
+  auto it = params.find("activation");
+  if (it == params.end() || !it->second.is_string()) return {};
+  const std::optional<Activation> id = activation_from_name(it->second.get<std::string>());
+  if (!id) return {};
+  const ActivationInfo& info = activation_info(*id);
+  std::string s;
+  if (info.takes_degree) {  // s^p: the papers' name of the polynomial
+    static constexpr const char* kSuperscript[] = {"⁰", "¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹"};
+    auto d = params.find("degree");
+    s.push_back('s');
+    if (d == params.end() || !d->second.is_number_integer())
+      s.append("ᵖ");
+    else
+      for (char ch : std::to_string(d->second.get<int64_t>())) s.append(ch == '-' ? "⁻" : kSuperscript[ch - '0']);
+  } else {
+    s.append(info.label);
+  }
+  if (info.takes_scale) {
+    auto c = params.find("scale");
+    if (c != params.end() && c->second.is_string()) {
+      const std::optional<ScaleKind> k = scale_from_name(c->second.get<std::string>());
+      if (k) {
+        s += kScales[static_cast<size_t>(*k)].label;
+      } else {
+        s += ' ';
+        s += c->second.get_ref<const std::string&>();
+      }
+    } else if (c != params.end() && c->second.is_number()) {
+      s += " c=";
+      s += label_value(c->second);
+    }
+  }
+  return s;
+}
+
 Column string_column(std::string name, std::string description, const std::vector<std::string>& values) {
   return Column{Column::String, std::move(name), std::move(description), {}, {}, values};
 }
@@ -78,23 +116,21 @@ Column json_column(std::string name, std::string description, const std::vector<
       all_present = false;
       continue;
     }
-    if (!v.is_number() && !v.is_boolean()) all_numeric = false;
-    if (!v.is_number_integer() && !v.is_boolean()) all_integer = false;
+    if (!v.is_number()) all_numeric = false;
+    if (!v.is_number_integer()) all_integer = false;
   }
   Column c;
   c.name = std::move(name);
   c.description = std::move(description);
   if (all_numeric && all_integer && all_present && !values.empty()) {
     c.type = Column::Int;
-    for (const nlohmann::json& v : values) c.ints.push_back(v.is_boolean() ? int64_t{v.get<bool>()} : v.get<int64_t>());
+    for (const nlohmann::json& v : values) c.ints.push_back(v.get<int64_t>());
   } else if (all_numeric) {
     c.type = Column::Float;
-    for (const nlohmann::json& v : values)
-      c.floats.push_back(v.is_null() ? kNaN : v.is_boolean() ? double{v.get<bool>() ? 1.0 : 0.0} : v.get<double>());
+    for (const nlohmann::json& v : values) c.floats.push_back(v.is_null() ? kNaN : v.get<double>());
   } else {
     c.type = Column::String;
-    for (const nlohmann::json& v : values)
-      c.strings.push_back(v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump());
+    for (const nlohmann::json& v : values) c.strings.push_back(v.is_null() ? "" : label_value(v));
   }
   return c;
 }

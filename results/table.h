@@ -24,7 +24,9 @@ inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Shortest text that reads back as the same double ("0.001", "3", "1e-05"); "" for NaN.
 std::string format_number(double v);
 
-// A parameter value as it appears in a group label: strings bare, numbers compact.
+// A parameter value as text: strings bare, numbers compact (format_number), booleans
+// `true`/`false` as in the grid. The one formatter of config values: group labels
+// (/fits, /paired, /cell_groups) and the string columns of /cells and summary.csv.
 std::string label_value(const nlohmann::json& v);
 
 // What the analyses of aggregate (results/paired.h, results/best_scale.h) read of a
@@ -43,6 +45,12 @@ bool replicate_key(const std::string& k);
 // the replicates and any key `skip` names, as k=v in key order.
 std::string group_label(const std::map<std::string, nlohmann::json>& params,
                         const std::function<bool(const std::string&)>& skip = {});
+
+// A cell's activation as the papers and the report write it, from the registry
+// (kernels/activation.h): "softmax", "s³/√N" (an activation taking a degree is s^p),
+// "ReLU/N", "ReLU c=0.25" (a numeric scale); "" when the cell has no known activation.
+// summary.csv's `label` column and the report's legends.
+std::string activation_label(const std::map<std::string, nlohmann::json>& params);
 
 // One column: int64, float64 (NaN = missing) or strings ("" = missing).
 // One field of every row, as a column: column_of<double>(fits, &Fit::slope), or with a
@@ -71,8 +79,9 @@ Column float_column(std::string name, std::string description, const std::vector
 Column int_column(std::string name, std::string description, const std::vector<int64_t>& values);
 
 // A parameter or metric column from per-row JSON values (null = missing): int64 when
-// every row has an integer (or boolean) value, float64 (NaN = missing) when all present
-// values are numbers, otherwise strings ("" = missing; non-strings as JSON text).
+// every row has an integer value, float64 (NaN = missing) when all present
+// values are numbers, otherwise strings ("" = missing; other values by label_value, so a
+// boolean parameter is `true`/`false`, as the grid writes it).
 Column json_column(std::string name, std::string description, const std::vector<nlohmann::json>& values);
 
 // RFC 4180 CSV with a header line, written atomically (temporary + rename).

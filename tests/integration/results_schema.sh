@@ -3,7 +3,7 @@
 # output of `attnsweep results-schema --markdown`, and aggregate's summary.csv columns for
 # a small grid of three tasks are exactly those the declaration says: its fixed columns,
 # then the config keys (sorted), then the /final metrics declared for the grid's tasks
-# (sorted), and its fits are of the metrics it marks fitted.
+# (sorted), then `label`, and its fits are of the metrics it marks fitted.
 source "$(dirname "$0")/lib.bash"
 "$ATTNSWEEP" results-schema --markdown >table.md
 $PY - "$SRC/docs/results-schema.md" table.md <<'PY'
@@ -50,7 +50,8 @@ metrics = sorted({f["name"] for f in schema["fields"]
 # an earlier column final.<metric> (synthetic's metric `seconds` is also its config key).
 fixed = schema["columns"]
 params = ["config." + k if k in fixed else k for k in params]
-want = fixed + params + ["final." + m if m in fixed + params else m for m in metrics]
+# ... then `label`, the activation as the report names it (results/table.h activation_label).
+want = fixed + params + ["final." + m if m in fixed + params else m for m in metrics] + ["label"]
 got = next(csv.reader(open(f"{out}/summary.csv")))
 if got != want:
     sys.exit(f"FAIL: summary.csv columns\n  got  {got}\n  want {want}")

@@ -430,9 +430,9 @@ TEST_F(AggregateTest, CellsSkippedAndFits) {
 
 TEST_F(AggregateTest, CellColumnsAndTypes) {
   AggregateResult a = aggregate_dir(dir_.string(), {});
-  const std::vector<std::string> expected{"cell_id",    "status", "device",   "wall_seconds", "diverged_at_step",
-                                          "activation", "degree", "lr",       "note",         "prompt_length",
-                                          "scale",      "seed",   "attn_fro", "jac_fro",      "test_loss"};
+  const std::vector<std::string> expected{
+      "cell_id", "status",        "device", "wall_seconds", "diverged_at_step", "activation", "degree",    "lr",
+      "note",    "prompt_length", "scale",  "seed",         "attn_fro",         "jac_fro",    "test_loss", "label"};
   EXPECT_EQ(a.columns, expected);
   h5::File f = h5::File::open_read(path("aggregate.h5"));
   h5::Group cells = f.open_group("/cells");
@@ -451,11 +451,64 @@ TEST_F(AggregateTest, CellColumnsAndTypes) {
   EXPECT_TRUE(std::isnan(dv.back()));
   auto scale = cells.open_dataset("scale").read_strings();
   EXPECT_EQ(scale[0], "inv_sqrt_n");
-  EXPECT_EQ(scale.back(), "");
+  EXPECT_EQ(scale.back(), "none");  // softmax takes no scale: named, so that a groupby keeps it
+  auto label = cells.open_dataset("label").read_strings();
+  EXPECT_EQ(label[0], "s³/√N");
+  EXPECT_EQ(label.back(), "softmax");
   auto jac = cells.open_dataset("jac_fro").read<double>();
   EXPECT_TRUE(std::isnan(jac.back()));
   EXPECT_EQ(cells.open_dataset("status").read_strings()[0], "diverged");
   EXPECT_EQ(cells.open_dataset("attn_fro").attribute_string("description"), "final metric (/final attribute attn_fro)");
+}
+
+// A boolean parameter (the image task's `cls`) is written as the grid writes it, in /cells
+// and summary.csv, and each cell's /cell_groups strings are the very strings of the /fits
+// and /paired rows it belongs to (the report matches them as they are: with cls as 0 in
+// /cells and "cls=false" in /paired no cell found its pair).
+TEST_F(ResultsTest, BooleansAsInTheGridAndCellGroupsNameTheirFitsAndPairs) {
+  fs::create_directories(dir_ / "runs");
+  for (const char* act : {"softmax", "relu"})
+    for (int64_t n : {16, 49})
+      for (int64_t seed : {0, 1, 2}) {
+        CellResult r;
+        r.config = json{{"activation", act}, {"prompt_length", n}, {"seed", seed}, {"cls", false}, {"lr", 1e-4}};
+        if (std::string(act) == "relu") r.config["scale"] = "inv_n";
+        r.final_metrics = {{"test_mse", 0.5 + 0.01 * double(seed)}};
+        r.cell_id = std::string(act) + "_n" + std::to_string(n) + "_s" + std::to_string(seed);
+        write_cell_file(path("runs/" + r.cell_id + ".h5"), r);
+      }
+  AggregateResult a = aggregate_dir(dir_.string(), {});
+  ASSERT_EQ(a.cells, 12);
+  h5::File f = h5::File::open_read(path("aggregate.h5"));
+  EXPECT_EQ(f.open_dataset("/cells/cls").read_strings(), std::vector<std::string>(12, "false"));
+  const auto label = f.open_dataset("/cells/label").read_strings();
+  const auto act = f.open_dataset("/cells/activation").read_strings();
+  const auto fit_group = f.open_dataset("/cell_groups/fit_group").read_strings();
+  const auto paired_group = f.open_dataset("/cell_groups/paired_group").read_strings();
+  const auto spec = f.open_dataset("/cell_groups/paired_spec").read_strings();
+  const auto fits = f.open_dataset("/fits/group").read_strings();
+  const auto pairs = f.open_dataset("/paired/group").read_strings();
+  const auto pa = f.open_dataset("/paired/a").read_strings(), pb = f.open_dataset("/paired/b").read_strings();
+  ASSERT_EQ(pairs.size(), 2u);  // softmax against relu at N = 16 and 49
+  for (size_t i = 0; i < 12; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(label[i], act[i] == "softmax" ? "softmax" : "ReLU/N");
+    EXPECT_EQ(paired_group[i], pairs[0]);
+    EXPECT_EQ(spec[i], act[i] == "softmax" ? pa[0] : pb[0]);
+    EXPECT_NE(std::find(fits.begin(), fits.end(), fit_group[i]), fits.end()) << fit_group[i];
+  }
+  EXPECT_EQ(pairs[0], "cls=false lr=1e-04");
+  std::ifstream in(path("summary.csv"));
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  EXPECT_EQ(
+      header.rfind("cell_id,status,device,wall_seconds,diverged_at_step,activation,cls,lr,prompt_length,scale,seed,"
+                   "test_mse,label",
+                   0),
+      0u)
+      << header;
+  EXPECT_NE(row.find(",relu,false,1e-04,16,inv_n,0,"), std::string::npos) << row;
 }
 
 TEST_F(AggregateTest, TrajectoriesAreNaNPadded) {
