@@ -106,7 +106,9 @@ def load(dirname):
         if "skipped" in f:
             data["skipped"] = list(f["skipped"].asstr()[()])
         # the analyses of aggregate: results/paired.h (/paired), results/best_scale.h
-        for name in ("paired", "best_scale", "best_scale_fit"):
+        # /fits: aggregate's log-log fits; /cell_groups: each cell's fit and comparison group
+        # strings, made by aggregate as /fits and /paired make theirs (never formatted here)
+        for name in ("paired", "best_scale", "best_scale_fit", "fits", "cell_groups"):
             data[name] = {}
             if name in f:
                 for k in f[name]:
@@ -161,7 +163,9 @@ class Groups:
         self.key_of_row = [tuple((k, value_text(v)) for k, v in r if k in self.varying) for r in rows]
         order = sorted(set(self.key_of_row), key=lambda t: self.sort_key(t))
         self.keys = order
-        self.label = {g: self.pretty(g) for g in order}
+        # the activation's part of a group's name: aggregate's /cells/label (results/table.h)
+        names = cells.get("label")
+        self.label = {g: self.pretty(g, names[self.rows(g)[0]] if names is not None else None) for g in order}
 
     @staticmethod
     def sort_key(g):
@@ -171,23 +175,19 @@ class Groups:
         return (rank, d.get("degree", ""), SCALE_RANK.get(d.get("scale", ""), len(SCALE_RANK)), g)
 
     @staticmethod
-    def pretty(g):
+    def pretty(g, act_label=None):
+        """A group's name: the activation's label (aggregate's, when the activation varies),
+        then k=v of the other parameters that vary."""
         d = dict(g)
         parts = []
         act = d.pop("activation", None)
         deg = d.pop("degree", None)
         scale = d.pop("scale", None)
-        if act is not None:
-            if act in TAKES_DEGREE:  # s^p
-                name = "s" + (deg.translate(SUPERSCRIPT) if deg not in (None, "nan", "") else "ᵖ")
-            else:
-                name = ACT_NAMES.get(act, act)
-            if scale not in (None, "", "nan"):
-                name += SCALE_NAMES.get(scale, " " + scale)
-            parts.append(name)
+        if act is not None or (act_label and (deg is not None or scale is not None)):
+            parts.append(act_label or act)
         elif deg not in (None, "nan", ""):
             parts.append(f"degree={deg}")
-        if scale not in (None, "", "nan") and act is None:
+        if scale not in (None, "", "nan", "none") and act is None and not act_label:
             parts.append(f"scale={scale}")
         parts += [f"{k}={v}" for k, v in d.items() if v not in ("", "nan")]
         return ", ".join(parts) if parts else "all cells"
@@ -206,18 +206,54 @@ def fig_png(fig):
     return base64.b64encode(buf.getvalue()).decode()
 
 
+# Okabe & Ito's colour-blind-safe palette (black is kept for reference lines), and a
+# marker and a line style per series, so that series stay apart in grey or overlapping.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#999999"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+LINESTYLES = ["-", "--", "-.", ":"]
+
+
 def colors(n):
-    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
-    return [cmap(i % cmap.N) for i in range(n)]
+    return [PALETTE[i % len(PALETTE)] for i in range(n)]
 
 
-def loglog_fit(x, y):
-    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    x, y = np.log(x[ok]), np.log(y[ok])
-    if len(np.unique(x)) < 2:
-        return math.nan, math.nan
-    slope, intercept = np.polyfit(x, y, 1)
-    return (0.0 if abs(slope) < 0.005 else slope), intercept  # no "-0.00" in legends
+def styles(n):
+    """Colour, marker and line style of series i: the three cycle at different periods."""
+    return [dict(color=PALETTE[i % len(PALETTE)], marker=MARKERS[i % len(MARKERS)],
+                 ls=LINESTYLES[(i // len(PALETTE)) % len(LINESTYLES)]) for i in range(n)]
+
+
+def plural(k, word):
+    return f"{k} {word}" + ("" if k == 1 else "s")
+
+
+def n_ticks(ax, ns):
+    """Ticks at the grid's prompt lengths (a log axis alone would skip N = 49)."""
+    ns = sorted({int(n) for n in ns if np.isfinite(n)})
+    if not ns:
+        return
+    ax.set_xticks(ns)
+    ax.set_xticks([], minor=True)
+    ax.set_xticklabels([str(n) for n in ns])
+
+
+def slope_text(slope):
+    return f"{0.0 if abs(slope) < 0.005 else slope:+.2f}"  # no "-0.00" in legends
+
+
+def finite_reduce(a, axis, how):
+    """mean / min / max over `axis` of the finite values; NaN where there is none (a cell's
+    NaN padding, a step no cell logged), said explicitly rather than by numpy's warning."""
+    a = np.asarray(a, dtype=float)
+    ok = np.isfinite(a)
+    count = ok.sum(axis=axis)
+    if how == "mean":
+        out = np.where(ok, a, 0.0).sum(axis=axis) / np.maximum(count, 1)
+    elif how == "min":
+        out = np.where(ok, a, np.inf).min(axis=axis)
+    else:
+        out = np.where(ok, a, -np.inf).max(axis=axis)
+    return np.where(count > 0, out, np.nan)
 
 
 def per_n(values, ns):
@@ -253,8 +289,37 @@ class Report:
         v = c[name].astype(float)
         return v if np.isfinite(v[self.complete]).any() else None
 
-    def add(self, title, caption, fig):
-        self.figures.append((title, caption, fig_png(fig)))
+    def add(self, title, caption, fig, data=None):
+        """A figure; `data` (JSON) is what it plots, for tests: the page carries it."""
+        self.figures.append((title, caption, fig_png(fig), data or {}))
+
+    def fit_of(self, metric, idx):
+        """aggregate's fit (/fits) of `metric` for the cells idx (one group), or None."""
+        fits, cg = self.data["fits"], self.data["cell_groups"]
+        if not fits or "fit_group" not in cg or len(idx) == 0:
+            return None
+        group = cg["fit_group"][idx[0]]
+        for k in range(len(fits.get("metric", []))):
+            if fits["metric"][k] == metric and fits["group"][k] == group:
+                return {f: fits[f][k] for f in ("slope", "intercept", "slope_ci95", "points", "n_min", "n_max")}
+        return None
+
+    def budget(self, mask):
+        """What the cells of `mask` cost: their steps (or samples) and seeds, for a caption."""
+        c, params = self.data["cells"], self.data["params"]
+        idx = np.where(mask)[0]
+        done = int(np.count_nonzero(self.complete[idx]))
+        parts = [plural(done, "complete cell") + (f" and {len(idx) - done} diverged" if len(idx) > done else "")]
+        for key, word in (("steps", "training step"), ("samples", "sample")):
+            if key in c and key in params:
+                vals = sorted({value_text(c[key][i]) for i in idx if not is_missing(c[key][i])})
+                if vals:
+                    parts.append(f"{'–'.join(vals) if len(vals) > 1 else vals[0]} {word}" + ("" if vals == ["1"] else "s"))
+        reps = [k for k in params if is_replicate(k)]
+        if reps:
+            seeds = {tuple(value_text(c[k][i]) for k in reps) for i in idx}
+            parts.append(plural(len(seeds), "seed"))
+        return ", ".join(parts)
 
     # (1) norms at initialisation against N
     def norms_vs_n(self):
@@ -264,37 +329,51 @@ class Report:
         panels = [(m, b) for m, b in panels if self.metric(m) is not None]
         if not panels:
             return
-        fig, axes = plt.subplots(1, len(panels), figsize=(3.9 * len(panels) + 2.6, 3.9), squeeze=False)
-        cols = colors(len(self.g.keys))
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 4.4), squeeze=False)
+        sty = styles(len(self.g.keys))
         nmin, nmax = np.nanmin(self.N[self.complete]), np.nanmax(self.N[self.complete])
+        plotted, fit_range = {}, set()
         for ax, (m, bound) in zip(axes[0], panels):
             v = self.metric(m)
-            for col, g in zip(cols, self.g.keys):
+            plotted[m] = {}
+            for st, g in zip(sty, self.g.keys):
                 idx = self.g.rows(g, self.complete & np.isfinite(v) & (v > 0))
                 if len(idx) == 0:
                     continue
                 ns, mean, std, _ = per_n(v[idx], self.N[idx])
-                slope, _ = loglog_fit(self.N[idx], v[idx])
-                lab = self.g.label[g] + (f"  (slope {slope:+.2f})" if math.isfinite(slope) else "")
-                ax.errorbar(ns, mean, yerr=std, color=col, marker="o", ms=3.5, lw=1.3, capsize=2.5, label=lab)
+                fit = self.fit_of(m, idx)  # the slope is aggregate's, over its N range
+                lab = self.g.label[g]
+                if fit is not None and math.isfinite(float(fit["slope"])):
+                    lab += f"  (slope {slope_text(float(fit['slope']))})"
+                    fit_range.add((int(fit["n_min"]), int(fit["n_max"])))
+                    plotted[m][self.g.label[g]] = float(fit["slope"])
+                ax.errorbar(ns, mean, yerr=std, color=st["color"], marker=st["marker"], ls=st["ls"], ms=4.5, lw=1.3,
+                            capsize=2.5, label=lab, zorder=2)
             xs = np.geomspace(nmin, nmax, 50)
             blab = "bound √N" if bound == 1.0 else "bound √N/2"
-            ax.plot(xs, bound * np.sqrt(xs), color="black", ls="--", lw=1.1, label="_nolegend_")
-            ax.annotate(blab, (xs[-1], bound * math.sqrt(xs[-1])), xytext=(-4, 6), textcoords="offset points",
-                        ha="right", fontsize=8.5, color="black")
+            # drawn last and on top: a scaled line of slope ½ must not hide it
+            ax.plot(xs, bound * np.sqrt(xs), color="black", ls=(0, (5, 3)), lw=1.6, label=blab, zorder=5)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
+            n_ticks(ax, self.N[self.complete])
             ax.set_xlabel("prompt length N")
             ax.set_ylabel(LABEL[m])
             ax.set_title(("Activation norm" if m == "attn_fro" else "Jacobian norm") + " at initialisation")
-        legend_outside(axes[0][-1])
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7.5)
         fig.tight_layout()
+        if fit_range:
+            rng = "; ".join(f"N {a}–{b}" for a, b in sorted(fit_range))
+            fits_text = (f"The legend of each panel gives each group's slope of that panel's norm: aggregate's "
+                         f"least-squares fit of log norm on log N over complete cells with {rng} "
+                         "(aggregate.h5 /fits, attnsweep aggregate --fit-min-n / --fit-max-n).")
+        else:
+            fits_text = "aggregate.h5 holds no fit of these cells, so the legends give no slope."
         self.add("Norm laws at initialisation",
                  "Frobenius norm of the attention activation φ(S) (left) and of its Jacobian ∂φ(S)/∂S (right) "
-                 "against prompt length N, log–log; mean over seeds, error bars ±1 sd. The legend gives each "
-                 "activation's fitted log–log slope (OLS over all complete cells). Reproduces Theorems 4.1–4.3: "
-                 "slope ≈ 1 for unscaled sᵖ, ≈ 0.5 for sᵖ/√N, ≈ 0 for sᵖ/N and for softmax; the dashed lines "
-                 "are the bounds ‖softmax‖_F ≤ √N and ‖∇softmax‖_F ≤ √N/2.", fig)
+                 "against prompt length N, log–log; mean over seeds, error bars ±1 sd. " + fits_text +
+                 " Dashed black: the reference curves √N (left) and √N/2 (right). From "
+                 + self.budget(self.complete) + ".", fig,
+                 {"slopes": plotted, "xticks": [float(t) for t in axes[0][0].get_xticks()]})
 
     # (2) per-layer norm trajectories over training
     def norm_trajectories(self):
@@ -326,13 +405,9 @@ class Report:
             cols = plt.get_cmap("viridis")(np.linspace(0.05, 0.85, L))
             for c, (g, idx) in enumerate(groups):
                 ax = axes[r][c]
-                per_cell = np.nanmean(arr[idx], axis=3)  # [cells, T, L], mean over heads
-                with np.errstate(all="ignore"):
-                    import warnings
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        mean = np.nanmean(per_cell, axis=0)  # [T, L] over seeds
-                x = np.nanmean(step[idx], axis=0) if step is not None and step.shape[1] >= arr.shape[1] else np.arange(arr.shape[1])
+                per_cell = finite_reduce(arr[idx], 3, "mean")  # [cells, T, L], mean over heads
+                mean = finite_reduce(per_cell, 0, "mean")  # [T, L] over seeds
+                x = finite_reduce(step[idx], 0, "mean") if step is not None and step.shape[1] >= arr.shape[1] else np.arange(arr.shape[1])
                 x = x[: arr.shape[1]]
                 for layer in range(L):
                     y = mean[:, layer]
@@ -347,10 +422,14 @@ class Report:
                     ax.set_xlabel("training step")
         legend_outside(axes[0][-1])
         fig.tight_layout()
+        shown = np.zeros(self.g.n, bool)
+        shown[np.concatenate([idx for _, idx in groups])] = True
         self.add("Norms over training, per layer",
-                 "‖φ(S)‖_F (top) and ‖∂φ(S)/∂S‖_F (bottom) of each layer during training, mean over heads and "
-                 "over seeds, one panel per activation (at its largest prompt length). Reproduces paper A, "
-                 "Figs 2–3 (how the norms of each activation grow or stay bounded over training, layer by layer).", fig)
+                 "‖φ(S)‖_F (top) and ‖∂φ(S)/∂S‖_F (bottom) of each layer against the training step, mean over "
+                 "heads and over seeds, one panel per activation at its largest prompt length"
+                 + (f" (the first 6 of {len(self.g.keys)} groups)" if len(self.g.keys) > 6 else "")
+                 + ". From " + self.budget(shown) + ".", fig,
+                 {"panels": {self.g.label[g]: len(idx) for g, idx in groups}})
 
     # (3) test accuracy against N
     def accuracy_vs_n(self):
@@ -358,14 +437,18 @@ class Report:
         if acc is None or self.N is None:
             return
         fig, ax = plt.subplots(figsize=(7.4, 3.9))
-        for col, g in zip(colors(len(self.g.keys)), self.g.keys):
+        shown = np.zeros(self.g.n, bool)
+        for st, g in zip(styles(len(self.g.keys)), self.g.keys):
             idx = self.g.rows(g, self.complete & np.isfinite(acc))
             if len(idx) == 0:
                 continue
             ns, mean, std, count = per_n(acc[idx], self.N[idx])
-            ax.errorbar(ns, mean, yerr=std, color=col, marker="o", ms=4, lw=1.4, capsize=3,
-                        label=f"{self.g.label[g]} ({max(count)} seeds)")
+            seeds = f"{min(count)}–{max(count)}" if min(count) != max(count) else str(max(count))
+            ax.errorbar(ns, mean, yerr=std, color=st["color"], marker=st["marker"], ls=st["ls"], ms=4.5, lw=1.4,
+                        capsize=3, label=f"{self.g.label[g]} ({seeds} seed{'' if seeds == '1' else 's'})")
+            shown[idx] = True
         ax.set_xscale("log", base=2)
+        n_ticks(ax, self.N[shown])
         ax.set_xlabel("prompt length N (tokens)")
         ax.set_ylabel(LABEL["test_accuracy"])
         ax.set_title("Test accuracy against prompt length")
@@ -373,8 +456,9 @@ class Report:
         fig.tight_layout()
         self.add("Accuracy against prompt length",
                  "Final test accuracy of each activation at each prompt length N; mean over seeds, error bars "
-                 "±1 sd (diverged cells left out). Reproduces the comparison of softmax, s³/√N, s³, s/√N and "
-                 "ReLU/N on the image task (paper A), with the seeds and error bars paper A lacked.", fig)
+                 "±1 sd (diverged cells left out). Activations: "
+                 + ", ".join(self.g.label[g] for g in self.g.keys if len(self.g.rows(g, shown))) + ". From "
+                 + self.budget(shown) + ".", fig, {"xticks": [float(t) for t in ax.get_xticks()]})
 
     # (4) paper B: concentration and test risk
     def concentration(self):
@@ -383,19 +467,22 @@ class Report:
             return
         panels = [p for p in (("limit_sq_error", lim), ("test_mse", mse)) if p[1] is not None]
         fig, axes = plt.subplots(1, len(panels), figsize=(4.0 * len(panels) + 2.0, 3.9), squeeze=False)
+        shown = np.zeros(self.g.n, bool)
         for ax, (name, v) in zip(axes[0], panels):
-            for col, g in zip(colors(len(self.g.keys)), self.g.keys):
+            for st, g in zip(styles(len(self.g.keys)), self.g.keys):
                 idx = self.g.rows(g, self.complete & np.isfinite(v))
                 if len(idx) == 0:
                     continue
+                shown[idx] = True
                 ns, mean, std, _ = per_n(v[idx], self.N[idx])
                 lab = self.g.label[g]
-                if name == "limit_sq_error":
-                    slope, _ = loglog_fit(self.N[idx], v[idx])
-                    if math.isfinite(slope):
-                        lab += f"  (slope {slope:+.2f})"
-                ax.errorbar(ns, mean, yerr=std, color=col, marker="o", ms=4, lw=1.4, capsize=3, label=lab)
+                fit = self.fit_of(name, idx) if name == "limit_sq_error" else None  # aggregate's /fits
+                if fit is not None and math.isfinite(float(fit["slope"])):
+                    lab += f"  (slope {slope_text(float(fit['slope']))})"
+                ax.errorbar(ns, mean, yerr=std, color=st["color"], marker=st["marker"], ls=st["ls"], ms=4.5, lw=1.4,
+                            capsize=3, label=lab)
             ax.set_xscale("log", base=2)
+            n_ticks(ax, self.N[shown])
             ax.set_xlabel("context length L")
             if name == "limit_sq_error":
                 ax.set_yscale("log")
@@ -408,9 +495,9 @@ class Report:
         fig.tight_layout()
         self.add("In-context regression: concentration and test risk",
                  "Left: squared distance between finite-L softmax attention and its Gaussian limit against the "
-                 "context length L, log–log, with the fitted slope (paper B predicts ≈ −1). Right: test MSE of "
-                 "trained attention against L; paper B predicts softmax and linear attention approach each other "
-                 "as L grows. Means over seeds, error bars ±1 sd.", fig)
+                 "context length L, log–log; the legend gives the slope of aggregate's least-squares fit of the log "
+                 "distance on log L (aggregate.h5 /fits). Right: test MSE of trained attention against L. Means "
+                 "over seeds, error bars ±1 sd. From " + self.budget(shown) + ".", fig)
 
     # (4b) paired comparisons (results/paired.h): cells equal but for the activation
     def paired(self):
@@ -424,25 +511,16 @@ class Report:
         c = self.data["cells"]
         params = self.data["params"]
 
-        def text(v):
-            v = v.item() if hasattr(v, "item") else v
-            return None if is_missing(v) else value_text(v)
+        cg = self.data["cell_groups"]
+        if "paired_group" not in cg or "paired_spec" not in cg:
+            die("aggregate.h5 has no /cell_groups (made by an older attnsweep): run attnsweep aggregate again")
+        # which comparison a cell takes part in: aggregate's strings, matched as they are
+        spec_of, group_of = cg["paired_spec"], cg["paired_group"]
+        names = c.get("label")
 
-        def spec_and_group(i):
-            vals = {k: text(c[k][i]) for k in params}
-            act = vals.get("activation")
-            spec = [("activation", act)]
-            if act in TAKES_DEGREE and vals.get("degree") is not None:
-                spec.append(("degree", vals["degree"]))
-            if act in TAKES_SCALE and vals.get("scale") is not None:
-                spec.append(("scale", vals["scale"]))
-            group = " ".join(f"{k}={v}" for k, v in sorted(vals.items())
-                             if v is not None and k not in ("activation", "degree", "scale", "prompt_length")
-                             and not is_replicate(k))
-            return " ".join(f"{k}={v}" for k, v in spec), group
-
-        def pretty(spec):
-            return Groups.pretty(tuple(tuple(kv.split("=", 1)) for kv in spec.split(" ")))
+        def pretty(spec):  # a/b as the report names the activation (/cells/label)
+            i = next((i for i in range(self.data["n"]) if spec_of[i] == spec), None)
+            return names[i] if names is not None and i is not None and names[i] else spec
 
         # against prompt length: rows of cells that have one
         rows = [r for r in np.where(pd["metric"] == metric)[0] if np.isfinite(float(pd["prompt_length"][r]))]
@@ -451,7 +529,6 @@ class Report:
             return
         if len(comparisons) > 6:
             comparisons = comparisons[:6]
-        labels = [spec_and_group(i) for i in range(self.data["n"])]
         # a group is named by the parameters that differ between the compared groups only
         kv = {g: dict(x.split("=", 1) for x in g.split(" ") if "=" in x) for g, _, _ in comparisons}
         varying = sorted({k for d in kv.values() for k in d if len({e.get(k) for e in kv.values()}) > 1})
@@ -459,6 +536,7 @@ class Report:
         v = c[metric].astype(float) if metric in c else np.full(self.data["n"], np.nan)
         reps = [k for k in params if is_replicate(k)]
         fig, axes = plt.subplots(len(comparisons), 2, figsize=(11.0, 3.7 * len(comparisons)), squeeze=False)
+        plotted, shown = [], np.zeros(self.g.n, bool)
         for (group, a, b), (ax, ax2) in zip(comparisons, axes):
             sel = [r for r in rows if pd["group"][r] == group and pd["a"][r] == a and pd["b"][r] == b]
             sel.sort(key=lambda r: pd["prompt_length"][r])
@@ -468,7 +546,7 @@ class Report:
             pairs = [int(pd["pairs"][r]) for r in sel]
             lower = [int(pd["a_lower"][r]) for r in sel]
             ax.axhline(0, color="0.6", lw=0.8)
-            ax.errorbar(n, d, yerr=np.where(np.isfinite(ci), ci, 0), marker="o", ms=5, lw=1.5, capsize=4, color="C3")
+            ax.errorbar(n, d, yerr=np.where(np.isfinite(ci), ci, 0), marker="o", ms=5, lw=1.5, capsize=4, color=PALETTE[4])
             for x, y, k, m in zip(n, d, lower, pairs):
                 ax.annotate(f"{k}/{m}", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8, color="0.3")
             ax.set_xscale("log")
@@ -479,19 +557,27 @@ class Report:
             ok = self.complete & np.isfinite(v)
             cells = {}
             for i in range(self.data["n"]):
-                spec, gr = labels[i]
-                if ok[i] and gr == group and spec in (a, b):
-                    key = (self.N[i],) + tuple(text(c[k][i]) for k in reps)
-                    cells.setdefault(key, {})[spec] = v[i]
-            for side, spec, col in ((-1, a, "C0"), (1, b, "C1")):
+                if ok[i] and group_of[i] == group and spec_of[i] in (a, b):
+                    # a pair: the same prompt length and replicates (the group is the same)
+                    key = (float(self.N[i]),) + tuple(c[k][i].item() if hasattr(c[k][i], "item") else c[k][i] for k in reps)
+                    cells.setdefault(key, {})[spec_of[i]] = v[i]
+                    shown[i] = True
+            points = {}
+            for side, spec, st in ((-1, a, styles(2)[0]), (1, b, styles(2)[1])):
                 xs = [k[0] * (1.07 ** side) for k, m in cells.items() if spec in m]
                 ys = [m[spec] for k, m in cells.items() if spec in m]
-                ax2.scatter(xs, ys, s=12, color=col, alpha=0.75, label=pretty(spec), zorder=3)
+                points[pretty(spec)] = len(xs)
+                ax2.scatter(xs, ys, s=16, color=st["color"], marker=st["marker"], alpha=0.8, label=pretty(spec), zorder=3)
+            joined = 0
             for k, m in cells.items():
                 if a in m and b in m:
-                    ax2.plot([k[0] / 1.07, k[0] * 1.07], [m[a], m[b]], color="0.7", lw=0.6, zorder=2)
+                    joined += 1
+                    ax2.plot([k[0] / 1.07, k[0] * 1.07], [m[a], m[b]], color="0.6", lw=0.7, zorder=2)
+            plotted.append({"group": group, "a": a, "b": b, "points": points, "pairs_joined": joined})
             if cells:
                 ax2.set_xscale("log")
+                n_ticks(ax2, [k[0] for k in cells])
+            n_ticks(ax, n)
             ax2.set_xlabel("prompt length")
             ax2.set_ylabel(metric)
             ax2.set_title("Every cell (one point per " + " × ".join(reps or ["cell"]) + "), pairs joined", fontsize=10)
@@ -502,9 +588,9 @@ class Report:
                  "Cells equal in every parameter but the activation, seeds included (the same initialisation and "
                  "data), are compared pair by pair. Left: mean over pairs of the difference of the final "
                  f"{metric} against prompt length, with its 95% Student-t interval; k/m = pairs where the first "
-                 "activation's value is the lower. Right: the distribution over initialisations and data seeds, "
-                 "every cell a point and each pair joined, so that basins of the training dynamics stay "
-                 "visible. From aggregate.h5 /paired (also paired.csv).", fig)
+                 "activation's value is the lower. Right: every cell a point (one per seed), each pair joined "
+                 "by a line. From aggregate.h5 /paired (also paired.csv), " + self.budget(shown) + ".", fig,
+                 {"comparisons": plotted})
 
     # (4c) the best scale c* against N (results/best_scale.h; paper A's Fig. 1)
     def best_scale(self):
@@ -567,8 +653,9 @@ class Report:
                  f"Left: final {metric} against the numeric scale c at each prompt length N. Right: the best "
                  "scale c*(N) (the vertex of a parabola in log c through the best mean and its neighbours), with a "
                  "95% bootstrap interval over seeds, and the least-squares line of log c* on log N with its "
-                 "bootstrap interval; paper A's 1/√N scaling predicts slope −½ (dotted). A cross marks a c* at "
-                 "the edge of the grid (the true best may lie beyond). From aggregate.h5 /best_scale.", fig)
+                 "bootstrap interval; dotted: a line of slope −½ (c ∝ 1/√N) through the first point. A cross "
+                 "marks a c* at the edge of the grid (the best scale may lie beyond it). From aggregate.h5 "
+                 "/best_scale, " + self.budget(self.complete) + ".", fig)
 
     # (5) loss curves
     def loss_curves(self):
@@ -583,23 +670,23 @@ class Report:
         fig, axes = plt.subplots(1, len(ns), figsize=(min(10.5, 2.6 * len(ns) + 2.4), 3.4), squeeze=False, sharey=True)
         finite = loss[np.isfinite(loss)]
         log_y = finite.size and finite.min() > 0 and finite.max() / finite.min() > 30
-        import warnings
+        shown = np.zeros(self.g.n, bool)
         for ax, n in zip(axes[0], ns):
-            for col, g in zip(colors(len(self.g.keys)), self.g.keys):
+            for st, g in zip(styles(len(self.g.keys)), self.g.keys):
                 mask = np.ones(self.g.n, bool) if n is None else (self.N == n)
                 idx = self.g.rows(g, mask)
                 idx = [i for i in idx if np.isfinite(loss[i]).any()]
                 if not idx:
                     continue
+                shown[idx] = True
                 y = loss[idx]
-                x = np.nanmean(step[idx], axis=0) if step is not None else np.arange(y.shape[1])
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    mean, lo, hi = np.nanmean(y, 0), np.nanmin(y, 0), np.nanmax(y, 0)
+                x = finite_reduce(step[idx], 0, "mean") if step is not None else np.arange(y.shape[1])
+                mean, lo, hi = finite_reduce(y, 0, "mean"), finite_reduce(y, 0, "min"), finite_reduce(y, 0, "max")
                 ok = np.isfinite(mean) & np.isfinite(x)
-                ax.plot(x[ok], mean[ok], color=col, lw=1.3, label=f"{self.g.label[g]} ({len(idx)} seeds)")
+                ax.plot(x[ok], mean[ok], color=st["color"], ls=st["ls"], lw=1.3,
+                        label=f"{self.g.label[g]} ({plural(len(idx), 'seed')})")
                 if len(idx) > 1:
-                    ax.fill_between(x[ok], lo[ok], hi[ok], color=col, alpha=0.18, lw=0)
+                    ax.fill_between(x[ok], lo[ok], hi[ok], color=st["color"], alpha=0.18, lw=0)
             if log_y:
                 ax.set_yscale("log")
             ax.set_xlabel("training step")
@@ -610,14 +697,21 @@ class Report:
         self.add("Training loss",
                  "Training loss against step for each activation, one panel per prompt length N (up to four); "
                  "line = mean over seeds, band = range over seeds. Diverged cells end where their loss became "
-                 "non-finite.", fig)
+                 "non-finite. From " + self.budget(shown) + ".", fig,
+                 {"legends": [[t for t in ax.get_legend_handles_labels()[1]] for ax in axes[0]]})
 
     def table(self):
         c = self.data["cells"]
         metrics = [m for m in self.data["metrics"] if self.metric(m) is not None]
         if not metrics or self.data["n"] == 0:
             return "", 0
-        head = ["activation" + ("" if not self.g.varying else "")]
+        # the first column holds the group's name: say what names it
+        named = []
+        for k in self.g.varying:
+            k = "activation" if k in ("activation", "degree", "scale") else k
+            if k not in named:
+                named.append(k)
+        head = [", ".join(named) if named else "cells"]
         if self.N is not None:
             head.append("N")
         head.append("seeds")
@@ -740,8 +834,10 @@ def main():
     if not rep.figures:
         parts.append('<p class="note">No figure applies to these cells yet (no prompt-length axis, metrics or '
                      'trajectories that the report knows how to plot).</p>')
-    for k, (title, caption, png) in enumerate(rep.figures, 1):
-        parts.append(f"<h2>Figure {k}. {html.escape(title)}</h2><figure>"
+    for k, (title, caption, png, plotted) in enumerate(rep.figures, 1):
+        # what the figure plots (point counts, legend slopes) as JSON, for tests and scripts
+        parts.append(f"<h2>Figure {k}. {html.escape(title)}</h2>"
+                     f"<figure data-plotted=\"{html.escape(json.dumps(plotted, ensure_ascii=False), quote=True)}\">"
                      f'<img alt="{html.escape(title)}" src="data:image/png;base64,{png}">'
                      f"<figcaption><b>Figure {k}.</b> {html.escape(caption)}</figcaption></figure>")
     if table:

@@ -1,5 +1,5 @@
 # attnsweep report: a reduced norm-probe sweep and a tiny trained sweep (the image task
-# on Fashion-MNIST: 2 activations x 2 prompt lengths x 2 seeds, 40 steps), both run for
+# on Fashion-MNIST: 2 activations x 2 prompt lengths x 3 seeds, 40 steps), both run for
 # real, and a fake trained sweep with diverged and failed cells (bench/aggregate_gen
 # writes cells in the trained schema) each become one self-contained report.html;
 # headless Chromium renders the pages, and the screenshots must not be blank and must
@@ -40,6 +40,36 @@ sys.exit(0 if colours > 64 and ink > 0.03 else 1)
 PY
 }
 img_count() { grep -o '<img ' "$1" | wc -l; }
+# descriptive PAGE: every caption describes its figure (what, from which cells, what budget)
+# and claims nothing: no verdict words; each names its budget ("N complete cells").
+descriptive() {
+  $PY - "$1" <<'PY'
+import html, re, sys
+page = open(sys.argv[1], encoding="utf-8").read()
+caps = [html.unescape(c) for c in re.findall(r"<figcaption>(.*?)</figcaption>", page, re.S)]
+assert caps, "no caption"
+claims = re.compile(r"reproduc|confirm|predict|verif|demonstrat|agrees|consistent with|as expected|theorem|paper [AB]"
+                    r"|lacked|shows that|proves", re.I)
+for c in caps:
+    assert not claims.search(c), f"caption claims: {claims.search(c).group(0)!r} in {c!r}"
+    assert re.search(r"\d+ complete cells?", c), f"caption names no budget: {c!r}"
+print(f"  {len(caps)} captions, descriptive")
+PY
+}
+# plotted PAGE TITLE: the JSON a figure carries in data-plotted (what it plots)
+plotted() {
+  $PY - "$1" "$2" <<'PY'
+import html, json, re, sys
+page = open(sys.argv[1], encoding="utf-8").read()
+for title, data in re.findall(r'<h2>Figure \d+\. (.*?)</h2><figure data-plotted="(.*?)">', page, re.S):
+    if html.unescape(title) == sys.argv[2]:
+        print(html.unescape(data))
+        sys.exit(0)
+sys.exit(f"no figure {sys.argv[2]!r}")
+PY
+}
+# no_warnings: the report's stderr (ERR) holds no Python warning
+no_warnings() { ! grep -q "Warning" <<<"$ERR"; }
 
 # ---- 1. the norm-probe demo grid, reduced --------------------------------------------
 cat > grid.json <<'EOF'
@@ -73,6 +103,8 @@ check "page is self-contained (no src to a file)" bash -c "! grep -Eo 'src=\"[^d
 check "header names the grid" grep -q "norm_probe_small" np/report.html
 check "screenshot of the norm-probe page" screenshot "$WORK/np/report.html" "$WORK/np.png"
 check "norm-probe screenshot is not blank" not_blank "$WORK/np.png"
+check "norm-probe captions are descriptive" descriptive np/report.html
+check "norm-probe report printed no warning ($ERR)" no_warnings
 
 # A re-aggregate reads nothing; a truncated and a non-HDF5 file are skipped and listed.
 run_rc "$ATTNSWEEP" aggregate np
@@ -89,19 +121,49 @@ run_rc "$ATTNSWEEP" report np
 check "report with bad files exits 0" test "$RC" = 0
 check "report lists the skipped files" grep -q "00000000truncated.h5: truncated file" np/report.html
 
+# The legend slopes are aggregate's fits, over its N range (--fit-min-n 64: N 64 and 256),
+# each panel its own; ticks at the grid's N.
+run_rc "$ATTNSWEEP" aggregate np --fit-min-n 64
+check "aggregate --fit-min-n 64 exits 0" test "$RC" = 0
+run_rc "$ATTNSWEEP" report np
+check "report after aggregate --fit-min-n 64 exits 0" test "$RC" = 0
+plotted np/report.html "Norm laws at initialisation" >np_plotted.json
+check "legend slopes equal aggregate's /fits (fit over N >= 64)" $PY - np/aggregate.h5 np_plotted.json <<'PY'
+import json, math, sys
+import h5py, numpy as np
+got = json.load(open(sys.argv[2]))
+with h5py.File(sys.argv[1]) as f:
+    fits = {(m, g): (s, lo) for m, g, s, lo in zip(f["fits/metric"].asstr()[()], f["fits/group"].asstr()[()],
+                                                  f["fits/slope"][()], f["fits/n_min"][()])}
+    c = {k: f["cells"][k].asstr()[()] if f["cells"][k].dtype.kind == "O" else f["cells"][k][()] for k in f["cells"]}
+    fit_group = f["cell_groups/fit_group"].asstr()[()]
+assert got["xticks"] == [16, 64, 256], got["xticks"]
+for metric in ("attn_fro", "jac_fro"):
+    slopes = got["slopes"][metric]
+    want = {}
+    for i in range(len(fit_group)):
+        if (metric, fit_group[i]) in fits and c["label"][i]:
+            want[c["label"][i]] = fits[(metric, fit_group[i])]
+    assert set(slopes) == set(want) and len(want) == 3, (metric, slopes, want)
+    for label, s in slopes.items():
+        assert want[label][1] == 64 and math.isclose(s, want[label][0], rel_tol=0, abs_tol=1e-12), (metric, label, s, want[label])
+    print(f"   {metric}: " + ", ".join(f"{k} {v:+.4f}" for k, v in slopes.items()))
+assert got["slopes"]["attn_fro"] != got["slopes"]["jac_fro"]  # one legend each: the panels' slopes differ
+PY
+
 # ---- 2. a tiny trained sweep, run for real ---------------------------------------------
 [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || fail "no Fashion-MNIST (Debian: dataset-fashion-mnist)"
 cat > image.json <<'EOF'
 {
   "name": "image_tiny",
-  "axes": {"task": ["image"], "activation": ["softmax", "relu"], "prompt_length": [16, 49], "seed": [0, 1]},
+  "axes": {"task": ["image"], "activation": ["softmax", "relu"], "prompt_length": [16, 49], "seed": [0, 1, 2]},
   "fixed": {"scale": "inv_n", "layers": 2, "heads": 2, "dim": 16, "steps": 40, "batch": 16,
             "log_every": 5, "eval_every": 20, "eval_batches": 2}
 }
 EOF
 run_rc "$ATTNSWEEP" run image.json --out im --workers 2
 check "trained sweep exits 0 (got $RC: $ERR)" test "$RC" = 0
-check "8 trained result files" test "$(ls im/runs/*.h5 | wc -l)" = 8
+check "12 trained result files" test "$(ls im/runs/*.h5 | wc -l)" = 12
 run_rc "$ATTNSWEEP" report im
 check "trained report exits 0 (got $RC: $ERR)" test "$RC" = 0
 echo "$OUT"
@@ -122,22 +184,72 @@ with h5py.File(sys.argv[1]) as f:
     c = {k: (f["cells"][k].asstr()[()] if f["cells"][k].dtype.kind == "O" else f["cells"][k][()]) for k in f["cells"]}
     for name in ("norms_attn_fro", "norms_jac_fro"):
         a = f["trajectories"][name][()]
-        assert a.shape == (8, 9, 2, 2), (name, a.shape)  # 8 cells, steps 0..40 every 5, 2 layers, 2 heads
+        assert a.shape == (12, 9, 2, 2), (name, a.shape)  # 12 cells, steps 0..40 every 5, 2 layers, 2 heads
         assert np.isfinite(a).all() and (a > 0).all(), name
     p = {k: (f["paired"][k].asstr()[()] if f["paired"][k].dtype.kind == "O" else f["paired"][k][()]) for k in f["paired"]}
     sel = p["metric"] == "test_accuracy"
-    assert sorted(p["prompt_length"][sel]) == [16, 49] and (p["pairs"][sel] == 2).all(), p
+    assert sorted(p["prompt_length"][sel]) == [16, 49] and (p["pairs"][sel] == 3).all(), p
     loss = f["trajectories/train_loss"][()]
-    assert loss.shape == (8, 9) and np.isfinite(loss).all(), loss.shape
+    assert loss.shape == (12, 9) and np.isfinite(loss).all(), loss.shape
     for act in ("softmax", "relu"):
         for n in (16, 49):
             sel = (c["activation"] == act) & (c["prompt_length"] == n) & (c["status"] == "complete")
             acc = c["test_accuracy"][sel]
-            assert len(acc) == 2 and np.isfinite(acc).all() and sorted(c["seed"][sel]) == [0, 1], (act, n, acc)
-print("   norms [8, 9, 2, 2] finite, 2 seeds of test_accuracy per activation and N, loss [8, 9]")
+            assert len(acc) == 3 and np.isfinite(acc).all() and sorted(c["seed"][sel]) == [0, 1, 2], (act, n, acc)
+print("   norms [12, 9, 2, 2] finite, 3 seeds of test_accuracy per activation and N, loss [12, 9]")
 PY
 check "screenshot of the trained page" screenshot "$WORK/im/report.html" "$WORK/im.png"
 check "trained screenshot is not blank" not_blank "$WORK/im.png"
+check "trained captions are descriptive" descriptive im/report.html
+check "trained report printed no warning ($ERR)" no_warnings
+# The page as Chromium renders it: the paired figure's right panel holds every cell, 3
+# seeds x 2 prompt lengths per activation, each pair joined (cls=false is the image
+# task's default: with /cells/cls 0 against the pair's "cls=false" it held none).
+"$CHROMIUM" --headless --no-sandbox --disable-gpu --user-data-dir="$(mktemp -d "$WORK/chrome.XXXXXX")" \
+  --dump-dom "file://$WORK/im/report.html" >im_dom.html 2>/dev/null || true
+check "Chromium rendered the trained page" grep -q "Paired comparison of activations" im_dom.html
+plotted im_dom.html "Paired comparison of activations" >im_paired.json
+check "paired panel: 6 points per activation, 6 pairs joined ($(cat im_paired.json))" $PY - im_paired.json <<'PY'
+import json, sys
+got = json.load(open(sys.argv[1]))["comparisons"]
+assert len(got) == 1 and got[0]["points"] == {"softmax": 6, "ReLU/N": 6} and got[0]["pairs_joined"] == 6, got
+PY
+ACC=$(plotted im/report.html "Accuracy against prompt length")
+check "accuracy: ticks at the grid's N ($ACC)" $PY -c "import json, sys; assert json.loads(sys.argv[1])['xticks'] == [16, 49]" "$ACC"
+check "the table's first column is named by what it holds" grep -q "<th>activation</th><th>N</th><th>seeds</th>" im/report.html
+# summary.csv: softmax's scale is "none" (a groupby keeps it), `label` as in the report,
+# the boolean cls as the grid writes it.
+check "summary.csv: scale none, label, cls false" $PY - im/summary.csv <<'PY'
+import csv, sys
+import pandas as pd
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert {(r["activation"], r["scale"], r["label"]) for r in rows} == {("softmax", "none", "softmax"), ("relu", "inv_n", "ReLU/N")}, rows
+assert {r["cls"] for r in rows} == {"false"}, {r["cls"] for r in rows}
+d = pd.read_csv(sys.argv[1], keep_default_na=False)
+assert d.groupby(["activation", "scale"]).size().to_dict() == {("relu", "inv_n"): 6, ("softmax", "none"): 6}
+PY
+
+# A group with fewer steps (one 20-step cell beside the 40-step ones): its trajectories
+# are NaN-padded past step 20, which numpy once warned about ("Mean of empty slice"); the
+# table's first column is named by the parameters that name its groups; "1 seed".
+cat > short.json <<'EOF'
+{"name": "image_short", "axes": {"task": ["image"], "activation": ["softmax"], "prompt_length": [16], "seed": [0]},
+ "fixed": {"scale": "inv_n", "layers": 2, "heads": 2, "dim": 16, "steps": 20, "batch": 16,
+           "log_every": 5, "eval_every": 20, "eval_batches": 2}}
+EOF
+run_rc "$ATTNSWEEP" run short.json --out short --workers 1
+check "the 20-step cell ran (got $RC: $ERR)" test "$RC" = 0
+mkdir -p im2/runs && cp im/runs/*.h5 short/runs/*.h5 im2/runs/
+run_rc "$ATTNSWEEP" report im2
+check "report of 40- and 20-step cells exits 0 (got $RC)" test "$RC" = 0
+check "report of 40- and 20-step cells printed no warning ($ERR)" no_warnings
+check "the table's first column is headed by what names its groups" grep -q "<th>activation, steps</th><th>N</th>" im2/report.html
+LEG=$(plotted im2/report.html "Training loss")
+check "loss legends: 1 seed, 3 seeds ($LEG)" $PY -c "
+import json, sys
+labels = [l for panel in json.loads(sys.argv[1])['legends'] for l in panel]
+assert 'softmax, steps=20 (1 seed)' in labels and 'softmax, steps=40 (3 seeds)' in labels, labels
+assert not any('(1 seeds)' in l for l in labels), labels" "$LEG"
 
 # The loading snippet of docs/results-schema.md (contract.md's, extended) on this aggregate.
 $PY -c "import pandas" 2>/dev/null || fail "pandas is missing for $PY (Debian: python3-pandas; scripts/deps.sh installs it)"
@@ -145,13 +257,13 @@ awk '/^## Loading/ { on = 1 } on && /^```python/ { grab = 1; next } grab && /^``
   "$SRC/docs/results-schema.md" | sed "s#DIR/#$WORK/im/#g" > snippet.py
 check "the loading snippet was found in docs/results-schema.md" grep -q "pd.DataFrame" snippet.py
 cat >> snippet.py <<'EOF'
-assert len(cells) == 8 and {"cell_id", "activation", "prompt_length", "seed", "test_accuracy"} <= set(cells.columns), cells.columns
-assert loss.shape == (8, 9), loss.shape
+assert len(cells) == 12 and {"cell_id", "activation", "prompt_length", "seed", "test_accuracy", "label"} <= set(cells.columns), cells.columns
+assert loss.shape == (12, 9), loss.shape
 assert len(fits) == 0, fits  # no norm or paper-B metric in these cells
 print("   loading snippet: cells", cells.shape)
 EOF
 check "the h5py/pandas loading snippet runs on the aggregate" $PY snippet.py
-check "and pandas reads summary.csv" $PY -c "import pandas as pd; d = pd.read_csv('$WORK/im/summary.csv'); assert d.shape[0] == 8, d.shape"
+check "and pandas reads summary.csv" $PY -c "import pandas as pd; d = pd.read_csv('$WORK/im/summary.csv'); assert d.shape[0] == 12, d.shape"
 
 # ---- 3. a fake trained sweep with diverged and failed cells ----------------------------
 "$GEN" tr --cells 72 --steps 200 --layers 4 --heads 4 --procs 2
@@ -171,6 +283,8 @@ assert stat["cells"] == 73 and stat["failed"] == 1 and stat["diverged"] == 2 and
 PY
 check "screenshot of the trained page" screenshot "$WORK/tr/report.html" "$WORK/tr.png"
 check "trained screenshot is not blank" not_blank "$WORK/tr.png"
+check "fake trained captions are descriptive" descriptive tr/report.html
+check "fake trained report printed no warning ($ERR)" no_warnings
 if [ -n "${REPORT_SHOTS:-}" ]; then mkdir -p "$REPORT_SHOTS" && cp "$WORK"/np.png "$WORK"/im.png "$WORK"/tr.png "$WORK"/np/report.html "$REPORT_SHOTS"/ && cp im/report.html "$REPORT_SHOTS"/im.html && cp tr/report.html "$REPORT_SHOTS"/tr.html; fi
 
 # A new file under runs/ makes the aggregate stale: report re-aggregates it.
