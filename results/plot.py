@@ -50,24 +50,18 @@ def declared(name, kind):
         die(f"plot.py uses the {kind} {name}, which the result schema does not declare", 1)
     return name
 
-# Labels and order of the activations and scales: the registry (kernels/activation.h),
-# handed over by `attnsweep report` as JSON in argv[3] (`attnsweep activations --json`).
-ACT_NAMES, ACT_RANK, SCALE_NAMES, SCALE_RANK, TAKES_DEGREE, TAKES_SCALE = {}, {}, {}, {}, set(), set()
+# Order of the activations and scales: the registry (kernels/activation.h), handed over
+# by `attnsweep report` as JSON in argv[3] (`attnsweep activations --json`). Their labels
+# are aggregate's (/cells/label, results/table.h activation_label): not made here.
+ACT_RANK, SCALE_RANK = {}, {}
 
 
 def set_registry(reg):
     for i, a in enumerate(reg["activations"]):
-        ACT_NAMES[a["name"]] = a["label"]
         ACT_RANK[a["name"]] = i
-        if a["takes_degree"]:
-            TAKES_DEGREE.add(a["name"])
-        if a["takes_scale"]:
-            TAKES_SCALE.add(a["name"])
     for i, s in enumerate(reg["scales"]):
-        SCALE_NAMES[s["name"]] = s["label"]
         SCALE_RANK[s["name"]] = i
 
-SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 plt.rcParams.update({
     "figure.dpi": 120, "font.size": 9.5, "axes.titlesize": 10.5, "axes.labelsize": 9.5,
