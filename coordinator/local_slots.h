@@ -20,7 +20,7 @@
 
 #include "base/cpu_env.h"
 #include "coordinator/messages.h"
-#include "coordinator/process.h"
+#include "base/process.h"
 #include "coordinator/rundir.h"
 #include "coordinator/sweep.h"
 #include "results/cell_file.h"

@@ -25,12 +25,12 @@
 #include <thread>
 
 #include "base/cpu_env.h"
+#include "base/process.h"
 #include "coordinator/fusion.h"
 #include "coordinator/heartbeat.h"
 #include "coordinator/liveness.h"
 #include "coordinator/local_slots.h"
 #include "coordinator/messages.h"
-#include "coordinator/process.h"
 #include "coordinator/resume.h"
 #include "coordinator/rundir.h"
 #include "coordinator/scheduler.h"

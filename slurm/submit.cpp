@@ -1,5 +1,6 @@
 #include "slurm/submit.h"
 
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,11 +10,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include <sys/vfs.h>
-
+#include "base/process.h"
 #include "base/sha256.h"
 #include "coordinator/grid.h"
-#include "coordinator/process.h"
 #include "coordinator/rundir.h"
 #include "slurm_template.h"
 #include "worker/run_cell.h"

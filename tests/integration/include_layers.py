@@ -4,7 +4,7 @@ folders below it, never one above (docs/architecture.md):
     base <- kernels <- experiments <- worker <- results <- coordinator <- slurm <- app
 
 base/ holds the utilities every layer uses (atomic file writes, process-start CPU settings,
-SHA-256).
+SHA-256, child processes).
 
 results/ (result files, aggregate, report) sits above worker/: app/ and coordinator/ use
 it, worker/ and below never do (run_cell returns its result; coordinator/train_command

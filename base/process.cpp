@@ -1,4 +1,4 @@
-#include "coordinator/process.h"
+#include "base/process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -13,9 +13,11 @@
 namespace attnsweep {
 
 pid_t spawn_child(const ChildSpec& spec) {
-  const int fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(spec.log_path + ": cannot open log (" + std::strerror(errno) + ")");
-  if (!spec.log_header.empty()) {
+  const int fd =
+      spec.log_path.empty() ? -1 : ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0 && !spec.log_path.empty())
+    throw std::runtime_error(spec.log_path + ": cannot open log (" + std::strerror(errno) + ")");
+  if (fd >= 0 && !spec.log_header.empty()) {
     const std::string line = spec.log_header + "\n";
     if (::write(fd, line.data(), line.size()) < 0) { /* the log is best effort */
     }
@@ -37,15 +39,16 @@ pid_t spawn_child(const ChildSpec& spec) {
   }
   envp.push_back(nullptr);
 
+  const std::string exec_failed = "attnsweep: exec of " + spec.what + " (" + spec.argv.at(0) + ") failed\n";
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
     throw std::runtime_error(std::string("fork failed (") + std::strerror(err) + ")");
   }
   if (pid == 0) {
-    ::setpgid(0, 0);
+    if (spec.own_process_group) ::setpgid(0, 0);
     // If the run dies (kill -9, a lost node's mpirun), its children must not train on as
     // orphans next to the rerun: they get SIGTERM, checkpoint and leave.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -60,23 +63,24 @@ pid_t spawn_child(const ChildSpec& spec) {
     ::signal(SIGPIPE, SIG_DFL);
     const int null_in = ::open("/dev/null", O_RDONLY);
     if (null_in >= 0) ::dup2(null_in, 0);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::execve(argv[0], argv.data(), envp.data());
-    const char msg[] = "attnsweep: exec of the training child failed\n";
-    if (::write(2, msg, sizeof msg - 1) < 0) {
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    ::execvpe(argv[0], argv.data(), envp.data());
+    if (::write(2, exec_failed.data(), exec_failed.size()) < 0) {
     }
     ::_exit(127);
   }
-  ::setpgid(pid, pid);  // also from the parent: no race with an early signal
-  ::close(fd);
+  if (spec.own_process_group) ::setpgid(pid, pid);  // also from the parent: no race with an early signal
+  if (fd >= 0) ::close(fd);
   return pid;
 }
 
-ChildExit reap_child() {
+ChildExit reap_child(pid_t which) {
   ChildExit e;
   int status = 0;
-  const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+  const pid_t pid = ::waitpid(which, &status, WNOHANG);
   if (pid <= 0) return e;
   e.pid = pid;
   if (WIFEXITED(status)) {
