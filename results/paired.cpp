@@ -73,7 +73,12 @@ struct Key {  // one comparison
   double n;
   std::tuple<int32_t, double, int32_t, double> order_a, order_b;
   std::string a, b, metric;
-  auto tie() const { return std::tie(group, n, order_a, a, order_b, b, metric); }
+  // A NaN prompt length (cells without one) compares as the lowest: NaN in a std::map key
+  // would make every comparison of one group equivalent, merging its metrics into one row.
+  auto tie() const {
+    return std::make_tuple(group, std::isnan(n) ? -std::numeric_limits<double>::infinity() : n, order_a, a, order_b, b,
+                           metric);
+  }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 }  // namespace

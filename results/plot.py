@@ -500,7 +500,7 @@ class Report:
             return
         present = set(pd["metric"])
         metric = next((m for m in map(lambda n: declared(n, "metric"), ("test_mse", "test_accuracy", "test_loss")) if m in present), None)
-        if metric is None or self.N is None:
+        if metric is None:
             return
         c = self.data["cells"]
         params = self.data["params"]
@@ -519,8 +519,8 @@ class Report:
         # against prompt length: rows of cells that have one
         rows = [r for r in np.where(pd["metric"] == metric)[0] if np.isfinite(float(pd["prompt_length"][r]))]
         comparisons = sorted({(pd["group"][r], pd["a"][r], pd["b"][r]) for r in rows})
-        if not comparisons:
-            return
+        if not comparisons or self.N is None:
+            return self.paired_by_group(metric, spec_and_group, pretty)
         if len(comparisons) > 6:
             comparisons = comparisons[:6]
         # a group is named by the parameters that differ between the compared groups only
@@ -585,6 +585,66 @@ class Report:
                  "activation's value is the lower. Right: every cell a point (one per seed), each pair joined "
                  "by a line. From aggregate.h5 /paired (also paired.csv), " + self.budget(shown) + ".", fig,
                  {"comparisons": plotted})
+
+    # (4b') cells without a prompt length (a command task's): one point per group of the
+    # other parameters instead of a curve against N
+    def paired_by_group(self, metric, spec_and_group, pretty):
+        pd = self.data["paired"]
+        rows = [r for r in np.where(pd["metric"] == metric)[0] if not np.isfinite(float(pd["prompt_length"][r]))]
+        pairs_of = sorted({(pd["a"][r], pd["b"][r]) for r in rows})[:6]
+        if not pairs_of:
+            return
+        c = self.data["cells"]
+        v = c[metric].astype(float) if metric in c else np.full(self.data["n"], np.nan)
+        labels = [spec_and_group(i) for i in range(self.data["n"])]
+        fig, axes = plt.subplots(len(pairs_of), 2, figsize=(11.0, 3.7 * len(pairs_of)), squeeze=False)
+        for (a, b), (ax, ax2) in zip(pairs_of, axes):
+            sel = sorted((r for r in rows if pd["a"][r] == a and pd["b"][r] == b), key=lambda r: pd["group"][r])
+            groups = [pd["group"][r] for r in sel]
+            kv = {g: dict(x.split("=", 1) for x in g.split(" ") if "=" in x) for g in groups}
+            varying = sorted({k for d in kv.values() for k in d if len({e.get(k) for e in kv.values()}) > 1})
+            names = [", ".join(f"{k}={kv[g].get(k, '–')}" for k in varying) or "all cells" for g in groups]
+            x = np.arange(len(sel))
+            d = np.array([pd["mean_diff"][r] for r in sel], float)
+            ci = np.array([pd["ci95"][r] for r in sel], float)
+            ax.axhline(0, color="0.6", lw=0.8)
+            ax.errorbar(x, d, yerr=np.where(np.isfinite(ci), ci, 0), marker="o", ms=5, lw=0, elinewidth=1.5,
+                        capsize=4, color="C3")
+            for xi, r in zip(x, sel):
+                ax.annotate(f"{int(pd['a_lower'][r])}/{int(pd['pairs'][r])}", (xi, d[xi]), textcoords="offset points",
+                            xytext=(6, 6), fontsize=8, color="0.3")
+            ax.set_xticks(x, names, fontsize=8)
+            ax.set_xlim(-0.5, len(sel) - 0.5)
+            ax.set_ylabel(f"{metric}: {pretty(a)} − {pretty(b)}")
+            ax.set_title("Paired difference, 95% CI", fontsize=10)
+            ok = self.complete & np.isfinite(v)
+            for xi, g in zip(x, groups):
+                cells = {}
+                for i in range(self.data["n"]):
+                    spec, gr = labels[i]
+                    if ok[i] and gr == g and spec in (a, b):
+                        key = tuple(value_text(c[k][i].item() if hasattr(c[k][i], "item") else c[k][i])
+                                    for k in self.data["params"] if is_replicate(k))
+                        cells.setdefault(key, {})[spec] = v[i]
+                for side, spec, col in ((-1, a, "C0"), (1, b, "C1")):
+                    ys = [m[spec] for m in cells.values() if spec in m]
+                    ax2.scatter([xi + 0.12 * side] * len(ys), ys, s=12, color=col, alpha=0.75, zorder=3,
+                                label=pretty(spec) if xi == 0 else None)
+                for m in cells.values():
+                    if a in m and b in m:
+                        ax2.plot([xi - 0.12, xi + 0.12], [m[a], m[b]], color="0.7", lw=0.6, zorder=2)
+            ax2.set_xticks(x, names, fontsize=8)
+            ax2.set_xlim(-0.5, len(sel) - 0.5)
+            ax2.set_ylabel(metric)
+            ax2.set_title("Every cell, pairs joined", fontsize=10)
+            ax2.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        self.add("Paired comparison of activations",
+                 "Cells equal in every parameter but the activation, seeds included (the same initialisation and "
+                 f"data), are compared pair by pair. Left: mean over pairs of the difference of the final {metric} "
+                 "per group of the other parameters, with its 95% Student-t interval; k/m = pairs where the first "
+                 "activation's value is the lower. Right: every cell a point, each pair joined. From aggregate.h5 "
+                 "/paired (also paired.csv).", fig)
 
     # (4c) the best scale c* against N (results/best_scale.h; paper A's Fig. 1)
     def best_scale(self):

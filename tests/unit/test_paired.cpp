@@ -53,6 +53,32 @@ TEST(Paired, DifferencesAreThoseOfTheSameInitialisation) {
   EXPECT_EQ(d[0].a_lower, 0);
 }
 
+// Cells without a prompt length (a command task's): one row per metric, each of its own
+// values. A NaN prompt length in the rows' ordering once merged every metric of a group
+// into the first one's row.
+TEST(Paired, CellsWithoutPromptLengthKeepTheirMetricsApart) {
+  std::vector<CellRow> cells;
+  for (int64_t seed = 0; seed < 2; ++seed)
+    for (const char* act : {"softmax", "relu"}) {
+      CellRow c;
+      c.params = {{"task", "command"}, {"activation", act}, {"seed", seed}, {"lr", 0.01}};
+      const double relu = std::string(act) == "relu" ? 1 : 0;
+      c.metrics = {{"test_accuracy", 0.8 - 0.1 * relu}, {"test_loss", 0.5 + 0.2 * relu}};
+      c.complete = true;
+      cells.push_back(c);
+    }
+  const auto d = paired_differences(cells);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].metric, "test_accuracy");
+  EXPECT_EQ(d[1].metric, "test_loss");
+  for (const auto& x : d) {
+    EXPECT_TRUE(std::isnan(x.prompt_length));
+    EXPECT_EQ(x.pairs, 2);
+  }
+  EXPECT_NEAR(d[0].mean_diff, 0.1, 1e-12);
+  EXPECT_NEAR(d[1].mean_diff, -0.2, 1e-12);
+}
+
 // Cells pair only when every other parameter, both seeds included, agrees; one per L.
 TEST(Paired, OnlyCellsEqualButForTheActivationPair) {
   std::vector<CellRow> cells = {
