@@ -17,6 +17,7 @@
 #include "base/sha256.h"
 #include "base/text_file.h"
 #include "coordinator/json_text.h"
+#include "experiments/command.h"
 #include "experiments/params.h"
 #include "experiments/registry.h"
 #include "kernels/activation.h"
@@ -85,6 +86,7 @@ json to_plain(const json& v) {
 
 std::vector<std::string> param_names() {
   std::vector<std::string> names;
+  for (const auto& s : declared_keys()) names.push_back(s.name);
   for (const auto& s : param_specs()) names.push_back(s.name);
   return names;
 }
@@ -349,8 +351,17 @@ std::string read_input(const std::string& path) {
   }
 }
 
-const std::vector<std::string> kTopLevelKeys = {"name",    "description", "axes",     "fixed",
-                                                "include", "exclude",     "resources"};
+const std::vector<std::string> kTopLevelKeys = {"name",    "description", "axes",      "fixed",
+                                                "include", "exclude",     "resources", "command"};
+
+// The keys a command section declares (experiments/command.h), for validating the rest.
+std::optional<CommandSection> read_command(const json& section, const std::string& path, Problems& problems,
+                                           CommandSection* partial = nullptr) {
+  std::vector<std::pair<std::string, std::string>> found;
+  auto s = read_command_section(section, path, &found, partial);
+  for (const auto& [where, msg] : found) problems.add(where, msg);
+  return s;
+}
 
 }  // namespace
 
@@ -407,6 +418,18 @@ class GridReader {
     }
     grid_.source = to_plain(root_);
     read_top_level();
+    if (root_.contains("command")) {
+      // The program's declared keys are keys of this grid's cells from here on; the section
+      // itself reaches every cell as its `command` key (a cell file is self-contained).
+      CommandSection partial;
+      if (auto c = read_command(to_plain(root_["command"]), "command", problems_, &partial)) {
+        declared_.emplace(std::move(c->keys));
+        fixed_["command"] = Sourced{json(c->text), "command"};
+      } else {
+        declared_.emplace(std::move(partial.keys));  // the keys declared well, for checking the rest
+        cells_ok_ = false;
+      }
+    }
     if (root_.contains("axes")) axes_ = read_axes(root_["axes"], problems_, cells_ok_);
     read_fixed();
     read_includes();
@@ -532,6 +555,7 @@ class GridReader {
 
   const ordered_json root_;
   Problems problems_;
+  std::optional<DeclaredKeysScope> declared_;
   Grid grid_;
   bool cells_ok_ = true;
   std::vector<Axis> axes_;
@@ -557,6 +581,20 @@ json effective_config(const json& cell_values, const std::string& file_label) {
   if (!cell_values.is_object()) {
     problems.add("", "expected a JSON object of key: value, got " + describe_value(cell_values));
     problems.throw_if_any();
+  }
+  // A command cell's config carries its section: its declared keys are known from there.
+  std::optional<DeclaredKeysScope> declared;
+  if (auto it = cell_values.find("command"); it != cell_values.end() && it->is_string()) {
+    json section;
+    try {
+      section = json::parse(it->get<std::string>());
+    } catch (const std::exception&) {
+      problems.add("command", "expected the JSON text of a command section, got " + describe_value(*it));
+      problems.throw_if_any();
+    }
+    auto c = read_command(section, "command", problems);
+    problems.throw_if_any();
+    declared.emplace(std::move(c->keys));
   }
   Values values;
   const bool ok = read_flat(cell_values, "", problems, values);

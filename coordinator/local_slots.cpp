@@ -2,8 +2,10 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -135,6 +137,26 @@ RankSetup setup_rank(const RunOptions& opt, int cells_per_gpu) {
   }
   r.threads = opt.threads > 0 ? opt.threads : std::max(1, cores / r.slots);
   return r;
+}
+
+std::string failure_from_log(const std::string& log_path) {
+  std::ifstream f(log_path, std::ios::binary);
+  if (!f) return "";
+  f.seekg(0, std::ios::end);
+  const std::streamoff size = f.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 65536);  // the attempt's end is enough
+  f.seekg(from);
+  const std::string prefix = "attnsweep train: cell ";
+  std::string line, last;
+  while (std::getline(f, line))
+    if (line.rfind(prefix, 0) == 0)
+      last = line.substr(prefix.size());
+    else if (line.rfind("=== attnsweep: cell ", 0) == 0)
+      last.clear();  // an attempt's header: only this attempt's cause counts
+  if (const size_t at = last.find(" failed: "); at != std::string::npos && at == last.find(' '))
+    last = last.substr(at + 9);  // "<id> failed: why": the cell is named by the event already
+  if (last.size() > 1000) last = last.substr(0, 997) + "...";
+  return last;
 }
 
 int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {

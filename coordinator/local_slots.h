@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "base/cpu_env.h"
-#include "coordinator/messages.h"
 #include "base/process.h"
+#include "coordinator/messages.h"
 #include "coordinator/rundir.h"
 #include "coordinator/sweep.h"
 #include "results/cell_file.h"
@@ -73,6 +73,10 @@ GpuFit check_gpu_fit(const Grid& grid, int cells_per_gpu, int64_t memory_bytes, 
 // The memory one GPU of the grid is planned with: resources.gpu_memory_gib when given,
 // else the first visible GPU's (0: none); *source says which.
 int64_t planned_gpu_memory(const Grid& grid, std::string* source);
+
+// The cause a failed `attnsweep train` gave last in its log ("cell 3f..: failed: the
+// program exited 0 without a final record ..."), for the failure's reason; "" when none.
+std::string failure_from_log(const std::string& log_path);
 
 // Appends one line to a cell's log (the header of an attempt run by another cell's child).
 inline void append_log_line(const std::string& path, const std::string& line) {
@@ -286,6 +290,8 @@ class LocalSlots {
     } else {
       r.outcome = s.stopped ? CellStatus::interrupted : CellStatus::failed;
       r.reason = describe_exit(e);
+      if (e.exited && e.code == 1)
+        if (const std::string why = failure_from_log(paths_.log(s.a.id)); !why.empty()) r.reason += ": " + why;
     }
     // A child killed while writing leaves its temporary result behind: nobody else writes it.
     if (r.outcome != CellStatus::complete && r.outcome != CellStatus::diverged)

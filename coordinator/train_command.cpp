@@ -26,6 +26,7 @@ int train_cell_to_file(const std::string& cell_id, const json& config, const std
   if (!opt.checkpoint.empty()) {
     std::error_code ec;  // the result is durable now: the checkpoint has done its job
     std::filesystem::remove(opt.checkpoint, ec);
+    std::filesystem::remove(opt.checkpoint + kCommandMetricsSuffix, ec);  // a command cell's (experiments/command.h)
   }
   std::printf("cell %s %s in %.3f s\n", cell_id.c_str(), std::string(to_string(res.status)).c_str(), res.wall_seconds);
   return 0;

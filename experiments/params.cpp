@@ -166,7 +166,26 @@ std::vector<const ParamSpec*> cell_param_specs(const TaskDef* task) {
   if (task->trains())
     for (const ParamSpec& s : training_param_specs()) out.push_back(&s);
   for (const ParamSpec& s : task->keys) out.push_back(&s);
+  if (task->declared_keys)
+    for (const ParamSpec& s : declared_keys()) out.push_back(&s);
   return out;
+}
+
+namespace {
+thread_local const std::vector<ParamSpec>* g_declared = nullptr;
+}
+
+DeclaredKeysScope::DeclaredKeysScope(std::vector<ParamSpec> keys) : keys_(std::move(keys)), outer_(g_declared) {
+  g_declared = &keys_;
+}
+
+DeclaredKeysScope::~DeclaredKeysScope() {
+  g_declared = outer_;
+}
+
+const std::vector<ParamSpec>& declared_keys() {
+  static const std::vector<ParamSpec> none;
+  return g_declared ? *g_declared : none;
 }
 
 const std::vector<ParamSpec>& param_specs() {
@@ -175,6 +194,8 @@ const std::vector<ParamSpec>& param_specs() {
 }
 
 const ParamSpec* find_param(const std::string& name) {
+  for (const auto& s : declared_keys())
+    if (s.name == name) return &s;
   for (const auto& s : param_specs())
     if (s.name == name) return &s;
   return nullptr;

@@ -61,6 +61,25 @@ std::vector<const ParamSpec*> cell_param_specs(const TaskDef* task);
 const std::vector<ParamSpec>& param_specs();
 const ParamSpec* find_param(const std::string& name);
 
+// Keys a grid declares for its own program (the command task, experiments/command.h):
+// while a scope is alive on this thread, find_param finds them (before the built-in keys
+// of the same name, which do not apply to a command cell) and the keys of a task with
+// TaskDef::declared_keys include them, so they are validated, defaulted and swept like
+// built-in keys. Scopes nest; the innermost wins.
+class DeclaredKeysScope {
+ public:
+  explicit DeclaredKeysScope(std::vector<ParamSpec> keys);
+  ~DeclaredKeysScope();
+  DeclaredKeysScope(const DeclaredKeysScope&) = delete;
+  DeclaredKeysScope& operator=(const DeclaredKeysScope&) = delete;
+
+ private:
+  std::vector<ParamSpec> keys_;
+  const std::vector<ParamSpec>* outer_;
+};
+// The keys of the innermost scope of this thread; empty when none.
+const std::vector<ParamSpec>& declared_keys();
+
 // Names of implemented tasks ("norm_probe", "synthetic", ...), in registry order.
 std::vector<std::string> task_names();
 

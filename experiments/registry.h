@@ -82,6 +82,12 @@ struct TaskDef {
   std::vector<ResultField> outputs;
   TaskOutput (*run)(const json& effective_config, const TaskContext& ctx) = nullptr;
   TaskFusion fusion;  // default: none
+  // The grid declares further keys of its cells (the command task: the user's program's
+  // own keys, experiments/params.h DeclaredKeysScope).
+  bool declared_keys = false;
+  // Its cells' /final metrics and /train trajectories are the program's own, named at run
+  // time (the command task): any /final metric and any 1-D /train dataset is accepted.
+  bool open_outputs = false;
 
   bool trains() const { return model != TaskModel::none; }
 };
@@ -107,5 +113,6 @@ const TaskDef& icl_regression_task();
 const TaskDef& listops_task();
 const TaskDef& pde_task();
 const TaskDef& synthetic_task();
+const TaskDef& command_task();
 
 }  // namespace attnsweep

@@ -251,6 +251,13 @@ EvalMetric result_eval_metric(std::string_view name, std::string_view path) {
 
 std::string undeclared_outputs(const TaskOutput& out, std::string_view task) {
   std::vector<std::string> bad;
+  if (const TaskDef* t = find_task(task); t && t->open_outputs) {
+    // The program's own names: only the form is fixed (/final numbers, 1-D /train series).
+    for (const TaskSeries& s : out.series)
+      if (s.path.rfind("/train/", 0) != 0 || s.shape.size() != 1) bad.push_back("dataset " + s.path);
+    if (bad.empty()) return "";
+    return "task " + std::string(task) + " returned " + join(bad, ", ") + ": its datasets are 1-D ones under /train";
+  }
   for (const auto& kv : out.final_metrics) {
     const ResultField* f = find_result_field(K::final_metric, kv.first);
     if (f == nullptr || !written_for(*f, task)) bad.push_back("final metric " + kv.first);

@@ -111,6 +111,14 @@ TaskOutput run_task(const json& config, const TaskContext& ctx);
 
 TaskOutput run_norm_probe(const json& config, const TaskContext& ctx);
 TaskOutput run_synthetic(const json& config, const TaskContext& ctx);
+// The grid's own program (experiments/command.h).
+TaskOutput run_command(const json& config, const TaskContext& ctx);
+
+// contract.md's exit code of a run or cell interrupted by a signal, resumable.
+inline constexpr int kExitInterrupted = 75;
+// A command cell's metrics lines live next to its checkpoint, at checkpoint + this, so the
+// steps logged before a requeue are kept; removed with the checkpoint once the result is written.
+inline constexpr const char kCommandMetricsSuffix[] = ".metrics.jsonl";
 // Fashion-MNIST classification (experiments/image.cpp); needs ctx.train.
 TaskOutput run_image(const json& config, const TaskContext& ctx);
 // Paper B's in-context linear regression (experiments/icl_regression.h); needs ctx.train.

@@ -8,7 +8,8 @@ namespace attnsweep {
 
 const std::vector<const TaskDef*>& task_registry() {
   static const std::vector<const TaskDef*> tasks = {&norm_probe_task(), &image_task(), &icl_regression_task(),
-                                                    &listops_task(),    &pde_task(),   &synthetic_task()};
+                                                    &listops_task(),    &pde_task(),   &synthetic_task(),
+                                                    &command_task()};
   return tasks;
 }
 

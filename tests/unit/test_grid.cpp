@@ -11,6 +11,7 @@
 
 #include "base/sha256.h"
 #include "coordinator/grid.h"
+#include "experiments/command.h"
 #include "experiments/params.h"
 #include "experiments/registry.h"
 #include "kernels/activation.h"
@@ -590,6 +591,58 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 // Each .expect is the whole message (tests/integration/bad_inputs.sh: @FILE@ the grid's
 // path, @ACTIVATIONS@ and @TASKS@ the registries' names).
+// The command task (experiments/command.h): the grid declares the program's keys, which
+// are then validated, defaulted and swept like built-in ones; the cell's config carries
+// the section, so a cell file alone (attnsweep train) is validated the same way.
+TEST(CommandGrid, DeclaredKeysAreValidatedAndSwept) {
+  const std::string grid = R"({"command": {"argv": ["prog", "--lr={lr}", "{act}"],
+                                            "keys": {"lr": {"type": "number", "min": 0}, "act": "string",
+                                                     "width": {"type": "integer", "default": 8}}},
+                               "axes": {"task": ["command"], "lr": [0.1, 1], "seed": [0, 1]},
+                               "fixed": {"act": "relu"}})";
+  const Grid g = parse_grid(grid, "g.json");
+  ASSERT_EQ(g.cells.size(), 4u);
+  const json& c = g.cells[0].config;
+  EXPECT_EQ(c.at("lr"), json(0.1));
+  EXPECT_EQ(c.at("width"), json(8));  // the declared default
+  EXPECT_EQ(c.at("grace_s"), json(30.0));
+  EXPECT_TRUE(c.at("command").is_string());
+  EXPECT_EQ(g.cells[1].config.at("lr").dump(), "0.1");
+  EXPECT_EQ(g.cells[2].config.at("lr").dump(), "1.0");  // canonical: a number key's 1 is 1.0
+  // A cell file alone: the same effective config, the same id.
+  json own = json::object();
+  for (const char* k : {"task", "command", "lr", "act", "seed"}) own[k] = c.at(k);
+  EXPECT_EQ(cell_id(effective_config(own, "cell.json")), g.cells[0].id);
+  EXPECT_EQ(command_argv(c), (std::vector<std::string>{"prog", "--lr=0.1", "relu"}));
+
+  // Another program is another cell.
+  std::string other = grid;
+  replace_all(other, "\"prog\"", "\"prog2\"");
+  EXPECT_NE(parse_grid(other, "g.json").cells[0].id, g.cells[0].id);
+
+  std::string bad = grid;
+  replace_all(bad, "\"lr\": [0.1, 1]", "\"lr\": [0.1, -1, true]");
+  replace_all(bad, "\"act\": \"relu\"", "\"act\": \"relu\", \"widht\": 3");
+  const auto p = problems_of(bad, "g.json");
+  EXPECT_TRUE(has(p, "g.json: axes.lr[1]: expected a number >= 0, got -1")) << joined(p);
+  EXPECT_TRUE(has(p, "g.json: axes.lr[2]: expected a number >= 0, got true")) << joined(p);
+  EXPECT_TRUE(has(p, "g.json: fixed.widht: unknown key (did you mean \"width\"?)")) << joined(p);
+
+  // A required declared key that no cell sets.
+  std::string missing = grid;
+  replace_all(missing, "\"fixed\": {\"act\": \"relu\"}", "\"fixed\": {}");
+  const auto m = problems_of(missing, "g.json");
+  EXPECT_TRUE(has(m, "g.json: act: missing; task command needs it: a string")) << joined(m);
+
+  // The section's own problems.
+  const auto s = problems_of(R"({"command": {"argv": [], "kyes": {}}, "axes": {"task": ["command"]}})", "g.json");
+  EXPECT_TRUE(has(s, "g.json: command.argv: expected a non-empty list of strings, got a list")) << joined(s);
+  EXPECT_TRUE(has(s, "g.json: command.kyes: unknown key (did you mean \"keys\"?)")) << joined(s);
+  // Without the section, the declared keys are unknown keys like any other.
+  const auto u = problems_of(R"({"axes": {"task": ["command"], "lr": [1]}})", "g.json");
+  EXPECT_TRUE(has(u, "g.json: command: missing; task command needs it: a string")) << joined(u);
+}
+
 TEST(BadGrids, EveryFileFailsWithItsExpectedMessage) {
   const fs::path dir = kSource / "tests/bad_inputs/grids";
   std::vector<std::string> tasks;

@@ -1,0 +1,509 @@
+// The command task: a cell runs the user's own program (docs/own-code.md). The program is
+// started without a shell, in the cell's process group (base/process.h), so the slot's
+// SIGTERM/SIGUSR1, a timeout's TERM and KILL and a lost parent reach it as they reach a
+// built-in task; it appends JSON lines to a metrics file, and this task turns them into
+// the TaskOutput that run_cell writes to the result file like any other task's.
+#include "experiments/command.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "base/process.h"
+#include "command_helper.h"
+#include "experiments/registry.h"
+#include "experiments/task.h"
+
+namespace attnsweep {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Problems = std::vector<std::pair<std::string, std::string>>;
+
+bool is_identifier(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+// Keys every command cell has already (task, seed, command, grace_s): not the program's to declare.
+bool reserved_key(const std::string& name) {
+  if (name == "task" || name == "command") return true;
+  for (const ParamSpec& s : command_task().keys)
+    if (s.name == name) return true;
+  for (const ParamSpec* s : cell_param_specs(nullptr)) {
+    if (s->name != name) continue;
+    try {
+      if (!s->applies || s->applies(json{{"task", "command"}})) return true;
+    } catch (const std::exception&) {
+    }
+  }
+  return false;
+}
+
+const std::vector<std::string> kTypes = {"integer", "number", "string", "boolean"};
+
+std::optional<ParamSpec> read_key(const std::string& name, const json& decl, const std::string& path,
+                                  Problems* problems, json* canonical) {
+  const json obj = decl.is_string() ? json{{"type", decl}} : decl;
+  if (!obj.is_object() || !obj.contains("type") || !obj["type"].is_string()) {
+    problems->push_back({path,
+                         "expected one of integer, number, string, boolean, or an object with \"type\" and "
+                         "optionally default, min, max, choices, description; got " +
+                             describe_value(decl)});
+    return std::nullopt;
+  }
+  const std::vector<std::string> fields = {"type", "default", "min", "max", "choices", "description"};
+  bool ok = true;
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (std::find(fields.begin(), fields.end(), it.key()) == fields.end()) {
+      std::string msg = "unknown field";
+      if (auto m = closest_match(it.key(), fields); !m.empty()) msg += " (did you mean " + json(m).dump() + "?)";
+      problems->push_back({path + "." + it.key(), msg});
+      ok = false;
+    }
+  const std::string type = obj["type"].get<std::string>();
+  if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) {
+    std::string msg = "unknown type " + json(type).dump();
+    if (auto m = closest_match(type, kTypes); !m.empty()) msg += " (did you mean " + json(m).dump() + "?)";
+    problems->push_back(
+        {path + (decl.is_string() ? "" : ".type"), msg + "; expected integer, number, string or boolean"});
+    return std::nullopt;
+  }
+  const bool numeric = type == "integer" || type == "number";
+  for (const char* bound : {"min", "max"})
+    if (obj.contains(bound) && (!numeric || !obj[bound].is_number())) {
+      problems->push_back({path + "." + bound, numeric ? "expected a number, got " + describe_value(obj[bound])
+                                                       : "only an integer or number key has a bound"});
+      ok = false;
+    }
+  std::vector<std::string> choices;
+  if (obj.contains("choices")) {
+    if (type != "string" || !obj["choices"].is_array() || obj["choices"].empty()) {
+      problems->push_back({path + ".choices", "expected a non-empty list of strings for a string key"});
+      ok = false;
+    } else {
+      for (const json& c : obj["choices"])
+        if (c.is_string())
+          choices.push_back(c.get<std::string>());
+        else
+          ok = false, problems->push_back({path + ".choices", "expected strings, got " + describe_value(c)});
+    }
+  }
+  if (obj.contains("description") && !obj["description"].is_string()) {
+    problems->push_back({path + ".description", "expected a string"});
+    ok = false;
+  }
+  if (!ok) return std::nullopt;
+  const double lo = obj.contains("min") ? obj["min"].get<double>() : -kNoBound;
+  const double hi = obj.contains("max") ? obj["max"].get<double>() : kNoBound;
+  const std::string what = obj.value("description", std::string("the program's own key (declared in the grid)"));
+  ParamSpec spec = type == "integer"  ? integer_key(name, lo, hi, json(), what)
+                   : type == "number" ? number_key(name, lo, hi, json(), what)
+                   : type == "string" ? string_key(name, choices, json(), what)
+                                      : boolean_key(name, json(), what);
+  json canon = obj;
+  if (obj.contains("default")) {
+    std::string problem;
+    json d = canonical_value(spec, obj["default"], &problem);
+    if (d.is_null()) {
+      problems->push_back({path + ".default", problem});
+      return std::nullopt;
+    }
+    spec.default_value = [d](const json&) { return d; };
+    canon["default"] = d;
+  }
+  *canonical = canon.size() == 1 ? canon["type"] : canon;
+  return spec;
+}
+
+// Each "{key}" of arg replaced by value(key); "{{" and "}}" are literal braces. "" and
+// *problem set on a malformed argument.
+template <class Value>
+std::string substitute(const std::string& arg, Value value, std::string* problem) {
+  std::string out;
+  for (size_t i = 0; i < arg.size(); ++i) {
+    const char c = arg[i];
+    if ((c == '{' || c == '}') && i + 1 < arg.size() && arg[i + 1] == c) {
+      out += c;
+      ++i;
+    } else if (c == '{') {
+      const size_t end = arg.find('}', i);
+      if (end == std::string::npos) {
+        *problem = "an unclosed \"{\" (write \"{{\" for a literal brace)";
+        return "";
+      }
+      const std::string key = arg.substr(i + 1, end - i - 1);
+      std::string v;
+      if (!value(key, &v, problem)) return "";
+      out += v;
+      i = end;
+    } else if (c == '}') {
+      *problem = "a \"}\" without its \"{\" (write \"}}\" for a literal brace)";
+      return "";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// A config value as the program's argument sees it: strings as they are, numbers as JSON.
+std::string as_text(const json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+std::vector<std::string> config_keys(const json& cfg) {
+  std::vector<std::string> keys;
+  for (auto it = cfg.begin(); it != cfg.end(); ++it) keys.push_back(it.key());
+  return keys;
+}
+
+// "" when every "{key}" of the argv is a key of cfg, else the problem with its argument.
+std::string check_argv(const std::vector<std::string>& argv, const json& cfg) {
+  for (size_t i = 0; i < argv.size(); ++i) {
+    std::string problem;
+    substitute(
+        argv[i],
+        [&](const std::string& key, std::string* v, std::string* why) {
+          if (cfg.contains(key)) return *v = as_text(cfg[key]), true;
+          *why = "{" + key + "} is not a key of the cell";
+          if (auto m = closest_match(key, config_keys(cfg)); !m.empty()) *why += " (did you mean " + m + "?)";
+          *why += "; its keys: declare it under command.keys";
+          return false;
+        },
+        &problem);
+    if (!problem.empty()) return "argv[" + std::to_string(i) + "] " + json(argv[i]).dump() + ": " + problem;
+  }
+  return "";
+}
+
+std::optional<CommandSection> section_of(const json& config) {
+  Problems problems;
+  json section;
+  try {
+    section = json::parse(config.at("command").get<std::string>());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("command: not the JSON text of a command section (") + e.what() + ")");
+  }
+  auto s = read_command_section(section, "command", &problems);
+  if (!s) throw std::runtime_error(problems.at(0).first + ": " + problems.at(0).second);
+  return s;
+}
+
+// A directory of the attempt's own under $TMPDIR, removed with everything in it.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = (fs::temp_directory_path() / "attnsweep-cell-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr)
+      throw std::runtime_error("command: cannot make a scratch directory under " + fs::temp_directory_path().string());
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  if (!f.flush()) throw std::runtime_error("command: cannot write " + path.string());
+}
+
+// The metrics lines of a finished program: one record a logged step, the last of a step
+// winning (a resumed program logs again the steps after its checkpoint), and the final record.
+struct Metrics {
+  std::map<int64_t, std::map<std::string, double>> steps;
+  std::optional<std::map<std::string, double>> final;
+};
+
+double metric_value(const json& v, const std::string& where, const std::string& name) {
+  if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();
+  if (!v.is_number() || v.is_boolean())
+    throw std::runtime_error(where + ": \"" + name + "\": expected a number or null, got " + describe_value(v));
+  return v.get<double>();
+}
+
+void check_name(const std::string& name, const std::string& where) {
+  if (!is_identifier(name))
+    throw std::runtime_error(where + ": " + json(name).dump() + ": expected a metric name of letters, digits and _");
+}
+
+Metrics read_metrics(const std::string& path) {
+  Metrics m;
+  std::ifstream f(path);
+  std::string line;
+  for (int64_t lineno = 1; std::getline(f, line); ++lineno) {
+    const std::string where = path + ":" + std::to_string(lineno);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json rec;
+    try {
+      rec = json::parse(line);
+    } catch (const std::exception&) {
+      throw std::runtime_error(where + ": not a JSON line: " + describe_value(json(line)) +
+                               "; expected {\"step\": N, \"loss\": ...} or {\"final\": {...}}");
+    }
+    if (!rec.is_object()) throw std::runtime_error(where + ": expected a JSON object, got " + describe_value(rec));
+    if (rec.contains("final")) {
+      if (!rec["final"].is_object() || rec.size() != 1)
+        throw std::runtime_error(where + ": expected the final record {\"final\": {\"name\": number, ...}}, got " +
+                                 describe_value(json(line)));
+      std::map<std::string, double> fin;
+      for (auto it = rec["final"].begin(); it != rec["final"].end(); ++it) {
+        check_name(it.key(), where);
+        fin[it.key()] = metric_value(it.value(), where, it.key());
+      }
+      m.final = std::move(fin);
+      continue;
+    }
+    if (!rec.contains("step") || !rec["step"].is_number_integer() || rec["step"].get<int64_t>() < 0)
+      throw std::runtime_error(where + ": \"step\": expected an integer >= 0, got " +
+                               (rec.contains("step") ? describe_value(rec["step"]) : std::string("none")));
+    std::map<std::string, double> values;
+    for (auto it = rec.begin(); it != rec.end(); ++it) {
+      if (it.key() == "step") continue;
+      check_name(it.key(), where);
+      values[it.key()] = metric_value(it.value(), where, it.key());
+    }
+    m.steps[rec["step"].get<int64_t>()] = std::move(values);
+  }
+  return m;
+}
+
+TaskOutput output_of(const Metrics& m) {
+  TaskOutput out;
+  out.final_metrics = *m.final;
+  std::set<std::string> names;
+  for (const auto& [step, values] : m.steps)
+    for (const auto& kv : values) names.insert(kv.first);
+  const uint64_t T = m.steps.size();
+  std::vector<int64_t> steps;
+  for (const auto& kv : m.steps) steps.push_back(kv.first);
+  out.series.push_back({"/train/step", {T}, steps, "the steps the program logged"});
+  for (const std::string& name : names) {
+    std::vector<float> v;
+    for (const auto& [step, values] : m.steps) {
+      auto it = values.find(name);
+      v.push_back(it == values.end() ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(it->second));
+    }
+    out.series.push_back({"/train/" + name,
+                          {T},
+                          std::move(v),
+                          "the program's " + name + " at each /train/step (NaN: not logged at that step)"});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<CommandSection> read_command_section(const json& section, const std::string& path, Problems* problems,
+                                                   CommandSection* partial) {
+  const size_t before = problems->size();
+  if (!section.is_object()) {
+    problems->push_back({path, "expected an object {\"argv\": [program, args ...], \"keys\": {name: type}}, got " +
+                                   describe_value(section)});
+    return std::nullopt;
+  }
+  CommandSection out;
+  const std::vector<std::string> fields = {"argv", "keys"};
+  for (auto it = section.begin(); it != section.end(); ++it)
+    if (std::find(fields.begin(), fields.end(), it.key()) == fields.end()) {
+      std::string msg = "unknown key";
+      if (auto m = closest_match(it.key(), fields); !m.empty()) msg += " (did you mean " + json(m).dump() + "?)";
+      problems->push_back({path + "." + it.key(), msg});
+    }
+  const json argv = section.value("argv", json());
+  if (!argv.is_array() || argv.empty()) {
+    problems->push_back({path + ".argv", argv.is_null()
+                                             ? "missing; expected the program and its arguments, a list "
+                                               "of strings"
+                                             : "expected a non-empty list of strings, got " + describe_value(argv)});
+  } else {
+    for (size_t i = 0; i < argv.size(); ++i)
+      if (argv[i].is_string())
+        out.argv.push_back(argv[i].get<std::string>());
+      else
+        problems->push_back(
+            {path + ".argv[" + std::to_string(i) + "]", "expected a string, got " + describe_value(argv[i])});
+  }
+  json keys_canon = json::object();
+  if (section.contains("keys")) {
+    const json& keys = section["keys"];
+    if (!keys.is_object()) {
+      problems->push_back({path + ".keys", "expected an object of name: type, got " + describe_value(keys)});
+    } else {
+      for (auto it = keys.begin(); it != keys.end(); ++it) {
+        const std::string kpath = path + ".keys." + it.key();
+        if (!is_identifier(it.key())) {
+          problems->push_back({kpath, "expected a name of letters, digits and _"});
+        } else if (reserved_key(it.key())) {
+          problems->push_back({kpath, "every command cell has this key already: it is not the program's to declare"});
+        } else if (auto spec = read_key(it.key(), it.value(), kpath, problems, &keys_canon[it.key()])) {
+          out.keys.push_back(std::move(*spec));
+        }
+      }
+    }
+  }
+  if (problems->size() != before) {
+    if (partial) *partial = std::move(out);
+    return std::nullopt;
+  }
+  out.text = json{{"argv", out.argv}, {"keys", keys_canon}}.dump();
+  return out;
+}
+
+std::vector<std::string> command_argv(const json& config) {
+  const std::optional<CommandSection> s = section_of(config);
+  if (const std::string why = check_argv(s->argv, config); !why.empty()) throw std::runtime_error("command." + why);
+  std::vector<std::string> out;
+  for (const std::string& a : s->argv) {
+    std::string problem;
+    out.push_back(substitute(
+        a,
+        [&](const std::string& key, std::string* v, std::string*) {
+          *v = as_text(config[key]);
+          return true;
+        },
+        &problem));
+  }
+  return out;
+}
+
+TaskOutput run_command(const json& config, const TaskContext& ctx) {
+  const std::vector<std::string> argv = command_argv(config);
+  const double grace_s = config.at("grace_s").get<double>();
+  ScratchDir scratch;
+  const fs::path python = scratch.path() / "python";
+  fs::create_directories(python);
+  write_file(python / "attnsweep_cell.py", kCommandHelperPy);
+  write_file(scratch.path() / "config.json", config.dump(2) + "\n");
+  // The checkpoint and the metrics logged before it survive a requeue (DIR/checkpoints/);
+  // without a checkpoint path (a bare `attnsweep train`) both live in the scratch directory.
+  const std::string checkpoint =
+      ctx.checkpoint_path.empty() ? (scratch.path() / "checkpoint").string() : ctx.checkpoint_path;
+  const std::string metrics = ctx.checkpoint_path.empty() ? (scratch.path() / "metrics.jsonl").string()
+                                                          : ctx.checkpoint_path + kCommandMetricsSuffix;
+  const bool resuming = fs::exists(checkpoint);
+  if (!resuming) write_file(metrics, "");  // from scratch: no lines of an earlier attempt
+  std::printf("attnsweep: %s program: %s\n", resuming ? "resuming the" : "starting the", json(argv).dump().c_str());
+
+  ChildSpec child;
+  child.argv = argv;
+  child.own_process_group = false;  // the cell's group: the slot's signals and a timeout's kill reach it
+  child.what = "the cell's program";
+  const char* old_path = std::getenv("PYTHONPATH");
+  child.env = {{"ATTNSWEEP_CONFIG", (scratch.path() / "config.json").string()},
+               {"ATTNSWEEP_METRICS", metrics},
+               {"ATTNSWEEP_CHECKPOINT", checkpoint},
+               {"ATTNSWEEP_SCRATCH", scratch.path().string()},
+               {"ATTNSWEEP_DEVICE", ctx.device},
+               {"ATTNSWEEP_THREADS", std::to_string(ctx.threads)},
+               {"ATTNSWEEP_ATTEMPT", std::to_string(ctx.attempt)},
+               {"PYTHONPATH", python.string() + (old_path && *old_path ? std::string(":") + old_path : "")}};
+  for (auto it = config.begin(); it != config.end(); ++it)
+    if (it.key() != "command") child.env.push_back({"ATTNSWEEP_KEY_" + it.key(), as_text(it.value())});
+  std::fflush(stdout);  // the program writes to the same log: ours first
+  std::fflush(stderr);
+  const pid_t pid = spawn_child(child);
+
+  using clock = std::chrono::steady_clock;
+  int stop_signal = 0;
+  bool killed = false;
+  clock::time_point kill_at{};
+  ChildExit e;
+  for (;;) {
+    e = reap_child(pid);
+    if (e.pid == pid) break;
+    if (ctx.stop_requested() && stop_signal == 0) {
+      // The group's signal reached the program too; this one covers a signal sent to us alone.
+      stop_signal = ctx.stop->load();
+      ::kill(pid, stop_signal);
+      kill_at = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(grace_s));
+    }
+    if (stop_signal != 0 && !killed && clock::now() >= kill_at) {
+      std::fprintf(stderr,
+                   "attnsweep: the program did not exit within grace_s = %g s of %s: killed; the cell reruns from "
+                   "its last checkpoint, or from scratch without one\n",
+                   grace_s,
+                   sigabbrev_np(stop_signal) ? (std::string("SIG") + sigabbrev_np(stop_signal)).c_str() : "the signal");
+      ::kill(pid, SIGKILL);
+      killed = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  TaskOutput out;
+  if (killed || (e.exited && e.code == kExitInterrupted) || (stop_signal != 0 && !e.exited)) {
+    out.status = CellStatus::interrupted;
+    return out;
+  }
+  if (!e.exited || e.code != 0)
+    throw std::runtime_error("the program " + json(argv.at(0)).dump() + " ended: " + describe_exit(e) +
+                             " (its output is above in this log)");
+  Metrics m = read_metrics(metrics);
+  if (!m.final)
+    throw std::runtime_error("the program exited 0 without a final record: " + metrics + " has " +
+                             std::to_string(m.steps.size()) +
+                             " logged steps and no line {\"final\": {...}} (attnsweep_cell.final(...))");
+  return output_of(m);
+}
+
+const TaskDef& command_task() {
+  static const TaskDef t = [] {
+    TaskDef d;
+    d.name = "command";
+    d.description =
+        "the grid's own program (its command section): run with the cell's values, its metrics lines written to the "
+        "result file (docs/own-code.md)";
+    d.attention = false;
+    d.declared_keys = true;
+    d.open_outputs = true;
+    ParamSpec command = string_key("command", {}, json(),
+                                   "the program and its declared keys, as canonical JSON text; set from the grid's "
+                                   "command section, not written by hand");
+    command.check = [](const json& value, const json& cfg) -> std::string {
+      json section;
+      try {
+        section = json::parse(value.get<std::string>());
+      } catch (const std::exception&) {
+        return "expected the JSON text of a command section, got " + describe_value(value);
+      }
+      Problems problems;
+      auto s = read_command_section(section, "command", &problems);
+      if (!s) return problems[0].first + ": " + problems[0].second;
+      return check_argv(s->argv, cfg);
+    };
+    d.keys = {command, number_key("grace_s", 0, 86400, 30.0,
+                                  "seconds the program has after SIGTERM/SIGUSR1 to save its checkpoint and exit "
+                                  "75 before it is killed")};
+    d.cost_s = [](const json&) { return 60.0; };
+    d.run = run_command;
+    return d;
+  }();
+  return t;
+}
+
+}  // namespace attnsweep

@@ -1,0 +1,69 @@
+# The command task's failures, each that cell's alone and named: a crash (retried, as a
+# built-in cell's), a hang (killed at --timeout-s), a malformed metrics line (file:line),
+# an exit 0 without a final record, and a program that ignores SIGTERM (killed after
+# grace_s; the run still exits 75 and the rerun completes it). The ok cell completes.
+source "$(dirname "$0")/lib.bash"
+export OUT_DIR=$WORK
+PROG=$SRC/tests/integration/command_prog.py
+cat > grid.json <<JSON
+{"name": "own-failures",
+ "command": {"argv": ["$PY", "$PROG", "{mode}"], "keys": {"mode": "string", "lr": {"type": "number", "default": 0.1}}},
+ "axes": {"task": ["command"], "mode": ["ok", "crash", "hang", "malformed", "nofinal"]},
+ "resources": {"retries": 1}}
+JSON
+run_rc timeout 300 "$ATTNSWEEP" run grid.json --out out --workers 2 --timeout-s 6 --backoff-s 0.1
+check "exit code 1: some cells failed (got $RC: $ERR)" test "$RC" = 1
+check "the ok cell completed, alone" test "$(ls out/runs/*.h5 | wc -l)" = 1
+check "the hung program went with its cell (it is in the cell's process group)" \
+  test -z "$(pgrep -f 'command_pro[g].py hang' || true)"
+check "each failure is named in events.jsonl and the cell's log" $PY - out <<'PY'
+import json, sys
+d = sys.argv[1]
+ev = [json.loads(l) for l in open(d + "/events.jsonl")]
+mode = {}
+for e in ev:
+    if "cell_id" in e and e["cell_id"] not in mode:
+        mode[e["cell_id"]] = json.load(open(f"{d}/cells/{e['cell_id']}.json"))["mode"]
+def of(m, kind):
+    return [e for e in ev if mode.get(e.get("cell_id")) == m and e["event"] == kind]
+def log(m):
+    cid = next(c for c, x in mode.items() if x == m)
+    return open(f"{d}/logs/{cid}.log").read()
+expect = {
+    "crash": "ended: killed by signal 11 (SIGSEGV)",
+    "malformed": "metrics.jsonl:2: not a JSON line",
+    "nofinal": "exited 0 without a final record",
+}
+for m, text in expect.items():
+    assert len(of(m, "started")) == 2, (m, "retried once", of(m, "started"))
+    assert len(of(m, "failed")) == 1, (m, of(m, "failed"))
+    reason = of(m, "failed")[0]["reason"]
+    assert text in reason and text in log(m), (m, reason)
+assert "timed out after 6" in of("hang", "failed")[0]["reason"], of("hang", "failed")
+assert len(of("ok", "finished")) == 1 and not of("ok", "retried"), of("ok", "retried")
+PY
+
+# A program that ignores SIGTERM: killed after grace_s, the run exits 75 (resumable), and
+# the rerun (the program behaving now) completes the cell.
+cat > ignore.json <<JSON
+{"name": "own-ignores",
+ "command": {"argv": ["$PY", "$PROG", "ignore_term"], "keys": {"lr": "number", "steps": "integer"}},
+ "axes": {"task": ["command"]}, "fixed": {"lr": 0.1, "steps": 3, "grace_s": 1}}
+JSON
+"$ATTNSWEEP" run ignore.json --out ign --workers 1 2>ign_err.txt &
+pid=$!
+for _ in $(seq 600); do [ -e ignoring ] && break; sleep 0.1; done
+check "the program is running and ignoring the signal" test -e ignoring
+kill -TERM $pid
+for _ in $(seq 1200); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+if kill -0 $pid 2>/dev/null; then
+  kill -KILL $pid
+  fail "the run did not exit within 120 s of SIGTERM (the program ignores it)"
+fi
+set +e; wait $pid; rc=$?; set -e
+check "the run exits 75 although the program ignored SIGTERM (got $rc)" test "$rc" = 75
+check "the cell's log says it was killed after grace_s" grep -q "did not exit within grace_s = 1 s of SIGTERM: killed" ign/logs/*.log
+check "no result was written" test -z "$(ls ign/runs)"
+touch behave
+run_rc timeout 120 "$ATTNSWEEP" run ignore.json --out ign --workers 1
+check "the rerun completes it (rc $RC: $ERR)" test "$RC" = 0 -a "$(ls ign/runs/*.h5 | wc -l)" = 1
