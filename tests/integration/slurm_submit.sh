@@ -132,3 +132,27 @@ run_rc srun -n 2 --mpi=none "$ATTNSWEEP" run small.json --out mismatch --workers
 check "srun --mpi=none with 2 tasks fails (rc $RC)" test "$RC" != 0
 check "and says why: $ERR" grep -q "srun started 2 tasks but MPI sees 1 rank" <<<"$ERR"
 check "nothing was run" test ! -e mismatch/runs
+
+# 4. Own code (docs/own-code.md): the PyTorch example's grid, made tiny, through submit.
+$PY - "$SRC/examples/own_code/vit_fmnist.json" "$SRC" own.json <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+g["command"]["argv"][1] = sys.argv[2] + "/" + g["command"]["argv"][1]
+g["fixed"] = {"steps": 10, "batch": 16, "n_train": 256, "n_test": 128, "dim": 16, "layers": 1, "log_every": 5}
+json.dump(g, open(sys.argv[3], "w"))
+PY
+run_rc "$ATTNSWEEP" submit own.json --out own --nodes 1 --gpus-per-node 0 --cpus-per-node 2 --time 00:10:00 --grace-s 10
+check "submit of the own-code grid exits 0 ($ERR)" test "$RC" = 0
+job=$OUT
+wait_job "$job" 300
+cat own/slurm-"$job".out
+check "the own-code job's run exited 0" grep -q "run exited 0" own/slurm-"$job".out
+check "its 8 command cells are complete, with the job in their results" $PY - own/runs "$job" <<'PY'
+import glob, sys, h5py
+files = glob.glob(sys.argv[1] + "/*.h5")
+assert len(files) == 8, files
+for f in files:
+    with h5py.File(f) as h:
+        assert h.attrs["status"] == "complete" and h.attrs["slurm_job_id"] == sys.argv[2], f
+        assert list(h["train/step"][()]) == [0, 5, 9] and 0 <= h["final"].attrs["test_accuracy"] <= 1, f
+PY
