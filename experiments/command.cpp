@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "base/process.h"
+#include "base/sha256.h"
 #include "command_helper.h"
 #include "experiments/registry.h"
 #include "experiments/task.h"
@@ -207,13 +208,25 @@ std::optional<CommandSection> section_of(const json& config) {
   return s;
 }
 
-// A directory of the attempt's own under $TMPDIR, removed with everything in it.
+// A directory of the attempt's own under $TMPDIR, removed with everything in it. A cell
+// with a checkpoint path has one name for all its attempts (from a hash of that path): an
+// attempt killed outright (a timeout's SIGKILL) cannot remove its own, and the next attempt
+// of the cell on that node clears it first, so at most one is left per cell.
 class ScratchDir {
  public:
-  ScratchDir() {
-    std::string tmpl = (fs::temp_directory_path() / "attnsweep-cell-XXXXXX").string();
+  explicit ScratchDir(const std::string& checkpoint) {
+    const fs::path tmp = fs::temp_directory_path();
+    if (!checkpoint.empty()) {
+      path_ = tmp / ("attnsweep-cell-" + sha256_hex(fs::absolute(checkpoint).string()).substr(0, 16));
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+      if (fs::create_directory(path_, ec) && !ec) return;
+      throw std::runtime_error("command: cannot make the scratch directory " + path_.string() + " (" + ec.message() +
+                               ")");
+    }
+    std::string tmpl = (tmp / "attnsweep-cell-XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr)
-      throw std::runtime_error("command: cannot make a scratch directory under " + fs::temp_directory_path().string());
+      throw std::runtime_error("command: cannot make a scratch directory under " + tmp.string());
     path_ = tmpl;
   }
   ~ScratchDir() {
@@ -396,7 +409,7 @@ std::vector<std::string> command_argv(const json& config) {
 TaskOutput run_command(const json& config, const TaskContext& ctx) {
   const std::vector<std::string> argv = command_argv(config);
   const double grace_s = config.at("grace_s").get<double>();
-  ScratchDir scratch;
+  ScratchDir scratch(ctx.checkpoint_path);
   const fs::path python = scratch.path() / "python";
   fs::create_directories(python);
   write_file(python / "attnsweep_cell.py", kCommandHelperPy);

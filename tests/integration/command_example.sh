@@ -5,6 +5,8 @@
 # report show its trajectories and the paired comparison; a SIGTERM mid-run makes it exit 75 with its checkpoint, and the rerun resumes from it to
 # metrics equal to an uninterrupted run's.
 source "$(dirname "$0")/lib.bash"
+export TMPDIR=$WORK/tmp  # the cells' scratch directories: a killed attempt's stays here
+mkdir -p "$TMPDIR"
 [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || fail "no Fashion-MNIST (Debian: dataset-fashion-mnist)"
 command -v mpirun >/dev/null || fail "mpirun not found (openmpi-bin)"
 # The example grid, its program by absolute path, small: few steps, a tiny model, 512 images.

@@ -4,6 +4,8 @@
 # metrics file, the checkpoint path, the scratch directory and the Python helper in its
 # environment; its metrics lines become the result file, and aggregate reads them.
 source "$(dirname "$0")/lib.bash"
+export TMPDIR=$WORK/tmp  # the cells' scratch directories: a killed attempt's stays here
+mkdir -p "$TMPDIR"
 export OUT_DIR=$WORK
 PROG=$SRC/tests/integration/command_prog.py
 cat > grid.json <<JSON
@@ -77,6 +79,7 @@ for f in glob.glob(sys.argv[1] + "/runs/*.h5"):
         assert h.attrs["status"] == "complete", h.attrs["status"]
 PY
 check "no checkpoint or metrics file is left once the results are written" test -z "$(ls out/checkpoints)"
+check "no scratch directory is left" test -z "$(ls "$TMPDIR")"
 check "the program's output is in the cell's log" grep -q "starting the program" out/logs/*.log
 
 run_rc "$ATTNSWEEP" run grid.json --out out --workers 2
