@@ -290,8 +290,12 @@ class LocalSlots {
     } else {
       r.outcome = s.stopped ? CellStatus::interrupted : CellStatus::failed;
       r.reason = describe_exit(e);
-      if (e.exited && e.code == 1)
+      if (e.exited && (e.code == 1 || e.code == kExitFailedNoRetry))
         if (const std::string why = failure_from_log(paths_.log(s.a.id)); !why.empty()) r.reason += ": " + why;
+      if (e.exited && e.code == kExitFailedNoRetry) {
+        r.retry = false;
+        r.reason += " (not retried: another attempt would fail the same way)";
+      }
     }
     // A child killed while writing leaves its temporary result behind: nobody else writes it.
     if (r.outcome != CellStatus::complete && r.outcome != CellStatus::diverged)

@@ -50,7 +50,7 @@ json to_json(const AttemptResult& r) {
           {"attempt", r.attempt}, {"outcome", std::string(to_string(r.outcome))},
           {"reason", r.reason},   {"wall_s", r.wall_s},
           {"rank", r.rank},       {"slot", r.slot},
-          {"host", r.host}};
+          {"host", r.host},       {"retry", r.retry}};
 }
 
 AttemptResult result_from_json(const json& j) {
@@ -67,6 +67,7 @@ AttemptResult result_from_json(const json& j) {
   r.rank = j.value("rank", 0);
   r.slot = j.value("slot", 0);
   r.host = j.value("host", "");
+  r.retry = j.value("retry", true);
   return r;
 }
 

@@ -93,6 +93,7 @@ struct AttemptResult {
   double wall_s = 0;
   int rank = 0, slot = 0;
   std::string host;
+  bool retry = true;  // false: another attempt would fail the same way (train's exit 65)
 };
 
 nlohmann::json to_json(const AttemptResult& r);

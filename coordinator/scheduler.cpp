@@ -50,7 +50,7 @@ bool Scheduler::claim(size_t i, double now) {
   return true;
 }
 
-Decision Scheduler::on_result(size_t i, CellStatus o, double now, const std::string& reason) {
+Decision Scheduler::on_result(size_t i, CellStatus o, double now, const std::string& reason, bool retry) {
   Entry& e = cells_[i];
   Decision d;
   switch (o) {
@@ -74,7 +74,7 @@ Decision Scheduler::on_result(size_t i, CellStatus o, double now, const std::str
       throw std::logic_error("Scheduler::on_result: an attempt's outcome cannot be " + std::string(to_string(o)));
     case CellStatus::failed:
       e.last_error = reason;
-      if (e.attempts > cfg_.retries) {
+      if (e.attempts > cfg_.retries || !retry) {
         set_state(i, CellStatus::failed);
         d.kind = Decision::failed;
       } else {

@@ -45,7 +45,8 @@ class Scheduler {
     return e.state == CellStatus::pending && e.not_before <= now && e.slots == 1;
   }
   int slots(size_t i) const { return cells_[i].slots; }
-  Decision on_result(size_t i, CellStatus o, double now, const std::string& reason = "");
+  // retry false: a failure another attempt would repeat, failed at once.
+  Decision on_result(size_t i, CellStatus o, double now, const std::string& reason = "", bool retry = true);
 
   CellStatus state(size_t i) const { return cells_[i].state; }
   int attempts(size_t i) const { return cells_[i].attempts; }

@@ -316,7 +316,7 @@ class Coordinator {
   }
 
   void handle(const AttemptResult& r, double now) {
-    const Decision d = sched_.on_result(r.index, r.outcome, now, r.reason);
+    const Decision d = sched_.on_result(r.index, r.outcome, now, r.reason, r.retry);
     json where = {{"cell_id", r.id}, {"attempt", r.attempt}, {"rank", r.rank}, {"slot", r.slot}, {"host", r.host}};
     switch (d.kind) {
       case Decision::done:

@@ -12,7 +12,7 @@ namespace attnsweep {
 
 // Exit status of `attnsweep train`: 0 result written (complete or diverged), 75
 // interrupted by a signal (no result written; a training task leaves its checkpoint),
-// 1 failure (message on stderr).
+// 1 failure, 65 a failure another attempt would repeat (message on stderr).
 int train_cell_to_file(const std::string& cell_id, const json& config, const std::string& out_path,
                        const RunCellOptions& opt);
 

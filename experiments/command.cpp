@@ -257,13 +257,13 @@ struct Metrics {
 double metric_value(const json& v, const std::string& where, const std::string& name) {
   if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();
   if (!v.is_number() || v.is_boolean())
-    throw std::runtime_error(where + ": \"" + name + "\": expected a number or null, got " + describe_value(v));
+    throw DeterministicFailure(where + ": \"" + name + "\": expected a number or null, got " + describe_value(v));
   return v.get<double>();
 }
 
 void check_name(const std::string& name, const std::string& where) {
   if (!is_identifier(name))
-    throw std::runtime_error(where + ": " + json(name).dump() + ": expected a metric name of letters, digits and _");
+    throw DeterministicFailure(where + ": " + json(name).dump() + ": expected a metric name of letters, digits and _");
 }
 
 Metrics read_metrics(const std::string& path) {
@@ -277,14 +277,14 @@ Metrics read_metrics(const std::string& path) {
     try {
       rec = json::parse(line);
     } catch (const std::exception&) {
-      throw std::runtime_error(where + ": not a JSON line: " + describe_value(json(line)) +
-                               "; expected {\"step\": N, \"loss\": ...} or {\"final\": {...}}");
+      throw DeterministicFailure(where + ": not a JSON line: " + describe_value(json(line)) +
+                                 "; expected {\"step\": N, \"loss\": ...} or {\"final\": {...}}");
     }
-    if (!rec.is_object()) throw std::runtime_error(where + ": expected a JSON object, got " + describe_value(rec));
+    if (!rec.is_object()) throw DeterministicFailure(where + ": expected a JSON object, got " + describe_value(rec));
     if (rec.contains("final")) {
       if (!rec["final"].is_object() || rec.size() != 1)
-        throw std::runtime_error(where + ": expected the final record {\"final\": {\"name\": number, ...}}, got " +
-                                 describe_value(json(line)));
+        throw DeterministicFailure(where + ": expected the final record {\"final\": {\"name\": number, ...}}, got " +
+                                   describe_value(json(line)));
       std::map<std::string, double> fin;
       for (auto it = rec["final"].begin(); it != rec["final"].end(); ++it) {
         check_name(it.key(), where);
@@ -294,8 +294,8 @@ Metrics read_metrics(const std::string& path) {
       continue;
     }
     if (!rec.contains("step") || !rec["step"].is_number_integer() || rec["step"].get<int64_t>() < 0)
-      throw std::runtime_error(where + ": \"step\": expected an integer >= 0, got " +
-                               (rec.contains("step") ? describe_value(rec["step"]) : std::string("none")));
+      throw DeterministicFailure(where + ": \"step\": expected an integer >= 0, got " +
+                                 (rec.contains("step") ? describe_value(rec["step"]) : std::string("none")));
     std::map<std::string, double> values;
     for (auto it = rec.begin(); it != rec.end(); ++it) {
       if (it.key() == "step") continue;
@@ -478,9 +478,9 @@ TaskOutput run_command(const json& config, const TaskContext& ctx) {
                              " (its output is above in this log)");
   Metrics m = read_metrics(metrics);
   if (!m.final)
-    throw std::runtime_error("the program exited 0 without a final record: " + metrics + " has " +
-                             std::to_string(m.steps.size()) +
-                             " logged steps and no line {\"final\": {...}} (attnsweep_cell.final(...))");
+    throw DeterministicFailure("the program exited 0 without a final record: " + metrics + " has " +
+                               std::to_string(m.steps.size()) +
+                               " logged steps and no line {\"final\": {...}} (attnsweep_cell.final(...))");
   return output_of(m);
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <variant>
 #include <vector>
@@ -116,6 +117,13 @@ TaskOutput run_command(const json& config, const TaskContext& ctx);
 
 // contract.md's exit code of a run or cell interrupted by a signal, resumable.
 inline constexpr int kExitInterrupted = 75;
+// `attnsweep train`'s exit code for a failure another attempt would repeat (a command
+// cell's malformed metrics line): the cell fails without its retries.
+inline constexpr int kExitFailedNoRetry = 65;
+// Thrown by a task for such a failure; run_cell exits kExitFailedNoRetry with its message.
+struct DeterministicFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 // A command cell's metrics lines live next to its checkpoint, at checkpoint + this, so the
 // steps logged before a requeue are kept; removed with the checkpoint once the result is written.
 inline constexpr const char kCommandMetricsSuffix[] = ".metrics.jsonl";

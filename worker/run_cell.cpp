@@ -64,6 +64,9 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
   TaskOutput out;
   try {
     out = run_task(config, ctx);
+  } catch (const DeterministicFailure& e) {
+    std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), e.what());
+    return kExitFailedNoRetry;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), e.what());
     return 1;

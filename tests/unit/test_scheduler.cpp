@@ -57,6 +57,18 @@ TEST(Scheduler, InterruptedAttemptsAreGivenBack) {
   EXPECT_TRUE(s.all_terminal());
 }
 
+// A failure another attempt would repeat (train's exit 65: a malformed metrics line) fails
+// the cell at once, its retries unused.
+TEST(Scheduler, FailuresThatWouldRepeatAreNotRetried) {
+  Scheduler s({1.0}, SchedulerConfig{2, 1.0, 60.0});
+  ASSERT_EQ(*s.next(0), 0u);
+  const Decision d = s.on_result(0, CellStatus::failed, 10.0, "metrics.jsonl:2: not a JSON line", false);
+  EXPECT_EQ(d.kind, Decision::failed);
+  EXPECT_EQ(s.state(0), CellStatus::failed);
+  EXPECT_EQ(s.attempts(0), 1);
+  EXPECT_TRUE(s.all_terminal());
+}
+
 TEST(Scheduler, ZeroRetriesFailAtOnce) {
   Scheduler s({1.0}, SchedulerConfig{0, 1.0, 60.0});
   ASSERT_TRUE(s.next(0).has_value());
