@@ -520,7 +520,7 @@ class Report:
         rows = [r for r in np.where(pd["metric"] == metric)[0] if np.isfinite(float(pd["prompt_length"][r]))]
         comparisons = sorted({(pd["group"][r], pd["a"][r], pd["b"][r]) for r in rows})
         if not comparisons or self.N is None:
-            return self.paired_by_group(metric, spec_and_group, pretty)
+            return self.paired_by_group(metric, lambda i: (spec_of[i], group_of[i]), pretty)
         if len(comparisons) > 6:
             comparisons = comparisons[:6]
         # a group is named by the parameters that differ between the compared groups only
@@ -597,6 +597,7 @@ class Report:
         c = self.data["cells"]
         v = c[metric].astype(float) if metric in c else np.full(self.data["n"], np.nan)
         labels = [spec_and_group(i) for i in range(self.data["n"])]
+        shown = np.zeros(self.data["n"], bool)
         fig, axes = plt.subplots(len(pairs_of), 2, figsize=(11.0, 3.7 * len(pairs_of)), squeeze=False)
         for (a, b), (ax, ax2) in zip(pairs_of, axes):
             sel = sorted((r for r in rows if pd["a"][r] == a and pd["b"][r] == b), key=lambda r: pd["group"][r])
@@ -623,6 +624,7 @@ class Report:
                 for i in range(self.data["n"]):
                     spec, gr = labels[i]
                     if ok[i] and gr == g and spec in (a, b):
+                        shown[i] = True
                         key = tuple(value_text(c[k][i].item() if hasattr(c[k][i], "item") else c[k][i])
                                     for k in self.data["params"] if is_replicate(k))
                         cells.setdefault(key, {})[spec] = v[i]
@@ -644,7 +646,7 @@ class Report:
                  f"data), are compared pair by pair. Left: mean over pairs of the difference of the final {metric} "
                  "per group of the other parameters, with its 95% Student-t interval; k/m = pairs where the first "
                  "activation's value is the lower. Right: every cell a point, each pair joined. From aggregate.h5 "
-                 "/paired (also paired.csv).", fig)
+                 "/paired (also paired.csv), " + self.budget(shown) + ".", fig)
 
     # (4c) the best scale c* against N (results/best_scale.h; paper A's Fig. 1)
     def best_scale(self):
