@@ -24,6 +24,7 @@ int cmd_plan(int argc, char** argv) {
   po::options_description desc("options");
   std::string grid_path;
   int cells_per_gpu = 0, fuse = 0, workers = 0;
+  std::vector<std::string> overrides;
   desc.add_options()("help,h", "this help")("json", "print the cells as one JSON array")(
       "workers", po::value(&workers),
       "CPU slots to estimate the wall time for, as run --workers K (default: the machine's cores)")(
@@ -32,20 +33,26 @@ int cmd_plan(int argc, char** argv) {
       "task's)")(
       "cells-per-gpu", po::value(&cells_per_gpu),
       "check this many cells per GPU against its memory (default: the grid's resources.cells_per_gpu, else 1)")(
-      "grid", po::value(&grid_path)->required(), "the grid file");
+      "grid", po::value(&grid_path)->required(), "the grid file")(
+      "overrides", po::value(&overrides)->composing(),
+      "after the grid file: key=value (fixed), key=a,b (an axis), resources.key=value (docs/command-line.md)");
   po::positional_options_description pos;
-  pos.add("grid", 1);
+  pos.add("grid", 1).add("overrides", -1);
   po::variables_map vm;
   if (!parse("plan", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep plan GRID.json [--json] [--cells-per-gpu K] [--fuse K] [--workers K]", desc)) return kExitOk;
+  if (help(vm,
+           "attnsweep plan GRID.json [key=value | key=a,b ...] [--json] [--cells-per-gpu K] [--fuse K] [--workers K]",
+           desc))
+    return kExitOk;
   if (vm.count("workers") && !in_range("plan", "--workers", workers, 1, kMaxSlotsOrThreads)) return kExitUsage;
   if (workers == 0) workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (vm.count("fuse") && !in_range("plan", "--fuse", fuse, 1, kMaxFuse)) return kExitUsage;
   if (vm.count("cells-per-gpu") && !in_range("plan", "--cells-per-gpu", cells_per_gpu, 1, kMaxCellsPerGpu))
     return kExitUsage;
-  const std::optional<Grid> loaded = load_or_report([&] { return load_grid(grid_path); });
+  const std::optional<Grid> loaded = load_or_report([&] { return load_grid(grid_path, overrides); });
   if (!loaded) return kExitUsage;
   const Grid& grid = *loaded;
+  for (const std::string& w : grid_warnings(grid)) std::fprintf(stderr, "attnsweep plan: warning: %s\n", w.c_str());
   // K cells per GPU against one GPU's memory: the grid's gpu_memory_gib, else the visible
   // GPU's; with neither, nothing is checked (and the total line says so).
   const int k = cells_per_gpu > 0 ? cells_per_gpu : grid.resources.cells_per_gpu;

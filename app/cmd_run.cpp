@@ -27,8 +27,11 @@ namespace attnsweep::cli {
 int cmd_run(int argc, char** argv) {
   RunOptions opt;
   std::string grid_path;
+  std::vector<std::string> overrides;
   po::options_description desc("options");
   desc.add_options()("help,h", "this help")("grid", po::value(&grid_path)->required(), "the grid file")(
+      "overrides", po::value(&overrides)->composing(),
+      "after the grid file: key=value (fixed), key=a,b (an axis), resources.key=value (docs/command-line.md)")(
       "out", po::value(&opt.out_dir)->required(), "results directory (created; resumed when it exists)")(
       "workers", po::value(&opt.workers), "CPU worker slots per rank (default: the machine's cores)")(
       "device", po::value(&opt.device)->default_value("auto"), "auto | cpu | cuda (auto: cuda when a GPU is visible)")(
@@ -52,10 +55,10 @@ int cmd_run(int argc, char** argv) {
       "no-resume", "recompute every cell, also those with a valid result")(
       "force", "resume although the grid differs from the directory's manifest");
   po::positional_options_description pos;
-  pos.add("grid", 1);
+  pos.add("grid", 1).add("overrides", -1);
   po::variables_map vm;
   if (!parse("run", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep run GRID.json --out DIR [options]", desc)) return kExitOk;
+  if (help(vm, "attnsweep run GRID.json [key=value | key=a,b ...] --out DIR [options]", desc)) return kExitOk;
   opt.resume = !vm.count("no-resume");
   opt.force = vm.count("force") > 0;
   if (opt.device != "auto" && opt.device != "cpu" && opt.device != "cuda") {
@@ -95,9 +98,10 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "attnsweep run: --out %s: %s\n", opt.out_dir.c_str(), why.c_str());
     return kExitUsage;
   }
-  const std::optional<Grid> loaded = load_or_report([&] { return load_grid(grid_path); });
+  const std::optional<Grid> loaded = load_or_report([&] { return load_grid(grid_path, overrides); });
   if (!loaded) return kExitUsage;
   const Grid& grid = *loaded;
+  for (const std::string& w : grid_warnings(grid)) std::fprintf(stderr, "attnsweep run: warning: %s\n", w.c_str());
   return run_sweep(grid, opt);
 }
 
@@ -105,7 +109,9 @@ int cmd_submit(int argc, char** argv) {
   SubmitOptions opt;
   po::options_description desc("options");
   desc.add_options()("help,h", "this help")("grid", po::value(&opt.grid_file)->required(), "the grid file")(
-      "out", po::value(&opt.out_dir)->required(), "results directory (on a file system every node sees)")(
+      "overrides", po::value(&opt.overrides)->composing(),
+      "after the grid file: key=value (fixed), key=a,b (an axis), resources.key=value; the job runs the grid with "
+      "them")("out", po::value(&opt.out_dir)->required(), "results directory (on a file system every node sees)")(
       "nodes", po::value(&opt.nodes)->required(), "nodes (one MPI rank each)")(
       "gpus-per-node", po::value(&opt.gpus_per_node)->required(), "GPUs per node, one worker slot each (0: CPU slots)")(
       "time", po::value(&opt.time)->default_value("24:00:00"), "wall-time limit of each job (HH:MM:SS or D-HH:MM:SS)")(
@@ -128,11 +134,12 @@ int cmd_submit(int argc, char** argv) {
       "a shell line the job runs before its srun, as --setup 'module load cuda' (repeatable, in order)")(
       "dry-run", "write DIR/job.sbatch and stop");
   po::positional_options_description pos;
-  pos.add("grid", 1);
+  pos.add("grid", 1).add("overrides", -1);
   po::variables_map vm;
   if (!parse("submit", argc, argv, desc, pos, vm)) return kExitUsage;
   if (help(vm,
-           "attnsweep submit GRID.json --out DIR --nodes N --gpus-per-node G [--time HH:MM:SS] [--partition P] "
+           "attnsweep submit GRID.json [key=value | key=a,b ...] --out DIR --nodes N --gpus-per-node G [--time "
+           "HH:MM:SS] [--partition P] "
            "[--account A] [--sbatch=OPT ...] [--setup LINE ...] [--dry-run]",
            desc))
     return kExitOk;

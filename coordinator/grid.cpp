@@ -400,6 +400,110 @@ Grid load_grid(const std::string& path) {
 
 namespace {
 
+// One override value: JSON where it parses as JSON, else the bare text.
+ordered_json override_value(const std::string& text) {
+  try {
+    return ordered_json::parse(text);
+  } catch (const std::exception&) {
+    return text;
+  }
+}
+
+// The values of `a,b,c` split at the commas outside brackets and quotes.
+std::vector<std::string> split_values(const std::string& v) {
+  std::vector<std::string> out(1);
+  int depth = 0;
+  bool quoted = false;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const char c = v[i];
+    if (c == '"' && (i == 0 || v[i - 1] != '\\')) quoted = !quoted;
+    if (!quoted && (c == '[' || c == '{')) ++depth;
+    if (!quoted && (c == ']' || c == '}')) --depth;
+    if (c == ',' && !quoted && depth == 0)
+      out.emplace_back();
+    else
+      out.back() += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string grid_text_with_overrides(const std::string& path, const std::vector<std::string>& overrides) {
+  const std::string text = read_input(path);
+  if (overrides.empty()) return text;
+  ordered_json root = parse_json_text(text, path);
+  std::vector<std::string> problems;
+  if (!root.is_object()) throw InputError({path + ": expected a JSON object (a grid) to apply the overrides to"});
+  for (const std::string& word : overrides) {
+    const std::string w = !word.empty() && word[0] == '+' ? word.substr(1) : word;
+    const size_t eq = w.find('=');
+    const std::string key = w.substr(0, eq);
+    if (eq == std::string::npos || key.empty() || key.find_first_of(" \t\"{}[],") != std::string::npos) {
+      problems.push_back("override \"" + word +
+                         "\": expected key=value or key=a,b,c (Hydra's form, after the grid file)");
+      continue;
+    }
+    const std::string value = w.substr(eq + 1);
+    if (key.rfind("resources.", 0) == 0) {
+      root["resources"][key.substr(10)] = override_value(value);
+      continue;
+    }
+    if (key.find('.') != std::string::npos) {
+      problems.push_back("override \"" + word + "\": a dotted key names a resource (resources.retries=3), got \"" +
+                         key + "\"");
+      continue;
+    }
+    const std::vector<std::string> parts = split_values(value);
+    if (parts.size() > 1) {
+      ordered_json axis = ordered_json::array();
+      for (const std::string& p : parts) axis.push_back(override_value(p));
+      root["axes"][key] = axis;
+      if (root.contains("fixed") && root["fixed"].is_object()) root["fixed"].erase(key);
+    } else {
+      root["fixed"][key] = override_value(value);
+      if (root.contains("axes") && root["axes"].is_object()) root["axes"].erase(key);
+    }
+  }
+  if (!problems.empty()) throw InputError(problems);
+  return root.dump(2) + "\n";
+}
+
+std::vector<std::string> grid_warnings(const Grid& grid) {
+  size_t n = 0;
+  const Cell* first = nullptr;
+  for (const Cell& c : grid.cells) {
+    const auto w = c.config.find("warmup_steps"), st = c.config.find("steps");
+    if (w != c.config.end() && st != c.config.end() && w->is_number() && st->is_number() &&
+        w->get<double>() > st->get<double>()) {
+      if (!first) first = &c;
+      ++n;
+    }
+  }
+  if (!first) return {};
+  return {grid.file + ": " + std::to_string(n) + " cell" + (n == 1 ? "" : "s") + " with warmup_steps above steps (" +
+          first->id + ": warmup_steps " + first->config.at("warmup_steps").dump() + ", steps " +
+          first->config.at("steps").dump() +
+          "): the learning rate never leaves its warm-up; set warmup_steps (default 100) below steps"};
+}
+
+Grid load_grid(const std::string& path, const std::vector<std::string>& overrides) {
+  if (overrides.empty()) return load_grid(path);
+  Grid g;
+  try {
+    g = parse_grid(grid_text_with_overrides(path, overrides), path);
+  } catch (InputError& e) {
+    std::string words;
+    for (const std::string& o : overrides) words += " " + o;
+    e.problems.push_back("(" + path + " with the overrides" + words + ")");
+    throw;
+  }
+  g.overrides = overrides;
+  return g;
+}
+
+namespace {
+
 // One grid file read into cells: each part of the format in its own step, every problem
 // collected (Problems) and thrown together at the end.
 class GridReader {

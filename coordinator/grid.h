@@ -48,11 +48,23 @@ struct Grid {
   std::string name;
   json source;  // the grid as given
   Resources resources;
-  std::vector<Cell> cells;  // in expansion order, duplicates merged
-  std::string hash;         // hash over the sorted cell ids (independent of formatting)
+  std::vector<Cell> cells;             // in expansion order, duplicates merged
+  std::string hash;                    // hash over the sorted cell ids (independent of formatting)
+  std::vector<std::string> overrides;  // the command line's key=value words, as given
 };
 
-Grid load_grid(const std::string& path);                                  // throws InputError
+Grid load_grid(const std::string& path);  // throws InputError
+// The grid file with the command line's overrides after it (Hydra's words): `key=value`
+// sets fixed.key (and drops key from axes), `key=a,b,c` makes key an axis of those values
+// (and drops it from fixed), `resources.key=value` sets a resource; a leading `+` is
+// allowed. A value is JSON where it parses as JSON (numbers, true, "text", [1, 2]), else
+// the bare text. The result is validated like the file. Throws InputError.
+Grid load_grid(const std::string& path, const std::vector<std::string>& overrides);
+// What is valid but likely a mistake (plan and run print these, one a line, and go on):
+// cells whose warmup_steps exceed their steps, so the learning rate never leaves warm-up.
+std::vector<std::string> grid_warnings(const Grid& grid);
+// The grid file's text with the overrides applied (what submit copies for its job).
+std::string grid_text_with_overrides(const std::string& path, const std::vector<std::string>& overrides);
 Grid parse_grid(const std::string& text, const std::string& file_label);  // throws InputError
 
 // A single cell file (`attnsweep train CELL.json`): validated like a grid cell,

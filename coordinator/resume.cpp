@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -23,14 +24,25 @@ std::vector<std::pair<size_t, CellStatus>> prepare_dir(const Grid& grid, const R
       throw InputError({manifest + ": unreadable manifest (" + std::string(e.what()) + ")"});
     }
     const std::string old_hash = old.value("grid_hash", "");
-    if (old_hash != grid.hash && !opt.force)
-      throw InputError({manifest + ": grid_hash: this directory holds a different grid (" + old_hash.substr(0, 16) +
-                        ", now " + grid.hash.substr(0, 16) +
-                        "); use --force to resume with the changed grid, or another --out"});
+    if (old_hash != grid.hash && !opt.force) {
+      // What changed, in cells: the directory's cell files are the grid it holds.
+      std::set<std::string> had, now;
+      if (fs::is_directory(rd.dir() + "/cells"))
+        for (const auto& e : fs::directory_iterator(rd.dir() + "/cells"))
+          if (e.path().extension() == ".json") had.insert(e.path().stem().string());
+      for (const Cell& c : grid.cells) now.insert(c.id);
+      size_t added = 0, removed = 0;
+      for (const std::string& id : now) added += had.count(id) == 0;
+      for (const std::string& id : had) removed += now.count(id) == 0;
+      throw InputError({manifest + ": grid_hash: this directory holds a different grid (" + std::to_string(had.size()) +
+                        " cells; this one has " + std::to_string(now.size()) + ": " + std::to_string(added) +
+                        " added, " + std::to_string(removed) + " removed, " + std::to_string(now.size() - added) +
+                        " the same); use --force to resume with the changed grid, or another --out"});
+    }
   }
-  json m = {{"grid", grid.source},     {"grid_file", grid.file},     {"grid_name", grid.name},
-            {"grid_hash", grid.hash},  {"cells", grid.cells.size()}, {"attnsweep_version", ATTNSWEEP_VERSION},
-            {"written", iso_utc_now()}};
+  json m = {{"grid", grid.source},         {"grid_file", grid.file},     {"grid_name", grid.name},
+            {"grid_hash", grid.hash},      {"cells", grid.cells.size()}, {"attnsweep_version", ATTNSWEEP_VERSION},
+            {"overrides", grid.overrides}, {"written", iso_utc_now()}};
   atomic_write_text(manifest, m.dump(2) + "\n");
 
   // Temporaries of a run that was killed (we hold the lock: no writer is alive).

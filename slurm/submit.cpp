@@ -206,7 +206,7 @@ int submit(const SubmitOptions& o) {
   std::vector<std::string> problems = validate(o);
   Grid grid;
   try {
-    grid = load_grid(o.grid_file);
+    grid = load_grid(o.grid_file, o.overrides);
   } catch (const InputError& e) {
     problems.insert(problems.end(), e.problems.begin(), e.problems.end());
   }
@@ -240,7 +240,8 @@ int submit(const SubmitOptions& o) {
   }
   // The job runs the grid as it was at submit time, whatever happens to the file later.
   const std::string grid_copy = o.out_dir + "/grid.json";
-  const std::string text = read_text(o.grid_file);
+  // With overrides: the grid as the overrides make it, which the job then runs.
+  const std::string text = grid_text_with_overrides(o.grid_file, o.overrides);
   if (fs::exists(grid_copy) && read_text(grid_copy) != text) {
     // Load the existing copy: same cells means a resubmit; different cells are refused
     // later by `run` (manifest) unless --force, exactly as for a local run.

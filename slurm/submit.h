@@ -9,6 +9,7 @@ namespace attnsweep {
 
 struct SubmitOptions {
   std::string grid_file;
+  std::vector<std::string> overrides;  // key=value words after the grid file (coordinator/grid.h)
   std::string out_dir;
   int nodes = 1;
   int gpus_per_node = 0;  // 0: CPU slots

@@ -58,6 +58,7 @@
 #include <utility>
 #include <vector>
 
+#include "experiments/task.h"  // DeterministicFailure
 #include "kernels/attention.h"
 #include "kernels/model_ops.h"
 #include "kernels/op_list.h"
@@ -213,11 +214,12 @@ class CpuBackend {
   using Array = std::vector<T>;
 
   explicit CpuBackend(int /*device*/ = 0) {}
-  // fp32 only: bf16 and tf32 are GPU arithmetic (kernels/precision.h).
+  // fp32 only: bf16 and tf32 are GPU arithmetic (kernels/precision.h). Every attempt
+  // would fail alike: the cell fails once, without its retries.
   void set_precision(Precision p) {
     if (p != Precision::fp32)
-      throw std::runtime_error(std::string("precision \"") + precision_name(p) +
-                               "\": the CPU trains in fp32 only; bf16 and tf32 need a CUDA device (--device cuda)");
+      throw DeterministicFailure(std::string("precision \"") + precision_name(p) +
+                                 "\": the CPU trains in fp32 only; bf16 and tf32 need a CUDA device (--device cuda)");
   }
   void bind() {}
   void synchronize() {}
