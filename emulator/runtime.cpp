@@ -104,8 +104,12 @@ struct Device {
   std::set<Stream*> streams;
 };
 
+// Never destroyed: a program's own statics (a cached workspace) free device memory at
+// exit, after a function-local static made at the first CUDA call would be gone (found by
+// a deliberate breakage: cudaFree from a static unique_ptr's destructor crashed in
+// drain_device at exit).
 std::vector<Device>& devices() {
-  static std::vector<Device> d = [] {
+  static std::vector<Device>& d = *new std::vector<Device>([] {
     std::vector<Device> v(static_cast<size_t>(device_count()));
     for (size_t i = 0; i < v.size(); ++i) {
       v[i].legacy = std::make_unique<Stream>();
@@ -114,7 +118,7 @@ std::vector<Device>& devices() {
       v[i].legacy->q.device = static_cast<int>(i);
     }
     return v;
-  }();
+  }());
   return d;
 }
 
