@@ -300,8 +300,16 @@ void check_layernorm_backward() {
     layernorm_forward_cuda(g_out.get(), g_mean.get(), g_rstd.get(), g_inp.get(), g_w.get(), g_b.get(), N, C, nullptr);
     layernorm_backward_cuda(g_dinp.get(), g_dw.get(), g_db.get(), g_dout.get(), g_inp.get(), g_w.get(), g_mean.get(),
                             g_rstd.get(), N, C, ws.get(), nullptr);
-    // float64 arithmetic rounded once or twice to float32.
-    expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolUlp);
+    // float64 arithmetic rounded once or twice to float32; but dinp is rstd times a
+    // difference of float32 sums of dxhat = dout * w (the CPU's, in whichever clone this
+    // CPU takes), so its rounding is ulps of |dxhat| times rstd: large where a row is nearly
+    // constant (C = 1: rstd = 1/sqrt(eps), 316; there the CPU and the emulated device
+    // differed by 1.3e-5 on the EPYC VM of 2026-12-04, 4e-8 of rstd x |dxhat|).
+    double dinp_floor = 0.0;
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t c = 0; c < C; ++c)
+        dinp_floor = std::max(dinp_floor, static_cast<double>(rstd[i]) * std::fabs(dout[i * C + c] * w[c]));
+    expect_close(what + " dinp", g_dinp.download(what + " dinp"), dinp, kTolUlp, dinp_floor);
     expect_close(what + " dweight", g_dw.download(what + " dweight"), dw, kTolUlp);
     expect_close(what + " dbias", g_db.download(what + " dbias"), db, kTolUlp);
   });
