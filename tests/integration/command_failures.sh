@@ -3,10 +3,7 @@
 # and an exit 0 without a final record (neither retried: they would repeat), and a program that ignores SIGTERM (killed after
 # grace_s; the run still exits 75 and the rerun completes it). The ok cell completes.
 source "$(dirname "$0")/lib.bash"
-export TMPDIR=$WORK/tmp  # the cells' scratch directories: a killed attempt's stays here
-mkdir -p "$TMPDIR"
-export OUT_DIR=$WORK
-PROG=$SRC/tests/integration/command_prog.py
+command_test_setup
 cat > grid.json <<JSON
 {"name": "own-failures",
  "command": {"argv": ["$PY", "$PROG", "{mode}"], "keys": {"mode": "string", "lr": {"type": "number", "default": 0.1}}},

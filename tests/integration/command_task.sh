@@ -4,10 +4,7 @@
 # metrics file, the checkpoint path, the scratch directory and the Python helper in its
 # environment; its metrics lines become the result file, and aggregate reads them.
 source "$(dirname "$0")/lib.bash"
-export TMPDIR=$WORK/tmp  # the cells' scratch directories: a killed attempt's stays here
-mkdir -p "$TMPDIR"
-export OUT_DIR=$WORK
-PROG=$SRC/tests/integration/command_prog.py
+command_test_setup
 cat > grid.json <<JSON
 {"name": "own",
  "command": {"argv": ["$PY", "$PROG", "{mode}", "--lr={lr}", "{name}", "{{literal}}"],

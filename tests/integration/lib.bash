@@ -55,3 +55,11 @@ last = max(i for i, e in enumerate(lines) if e["event"] == "sweep_started")
 print(sum(1 for e in lines[last:] if e["event"] == sys.argv[2]))
 PY
 }
+# command_test_setup: for the command task's tests (command_*.sh): the cells' scratch
+# directories under $WORK/tmp (a killed attempt's stays there), OUT_DIR and PROG, the
+# test program tests/integration/command_prog.py.
+command_test_setup() {
+  export TMPDIR=$WORK/tmp OUT_DIR=$WORK
+  mkdir -p "$TMPDIR"
+  PROG=$SRC/tests/integration/command_prog.py
+}
