@@ -1,14 +1,27 @@
 // A thread block of the emulated device: its threads are fibers (Boost.Context's
 // fcontext) on the host thread that runs the grid, one block at a time.
 //
-// Threads start in order of their linear index on a fiber that runs thread after thread
-// until one waits at a collective; only then does the next thread get a fiber of its own,
-// so a kernel without collectives costs a function call a thread. A waiting thread
-// stays suspended on its fiber until every thread that can run has run; then the warp
-// collectives whose 32 lanes have all arrived are computed (ISA lane maps), or, when none
-// is, the block barrier is released if every live thread is at the same __syncthreads.
+// One warp runs at a time, as far as it can: its threads start in lane order on a fiber
+// that runs thread after thread until one waits at a collective (only then does the next
+// thread get a fiber of its own, so a kernel without collectives costs a function call a
+// thread); when its 32 lanes are at the same collective, the collective is computed (ISA
+// lane maps) and the warp goes on, until every lane waits at a block barrier or has
+// exited; then the next warp runs. When no warp can run, the barrier is released if every
+// live thread is at the same __syncthreads. Even blocks run their warps in ascending
+// order, odd blocks in descending order: a warp runs ahead of the others as far as the
+// barriers let it, so a missing __syncthreads lets it read what the others have not yet
+// written, or overwrite what they have not yet read (a wrong result or poison), in both
+// directions between warps.
 // Anything else is an error naming the kernel and the lines: threads at different
 // barriers, a thread that exited while others wait, a lane missing at a collective.
+//
+// Racecheck of the tensor-core kernels' shared-memory traffic: every cp.async and
+// ldmatrix goes through the emulator, which keeps, for each 16-byte chunk of shared
+// memory, the last cp.async that wrote it (thread, line, in flight or landed, in which
+// barrier interval) and the warps that read it by ldmatrix in the current interval. A read
+// of a chunk in flight, a read of a chunk another warp wrote in the same interval, and a
+// cp.async over a chunk another warp read or wrote in the same interval are races,
+// reported with both lines (compute-sanitizer's racecheck reports the same hazards).
 #include "emulator/emu.h"
 
 #include <cuda_bf16.h>
@@ -21,6 +34,7 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -98,6 +112,17 @@ struct CpAsyncCopy {
   int group;  // -1: not committed yet
 };
 
+// The racecheck's record of one 16-byte chunk of shared memory.
+struct ChunkAccess {
+  int writer = -1;          // the thread of the last cp.async into it (-1: none)
+  bool in_flight = false;   // issued, not landed yet
+  int write_interval = -1;  // the barrier interval it landed in (or was issued in)
+  std::source_location write_at;
+  uint32_t reader_warps = 0;  // warps that read it by ldmatrix in read_interval
+  int read_interval = -1;
+  std::source_location read_at;
+};
+
 struct Fiber;
 
 struct Thread {
@@ -130,8 +155,12 @@ struct Block {
   const LaunchSite* site = nullptr;
   const std::function<void()>* body = nullptr;
   std::vector<Thread> threads;
-  int next_unstarted = 0;
-  std::vector<std::unique_ptr<Fiber>> fibers;  // every fiber made so far (reused across blocks)
+  int warp = 0;                                       // the warp that runs now
+  std::vector<int> next_unstarted;                    // per warp: its first thread not started yet
+  int interval = 0;                                   // barriers released so far in this block
+  std::unordered_map<uintptr_t, ChunkAccess> chunks;  // racecheck, by 16-byte chunk
+  uint3 index{};                                      // blockIdx
+  std::vector<std::unique_ptr<Fiber>> fibers;         // every fiber made so far (reused across blocks)
   std::vector<Fiber*> free_fibers;
   Fiber* current = nullptr;
   fc::fcontext_t scheduler = nullptr;
@@ -154,6 +183,7 @@ struct Block {
 // ---- switching ----------------------------------------------------------------------
 
 void fiber_main(fc::transfer_t t);
+void land(Block& b, const CpAsyncCopy& c);
 
 // Scheduler -> fiber.
 void resume(Block& b, Fiber* f) {
@@ -201,18 +231,16 @@ void fiber_main(fc::transfer_t t) {
 #endif
   Fiber* me = b.current;
   for (;;) {
-    if (b.next_unstarted >= static_cast<int>(b.threads.size())) break;
-    Thread& th = b.threads[b.next_unstarted++];
+    const int end = std::min(static_cast<int>(b.threads.size()), 32 * (b.warp + 1));
+    if (b.next_unstarted[b.warp] >= end) break;
+    Thread& th = b.threads[b.next_unstarted[b.warp]++];
     th.fiber = me;
     th.state = State::running;
     me->thread = &th;
     t_lane = &th.lane;
     (*b.body)();
     // The thread's copies land at its exit at the latest.
-    for (auto& c : th.copies) {
-      std::memcpy(c.dst, c.src, static_cast<size_t>(c.bytes));
-      std::memset(static_cast<char*>(c.dst) + c.bytes, 0, 16 - static_cast<size_t>(c.bytes));
-    }
+    for (auto& c : th.copies) land(b, c);
     th.copies.clear();
     th.state = State::done;
     th.fiber = nullptr;
@@ -256,6 +284,70 @@ uint16_t half_of(uint32_t r, int i) {
   return static_cast<uint16_t>(i ? r >> 16 : r & 0xffffu);
 }
 
+// ---- racecheck (cp.async writes, ldmatrix reads) -----------------------------------------
+
+std::string thread_name(int linear) {
+  return "thread " + std::to_string(linear) + " (warp " + std::to_string(linear / 32) + ")";
+}
+
+ChunkAccess& chunk_of(Block& b, const void* p) {
+  return b.chunks[reinterpret_cast<uintptr_t>(p) & ~uintptr_t{15}];
+}
+
+// A cp.async by thread `t` into `dst`: "" or the race it makes.
+std::string race_on_write(Block& b, const Thread& t, const void* dst, std::source_location loc) {
+  ChunkAccess& c = chunk_of(b, dst);
+  const int warp = t.lane.linear / 32;
+  std::string race;
+  if (c.read_interval == b.interval && (c.reader_warps & ~(1u << warp)) != 0) {
+    int r = 0;
+    while (!((c.reader_warps & ~(1u << warp)) >> r & 1u)) ++r;
+    race = "racecheck: cp.async at " + where(loc) + " by " + thread_name(t.lane.linear) +
+           " overwrites 16 bytes of shared memory that warp " + std::to_string(r) + " read by ldmatrix at " +
+           where(c.read_at) + " with no __syncthreads between (write after read)";
+  } else if (c.writer >= 0 && c.writer / 32 != warp && (c.in_flight || c.write_interval == b.interval)) {
+    race = "racecheck: cp.async at " + where(loc) + " by " + thread_name(t.lane.linear) +
+           " writes 16 bytes of shared memory that " + thread_name(c.writer) + " wrote by cp.async at " +
+           where(c.write_at) + " with no __syncthreads between (write after write)";
+  }
+  c.writer = t.lane.linear;
+  c.in_flight = true;
+  c.write_interval = b.interval;
+  c.write_at = loc;
+  return race;
+}
+
+// An ldmatrix of warp `warp` reading the 16 bytes at `p`: "" or the race it makes.
+std::string race_on_read(Block& b, int warp, const void* p, std::source_location loc) {
+  ChunkAccess& c = chunk_of(b, p);
+  std::string race;
+  if (c.in_flight) {
+    race = "racecheck: " + std::string("ldmatrix at ") + where(loc) + " (warp " + std::to_string(warp) +
+           ") reads 16 bytes of shared memory that the cp.async of " + thread_name(c.writer) + " at " +
+           where(c.write_at) + " has in flight (not waited for" +
+           (c.writer / 32 == warp ? ")" : ", or no __syncthreads after its wait)");
+  } else if (c.writer >= 0 && c.writer / 32 != warp && c.write_interval == b.interval) {
+    race = "racecheck: ldmatrix at " + where(loc) + " (warp " + std::to_string(warp) +
+           ") reads 16 bytes of shared memory that " + thread_name(c.writer) + " wrote by cp.async at " +
+           where(c.write_at) + " with no __syncthreads between (read after write)";
+  }
+  if (c.read_interval != b.interval) {
+    c.read_interval = b.interval;
+    c.reader_warps = 0;
+  }
+  c.reader_warps |= 1u << (warp & 31);
+  c.read_at = loc;
+  return race;
+}
+
+void land(Block& b, const CpAsyncCopy& c) {
+  std::memcpy(c.dst, c.src, static_cast<size_t>(c.bytes));
+  std::memset(static_cast<char*>(c.dst) + c.bytes, 0, 16 - static_cast<size_t>(c.bytes));
+  ChunkAccess& a = chunk_of(b, c.dst);
+  a.in_flight = false;
+  a.write_interval = b.interval;
+}
+
 void check_ldmatrix_address(Block& b, const Thread& t, const void* p) {
   if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
     std::ostringstream s;
@@ -287,6 +379,10 @@ void compute_warp(Block& b, Thread* lanes[32]) {
         check_ldmatrix_address(b, *lanes[l], rows[l]);
       }
       if (!b.error.empty()) return;
+      const int warp = lanes[0]->lane.linear / 32;
+      for (int l = 0; l < 32; ++l) {
+        if (std::string race = race_on_read(b, warp, rows[l], lanes[l]->loc); !race.empty()) throw BlockError(race);
+      }
       for (int t = 0; t < 32; ++t) {
         uint32_t* r = static_cast<uint32_t*>(lanes[t]->out);
         for (int i = 0; i < 4; ++i) {
@@ -369,39 +465,62 @@ bool same_place(const std::source_location& a, const std::source_location& b) {
   return a.line() == b.line() && (a.file_name() == b.file_name() || std::strcmp(a.file_name(), b.file_name()) == 0);
 }
 
-// Every thread that can run has run: complete the warps whose lanes all arrived, else
-// release the barrier. False when the block is finished.
-bool resolve(Block& b) {
+// Warp w's lanes have run as far as they can: computes its collective when all 32 lanes
+// wait at the same one (true: they can run again), else false (every lane is at a barrier
+// or has exited); a warp split between a collective and anything else is an error.
+bool resolve_warp(Block& b, int w) {
   const int n = static_cast<int>(b.threads.size());
-  bool any_live = false, progressed = false;
-  for (int w = 0; w * 32 < n; ++w) {
-    const int lo = 32 * w, hi = std::min(n, lo + 32);
-    Thread* first = nullptr;
-    for (int i = lo; i < hi; ++i)
-      if (b.threads[i].state == State::at_warp) {
-        first = &b.threads[i];
-        break;
-      }
-    if (!first) continue;
-    if (hi - lo != 32)
-      throw BlockError("warp " + std::to_string(w) + " has " + std::to_string(hi - lo) + " threads, and " +
-                       describe(*first) + " with the full mask");
-    Thread* lanes[32];
+  const int lo = 32 * w, hi = std::min(n, lo + 32);
+  Thread* first = nullptr;
+  for (int i = lo; i < hi; ++i)
+    if (b.threads[i].state == State::at_warp) {
+      first = &b.threads[i];
+      break;
+    }
+  if (!first) return false;
+  if (hi - lo != 32)
+    throw BlockError("warp " + std::to_string(w) + " has " + std::to_string(hi - lo) + " threads, and " +
+                     describe(*first) + " with the full mask");
+  Thread* lanes[32];
+  for (int i = lo; i < hi; ++i) {
+    Thread& t = b.threads[i];
+    const bool same = t.state == State::at_warp && t.op == first->op && same_place(t.loc, first->loc);
+    if (!same) throw BlockError("a lane is missing at a warp collective: " + describe(*first) + ", but " + describe(t));
+    if (t.mask != 0xffffffffu)
+      throw BlockError(describe(t) + " with the mask " + std::to_string(t.mask) + ": only the full mask is emulated");
+    lanes[i - lo] = &t;
+  }
+  compute_warp(b, lanes);
+  if (!b.error.empty()) throw BlockError(b.error + " at " + where(first->loc));
+  for (Thread* t : lanes) t->state = State::ready;
+  return true;
+}
+
+// Runs warp w until each of its lanes waits at a barrier or has exited.
+void run_warp(Block& b, int w) {
+  const int n = static_cast<int>(b.threads.size());
+  const int lo = 32 * w, hi = std::min(n, lo + 32);
+  b.warp = w;
+  do {
     for (int i = lo; i < hi; ++i) {
       Thread& t = b.threads[i];
-      const bool same = t.state == State::at_warp && t.op == first->op && same_place(t.loc, first->loc);
-      if (!same)
-        throw BlockError("a lane is missing at a warp collective: " + describe(*first) + ", but " + describe(t));
-      if (t.mask != 0xffffffffu)
-        throw BlockError(describe(t) + " with the mask " + std::to_string(t.mask) + ": only the full mask is emulated");
-      lanes[i - lo] = &t;
+      if (t.state != State::ready) continue;
+      t.state = State::running;
+      resume(b, t.fiber);
+      if (!b.error.empty()) throw BlockError(b.error);
     }
-    compute_warp(b, lanes);
-    if (!b.error.empty()) throw BlockError(b.error + " at " + where(first->loc));
-    for (Thread* t : lanes) t->state = State::ready;
-    progressed = true;
-  }
-  if (progressed) return true;
+    while (b.next_unstarted[w] < hi) {
+      Fiber* f = new_fiber(b);
+      resume(b, f);
+      if (!b.error.empty()) throw BlockError(b.error);
+      if (f->finished) b.free_fibers.push_back(f);
+    }
+  } while (resolve_warp(b, w));
+}
+
+// Every warp waits at a barrier or has exited: releases the barrier (false: the block is
+// finished), or throws what is wrong.
+bool release_barrier(Block& b) {
   Thread* at_bar = nullptr;
   const Thread* exited = nullptr;
   for (Thread& t : b.threads) {
@@ -409,7 +528,6 @@ bool resolve(Block& b) {
       if (!exited) exited = &t;
       continue;
     }
-    any_live = true;
     if (t.state != State::at_barrier)
       throw BlockError("deadlock: " + describe(t));  // cannot happen: a running thread was not run
     if (!at_bar) {
@@ -418,39 +536,26 @@ bool resolve(Block& b) {
       throw BlockError("threads at different barriers: " + describe(*at_bar) + ", " + describe(t));
     }
   }
-  if (!any_live) return false;
+  if (!at_bar) return false;
   if (exited)
     throw BlockError("a thread exited while others wait at a barrier: " + describe(*exited) + ", " + describe(*at_bar));
   for (Thread& t : b.threads) t.state = State::ready;
+  ++b.interval;
   return true;
 }
 
 void run_block(Block& b) {
   const int n = static_cast<int>(b.threads.size());
-  b.next_unstarted = 0;
-  for (;;) {
-    // Run every thread that can: the woken ones in order, then the ones not started yet.
-    bool ran = true;
-    while (ran) {
-      ran = false;
-      for (int i = 0; i < n; ++i) {
-        Thread& t = b.threads[i];
-        if (t.state != State::ready) continue;
-        t.state = State::running;
-        resume(b, t.fiber);
-        ran = true;
-        if (!b.error.empty()) throw BlockError(b.error);
-      }
-      while (b.next_unstarted < n) {
-        Fiber* f = new_fiber(b);
-        resume(b, f);
-        ran = true;
-        if (!b.error.empty()) throw BlockError(b.error);
-        if (f->finished) b.free_fibers.push_back(f);
-      }
-    }
-    if (!resolve(b)) break;
-  }
+  const int warps = (n + 31) / 32;
+  b.next_unstarted.resize(static_cast<size_t>(warps));
+  for (int w = 0; w < warps; ++w) b.next_unstarted[static_cast<size_t>(w)] = 32 * w;
+  b.interval = 0;
+  b.chunks.clear();
+  const dim3 g = b.threads.front().lane.grid_dim;
+  const bool descending = (b.index.x + g.x * (b.index.y + g.y * b.index.z)) % 2 == 1;
+  do {
+    for (int k = 0; k < warps; ++k) run_warp(b, descending ? warps - 1 - k : k);
+  } while (release_barrier(b));
   // Fibers whose thread ended after waiting finished too: all of them are free again.
   b.free_fibers.clear();
   for (auto& f : b.fibers) b.free_fibers.push_back(f.get());
@@ -496,11 +601,20 @@ void* dynamic_shared() {
 }
 
 void device_error(const std::string& what, std::source_location loc) {
+  kernel_fault(what + " at " + where(loc));
+}
+
+void kernel_fault(const std::string& what) {
   Block& b = block();
-  b.error = what + " at " + where(loc);
+  b.error = what;
   me(b).state = State::done;
   yield(b, false);
   std::abort();  // the scheduler never resumes a fiber after an error
+}
+
+std::string running_thread() {
+  if (!t_block || !t_block->current || !t_block->current->thread || !t_lane) return "";
+  return thread_name(t_lane->linear);
 }
 
 void cp_async16(void* dst, const void* src, int src_bytes, std::source_location loc) {
@@ -508,6 +622,7 @@ void cp_async16(void* dst, const void* src, int src_bytes, std::source_location 
   if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
     device_error("cp.async.cg 16: an address not 16-byte aligned", loc);
   if (src_bytes < 0 || src_bytes > 16) device_error("cp.async.cg 16: src-size outside 0..16", loc);
+  if (std::string race = race_on_write(b, me(b), dst, loc); !race.empty()) kernel_fault(race);
   std::memset(dst, 0xff, 16);  // poisoned until its wait_group
   me(b).copies.push_back({dst, src, src_bytes, -1});
 }
@@ -520,14 +635,14 @@ void cp_async_commit() {
 }
 
 void cp_async_wait(int pending_allowed, std::source_location) {
-  Thread& t = me(block());
+  Block& b = block();
+  Thread& t = me(b);
   // Every committed group but the `pending_allowed` most recent lands now.
   const int land_below = t.groups_committed - pending_allowed;
   std::vector<CpAsyncCopy> keep;
   for (auto& c : t.copies) {
     if (c.group >= 0 && c.group < land_below) {
-      std::memcpy(c.dst, c.src, static_cast<size_t>(c.bytes));
-      std::memset(static_cast<char*>(c.dst) + c.bytes, 0, 16 - static_cast<size_t>(c.bytes));
+      land(b, c);
     } else {
       keep.push_back(c);
     }
@@ -561,6 +676,8 @@ std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block_dim, size_t d
   // Static shared memory: poisoned once a launch (0xff bytes: NaN in every float type).
   if (site.shared_begin && site.shared_end > site.shared_begin)
     std::memset(site.shared_begin, 0xff, static_cast<size_t>(site.shared_end - site.shared_begin));
+  // Dynamic shared memory: one guarded buffer for the launch, poisoned for each block.
+  b.dyn = dynamic_smem ? guarded_alloc(dynamic_smem, "the launch's dynamic shared memory") : nullptr;
   std::string result;
   for (unsigned bz = 0; bz < grid.z && result.empty(); ++bz)
     for (unsigned by = 0; by < grid.y && result.empty(); ++by)
@@ -572,16 +689,8 @@ std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block_dim, size_t d
           t.groups_committed = 0;
           t.lane.block_idx = uint3{bx, by, bz};
         }
-        b.dyn = nullptr;
-        if (dynamic_smem) {
-          b.dyn = std::aligned_alloc(16, (dynamic_smem + 15) / 16 * 16);
-          std::memset(b.dyn, 0xff, (dynamic_smem + 15) / 16 * 16);
-#ifdef ATTNSWEEP_EMU_ASAN
-          // Exactly the launch's bytes are addressable: a read past them is reported.
-          ASAN_POISON_MEMORY_REGION(static_cast<char*>(b.dyn) + dynamic_smem,
-                                    (dynamic_smem + 15) / 16 * 16 - dynamic_smem);
-#endif
-        }
+        b.index = uint3{bx, by, bz};
+        if (b.dyn) std::memset(b.dyn, 0xff, dynamic_smem);
         try {
           run_block(b);
         } catch (const BlockError& e) {
@@ -592,14 +701,9 @@ std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block_dim, size_t d
           b.fibers.clear();
           b.free_fibers.clear();
         }
-        if (b.dyn) {
-#ifdef ATTNSWEEP_EMU_ASAN
-          ASAN_UNPOISON_MEMORY_REGION(b.dyn, (dynamic_smem + 15) / 16 * 16);
-#endif
-          std::free(b.dyn);
-          b.dyn = nullptr;
-        }
       }
+  guarded_free(b.dyn);
+  b.dyn = nullptr;
   t_block = saved;
   return result;
 }

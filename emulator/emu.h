@@ -56,6 +56,22 @@ void cp_async_wait(int pending_allowed, std::source_location loc);
 // cudaErrorLaunchFailure and this message.
 [[noreturn]] void device_error(const std::string& what, std::source_location loc);
 
+// ---- memcheck (memcheck.cpp) -----------------------------------------------------------
+// Memory that ends at a guard page: device allocations and each block's dynamic shared
+// memory. The pointer is 16-byte aligned and at most 15 bytes (poisoned) lie between the
+// last byte asked for and the guard, so a kernel reading one element past the end of a
+// buffer whose size is a multiple of 16 bytes faults there, and the fault becomes the
+// launch's error naming the kernel, the block, the thread and the allocation. Under ASan
+// the memory is ordinary heap memory of exactly `bytes` (ASan reports the overflow).
+void* guarded_alloc(size_t bytes, const char* what);
+void guarded_free(void* p);
+// The kernel thread running on this host thread ("thread T (warp W)"), or "" outside a
+// kernel (the launch's error names the kernel and the block).
+std::string running_thread();
+// Ends the running kernel thread's block with `what` (from the fault handler: an access
+// the hardware would report as an illegal address).
+[[noreturn]] void kernel_fault(const std::string& what);
+
 // ex2.approx.ftz.f32: 2^x, subnormal inputs and results flushed to zero, ex2(-inf) = +0.
 // The hardware's result is within 2 ulp of 2^x; this is the correctly rounded one.
 inline float flush_subnormal(float x) {

@@ -336,13 +336,10 @@ cudaError_t memcpy_async(void* dst, const void* src, size_t n, cudaMemcpyKind ki
   return cudaSuccess;
 }
 
-// 256-byte aligned, as cudaMalloc's, and exactly `bytes` long: under ASan a kernel
-// reading one element past its buffer is reported (memcheck).
+// Poisoned, and ending at a guard page (memcheck.cpp): a kernel reading one element past
+// its buffer fails its launch. 16-byte aligned (cudaMalloc's 256 only under ASan).
 void* poisoned(size_t bytes) {
-  void* p = nullptr;
-  if (posix_memalign(&p, 256, std::max<size_t>(bytes, 1)) != 0) return nullptr;
-  std::memset(p, 0xff, std::max<size_t>(bytes, 1));
-  return p;
+  return guarded_alloc(bytes, "a device allocation");
 }
 
 // ATTNSWEEP_EMU_LAUNCH_LOG=FILE: each kernel's first run appends "BINARY OFFSET EXPR", so
@@ -625,7 +622,7 @@ static cudaError_t free_now(void* p, bool pinned, const char* what) {
   if (it == g_allocs.end() || it->second.pinned != pinned)
     return fail(cudaErrorInvalidValue, std::string(what) + " of a pointer it did not allocate");
   g_allocs.erase(it);
-  std::free(p);
+  guarded_free(p);
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {

@@ -119,6 +119,91 @@ TEST(EmulatorChecks, AMissingSyncthreadsReadsPoison) {
   cudaFree(out);
 }
 
+// ---- warps run ahead: a missing barrier shows between warps, in both directions ----------
+__global__ void publish_across_warps_kernel(float* out) {
+  ATTN_DYNAMIC_SHARED(float, s);
+  s[threadIdx.x] = static_cast<float>(threadIdx.x);
+  out[blockIdx.x * 64 + threadIdx.x] = s[63 - threadIdx.x];  // the other warp's value, no barrier
+}
+
+TEST(EmulatorChecks, AWarpRunsAheadOfTheOthersUpToABarrier) {
+  float* out = device_floats(128);
+  ATTN_LAUNCH(2, 64, 64 * sizeof(float), nullptr, publish_across_warps_kernel)(out);
+  const std::vector<float> r = to_host(out, 128);
+  for (int t = 0; t < 64; ++t) {
+    // Block 0 runs warp 0 first, block 1 warp 1 first: the first warp reads poison.
+    const bool block0_first = t < 32;
+    EXPECT_EQ(std::isnan(r[static_cast<size_t>(t)]), block0_first) << "block 0, thread " << t;
+    EXPECT_EQ(std::isnan(r[static_cast<size_t>(64 + t)]), !block0_first) << "block 1, thread " << t;
+    if (!block0_first) {
+      EXPECT_EQ(r[static_cast<size_t>(t)], static_cast<float>(63 - t));
+    }
+  }
+  cudaFree(out);
+}
+
+// ---- racecheck: cp.async writes and ldmatrix reads of shared memory ------------------------
+// Warp `Copier` copies a 32 x 8 bf16 tile in by cp.async, the other warp reads it by
+// ldmatrix.x4.
+template <bool Barrier, int Copier>
+__global__ void copy_then_ldmatrix_kernel(const uint16_t* src, uint32_t* out) {
+  ATTN_DYNAMIC_SHARED(uint16_t, tile);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp == Copier) {
+    attnsweep::cuda::mma::cp_async16(tile + lane * 8, src + lane * 8, 16);
+    attnsweep::cuda::mma::cp_async_commit();
+    attnsweep::cuda::mma::cp_async_wait<0>();
+  }
+  if (Barrier) __syncthreads();
+  if (warp != Copier) {
+    uint32_t r[4];
+    attnsweep::cuda::mma::ldmatrix_x4(r, tile + lane * 8);
+    for (int i = 0; i < 4; ++i) out[lane * 4 + i] = r[i];
+  }
+}
+
+// The message of one launch of `kernel` (64 threads, one block), "" when it succeeded.
+template <class Kernel>
+std::string tile_launch(Kernel kernel, std::vector<uint32_t>* result = nullptr) {
+  uint16_t* src = nullptr;
+  uint32_t* out = nullptr;
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&src), 256 * sizeof(uint16_t)), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), 128 * sizeof(uint32_t)), cudaSuccess);
+  std::vector<uint16_t> h(256);
+  for (int i = 0; i < 256; ++i) h[static_cast<size_t>(i)] = static_cast<uint16_t>(i);
+  EXPECT_EQ(cudaMemcpy(src, h.data(), sizeof(uint16_t) * h.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ATTN_LAUNCH(1, 64, 512, nullptr, kernel)(src, out);
+  if (cudaDeviceSynchronize() != cudaSuccess) return fault_after_sync();
+  if (result) {
+    result->resize(128);
+    EXPECT_EQ(cudaMemcpy(result->data(), out, 512, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  cudaFree(src);
+  cudaFree(out);
+  return "";
+}
+
+TEST(EmulatorChecks, RacecheckReportsSharedMemoryHazardsBetweenWarps) {
+  std::vector<uint32_t> r;
+  EXPECT_EQ(tile_launch(copy_then_ldmatrix_kernel<true, 1>, &r), "");
+  // Lane 0's register 0: matrix 0 (rows 0-7), row 0, columns 0 and 1.
+  EXPECT_EQ(r.at(0), 0u | 1u << 16);
+  EXPECT_EQ(tile_launch(copy_then_ldmatrix_kernel<true, 0>), "");
+  // Warp 0 runs first: it copies, warp 1 reads what it wrote (read after write).
+  std::string m = tile_launch(copy_then_ldmatrix_kernel<false, 0>);
+  EXPECT_NE(m.find("racecheck: ldmatrix at emulator/test_checks.cu:"), std::string::npos) << m;
+  EXPECT_NE(m.find("(warp 1) reads 16 bytes of shared memory that thread 0 (warp 0) wrote by cp.async at "
+                   "emulator/test_checks.cu:"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("read after write"), std::string::npos) << m;
+  // Warp 0 reads first, then warp 1's cp.async overwrites it (write after read).
+  m = tile_launch(copy_then_ldmatrix_kernel<false, 1>);
+  EXPECT_NE(m.find("racecheck: cp.async at emulator/test_checks.cu:"), std::string::npos) << m;
+  EXPECT_NE(m.find("that warp 0 read by ldmatrix at emulator/test_checks.cu:"), std::string::npos) << m;
+  EXPECT_NE(m.find("write after read"), std::string::npos) << m;
+}
+
 // ---- cp.async: the destination is poisoned until its wait_group ---------------------------
 __global__ void cp_async_early_read_kernel(const float* src, float* out) {
   __shared__ __align__(16) float buf[32 * 4];
@@ -228,12 +313,19 @@ TEST(EmulatorChecks, CopiesAreCheckedAgainstTheirAllocations) {
   cudaFree(d);
 }
 
-// ---- memcheck (under ASan): device memory is host memory of exactly the asked size --------
-#if defined(__SANITIZE_ADDRESS__)
+// ---- memcheck: device memory and dynamic shared memory end at a guard page ----------------
 __global__ void read_one_past_kernel(const float* in, float* out, int n) {
   for (int i = threadIdx.x; i <= n; i += blockDim.x) out[0] += in[i];  // i == n: one past the end
 }
+__global__ void shared_one_past_kernel(float* out, int n) {
+  ATTN_DYNAMIC_SHARED(float, s);
+  s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x + 1];  // thread n - 1 reads s[n]
+  (void)n;
+}
 
+#if defined(__SANITIZE_ADDRESS__)
 TEST(EmulatorChecks, AKernelReadingOnePastItsBufferIsReportedUnderAsan) {
   float* in = device_floats(100);
   float* out = device_floats(1);
@@ -244,6 +336,30 @@ TEST(EmulatorChecks, AKernelReadingOnePastItsBufferIsReportedUnderAsan) {
       },
       "heap-buffer-overflow");
   cudaFree(in);
+  cudaFree(out);
+}
+#elif !defined(__SANITIZE_THREAD__)
+TEST(EmulatorChecks, AKernelReadingOnePastItsBufferFailsItsLaunch) {
+  float* in = device_floats(100);
+  float* out = device_floats(64);
+  ATTN_LAUNCH(1, 32, 0, nullptr, read_one_past_kernel)(in, out, 100);
+  std::string m = fault_after_sync();
+  EXPECT_NE(m.find("read_one_past_kernel"), std::string::npos) << m;
+  EXPECT_NE(m.find("memcheck: an access at byte 400 of a device allocation of 400 bytes, past its end"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("by thread 4 (warp 0)"), std::string::npos) << m;  // 4 + 3 * 32 = 100
+  // Dynamic shared memory: exactly the launch's bytes.
+  out = device_floats(64);
+  ATTN_LAUNCH(1, 64, 64 * sizeof(float), nullptr, shared_one_past_kernel)(out, 64);
+  m = fault_after_sync();
+  EXPECT_NE(m.find("at byte 256 of the launch's dynamic shared memory of 256 bytes, past its end"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("by thread 63 (warp 1)"), std::string::npos) << m;
+  // Reading within the buffer is fine, and the device works again after the reset.
+  out = device_floats(64);
+  ATTN_LAUNCH(1, 64, 65 * sizeof(float), nullptr, shared_one_past_kernel)(out, 64);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaFree(out);
 }
 #endif

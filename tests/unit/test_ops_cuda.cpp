@@ -63,7 +63,7 @@ void check(cudaError_t e, const char* what) {
 // Device copy of a host vector with kGuard guard elements after it, set to a byte pattern
 // that download() checks (an op writing past its output clobbers them).
 constexpr size_t kGuard = 64;
-constexpr unsigned char kGuardByte = 0xA5;
+constexpr unsigned char kGuardByte = 0xFF;
 
 template <class T>
 class Dev {
