@@ -66,7 +66,7 @@ int cmd_plan(int argc, char** argv) {
   // a run forms them as slots free up, of the same kind.
   const int fk = fuse_size(grid, fuse);
   const FusionPlan fusion = plan_fusion(grid);
-  const std::vector<std::vector<size_t>> groups = static_groups(fusion, fk);
+  const std::vector<std::vector<size_t>> groups = static_groups(fusion, fk, static_cast<size_t>(std::max(1, workers)));
   std::vector<size_t> group_of(grid.cells.size());
   for (size_t g = 0; g < groups.size(); ++g)
     for (size_t i : groups[g]) group_of[i] = g;

@@ -46,10 +46,16 @@ FusionPlan plan_fusion(const Grid& grid);
 // part in the order given; at most k - 1.
 std::vector<size_t> pick_companions(const FusionPlan& plan, size_t lead, const std::vector<size_t>& candidates, int k);
 
+// The most cells of a group on `slots` slots when `alike` cells share its key: k, but no
+// more than the alike cells over the slots, so that a small grid spreads over the slots
+// rather than queue behind one child (run's rule, coordinator/sweep.cpp).
+int group_size_cap(int k, size_t alike, size_t slots);
+
 // The groups `plan` would form if every cell were pending and nothing else ran: the cells
-// of each key in grid order, cut into groups of at most k with each data key's cells
-// together (plan's listing; the order of a run differs, the kind of group not).
-std::vector<std::vector<size_t>> static_groups(const FusionPlan& plan, int k);
+// of each key in grid order, cut into groups of at most group_size_cap(k, alike, slots)
+// with each data key's cells together (plan's listing; the order of a run differs, the
+// kind and size of group not).
+std::vector<std::vector<size_t>> static_groups(const FusionPlan& plan, int k, size_t slots);
 
 // Estimated CPU-slot seconds of one group: each cell's est_cost_s, times its task's
 // fusion.added_cell_share for a cell whose data an earlier member of the group already

@@ -79,7 +79,7 @@ TEST(Fusion, CompanionsOfTheSameDataFirstAtMostKMinusOne) {
   EXPECT_TRUE(pick_companions(p, lead, cand, 1).empty());
   // Static groups cover every cell once, one prompt length each.
   std::set<size_t> seen;
-  for (const auto& grp : static_groups(p, 4)) {
+  for (const auto& grp : static_groups(p, 4, 1)) {
     EXPECT_LE(grp.size(), 4u);
     for (size_t i : grp) {
       EXPECT_TRUE(seen.insert(i).second);
@@ -87,6 +87,24 @@ TEST(Fusion, CompanionsOfTheSameDataFirstAtMostKMinusOne) {
     }
   }
   EXPECT_EQ(seen.size(), g.cells.size());
+}
+
+// plan forms the groups run forms: on 2 slots a key's 8 alike cells make groups of 4
+// (run's cap: the alike cells over the slots), not one of 16 (before, plan listed one
+// group of 8 per prompt length where run trained two of 4, and halved the wall time).
+TEST(Fusion, StaticGroupsAreCappedAtTheAlikeCellsOverTheSlots) {
+  EXPECT_EQ(group_size_cap(16, 6, 2), 3);
+  EXPECT_EQ(group_size_cap(16, 7, 2), 4);
+  EXPECT_EQ(group_size_cap(16, 48, 2), 16);
+  EXPECT_EQ(group_size_cap(16, 1, 2), 1);
+  EXPECT_EQ(group_size_cap(4, 8, 0), 4);  // no slot counts as one
+  const Grid g = paired_grid();
+  const FusionPlan p = plan_fusion(g);
+  for (const size_t slots : {size_t{1}, size_t{2}, size_t{4}}) {
+    const auto groups = static_groups(p, 16, slots);
+    EXPECT_EQ(groups.size(), 2 * slots) << slots;  // 2 prompt lengths x 8 / (8 / slots)
+    for (const auto& grp : groups) EXPECT_EQ(grp.size(), 8 / slots) << slots;
+  }
 }
 
 TEST(Fusion, ClaimTakesAPendingReadyCellOnce) {
