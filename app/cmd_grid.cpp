@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -107,9 +108,20 @@ int cmd_plan(int argc, char** argv) {
                                                                     " processes, alike cells trained as one by up to " +
                                                                     std::to_string(fk) + " (--fuse)"
                                                               : "";
-  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds, about %.0f s of wall time on %d CPU slots%s%s)\n",
-              grid.cells.size(), grid.name.c_str(), total_cost, estimated_wall_s(group_costs, workers), workers,
-              fused.c_str(), gpu.c_str());
+  // The wall time on idle cores, and at the load other work puts on this machine now.
+  const double wall = estimated_wall_s(group_costs, workers);
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  double load[1] = {0};
+  std::string at_load;
+  if (getloadavg(load, 1) == 1 && loaded_wall_s(wall, workers, cores, load[0]) > 1.1 * wall) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; about %.0f s at this machine's load now, %.1f on %.0f cores",
+                  loaded_wall_s(wall, workers, cores, load[0]), load[0], cores);
+    at_load = buf;
+  }
+  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds, about %.0f s of wall time on %d CPU slots%s%s%s)\n",
+              grid.cells.size(), grid.name.c_str(), total_cost, wall, workers, at_load.c_str(), fused.c_str(),
+              gpu.c_str());
   return kExitOk;
 }
 

@@ -111,4 +111,9 @@ double estimated_wall_s(std::vector<double> costs, int slots) {
   return *std::max_element(load.begin(), load.end());
 }
 
+double loaded_wall_s(double idle_wall_s, int slots, double cores, double others) {
+  if (!(cores > 0) || !(others > 0)) return idle_wall_s;
+  return idle_wall_s * std::max(1.0, (others + std::max(1, slots)) / cores);
+}
+
 }  // namespace attnsweep

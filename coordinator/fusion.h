@@ -67,4 +67,12 @@ double group_cost_s(const Grid& grid, const FusionPlan& plan, const std::vector<
 // least loaded slot (as run hands them out), the most loaded slot's total.
 double estimated_wall_s(std::vector<double> costs, int slots);
 
+// That wall time on a machine of `cores` cores that other work keeps `others` busy (the
+// load average before the run): the run's `slots` processes and the others share the
+// cores, so each process gets cores / (others + slots) of one, at most a whole core.
+// Measured on the 2-core Xeon VM of 2026-12-05, 13 runs of 7 grids at a one-minute load of
+// 4-8 before them: 0.22-0.43 of a core a process where this rule said 0.20-0.33 (a load
+// average lags and others' builds come in bursts: within 0.67-1.8x, not better).
+double loaded_wall_s(double idle_wall_s, int slots, double cores, double others);
+
 }  // namespace attnsweep

@@ -129,6 +129,15 @@ TEST(Fusion, StaticGroupsAreCappedAtTheAlikeCellsOverTheSlots) {
   }
 }
 
+// plan's wall time at a load: 2 slots beside load 6 on 2 cores get a quarter of a core
+// each (image_smoke measured 0.28 at load 6-8), an idle machine its estimate.
+TEST(Fusion, LoadStretchesTheWallTimeByTheSharedCores) {
+  EXPECT_DOUBLE_EQ(loaded_wall_s(10, 2, 2, 6), 40);
+  EXPECT_DOUBLE_EQ(loaded_wall_s(10, 2, 2, 0), 10);
+  EXPECT_DOUBLE_EQ(loaded_wall_s(10, 2, 16, 3), 10);  // cores to spare: no stretch
+  EXPECT_DOUBLE_EQ(loaded_wall_s(10, 2, 2, 1), 15);
+}
+
 TEST(Fusion, ClaimTakesAPendingReadyCellOnce) {
   Scheduler s({1, 1, 1}, SchedulerConfig{}, {});
   const auto first = s.next(0);
