@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -66,7 +67,7 @@ int cmd_plan(int argc, char** argv) {
   // a run forms them as slots free up, of the same kind.
   const int fk = fuse_size(grid, fuse);
   const FusionPlan fusion = plan_fusion(grid);
-  const std::vector<std::vector<size_t>> groups = static_groups(fusion, fk);
+  const std::vector<std::vector<size_t>> groups = static_groups(fusion, fk, static_cast<size_t>(std::max(1, workers)));
   std::vector<size_t> group_of(grid.cells.size());
   for (size_t g = 0; g < groups.size(); ++g)
     for (size_t i : groups[g]) group_of[i] = g;
@@ -107,9 +108,20 @@ int cmd_plan(int argc, char** argv) {
                                                                     " processes, alike cells trained as one by up to " +
                                                                     std::to_string(fk) + " (--fuse)"
                                                               : "";
-  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds, about %.0f s of wall time on %d CPU slots%s%s)\n",
-              grid.cells.size(), grid.name.c_str(), total_cost, estimated_wall_s(group_costs, workers), workers,
-              fused.c_str(), gpu.c_str());
+  // The wall time on idle cores, and at the load other work puts on this machine now.
+  const double wall = estimated_wall_s(group_costs, workers);
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  double load[1] = {0};
+  std::string at_load;
+  if (getloadavg(load, 1) == 1 && loaded_wall_s(wall, workers, cores, load[0]) > 1.1 * wall) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; about %.0f s at this machine's load now, %.1f on %.0f cores",
+                  loaded_wall_s(wall, workers, cores, load[0]), load[0], cores);
+    at_load = buf;
+  }
+  std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds, about %.0f s of wall time on %d CPU slots%s%s%s)\n",
+              grid.cells.size(), grid.name.c_str(), total_cost, wall, workers, at_load.c_str(), fused.c_str(),
+              gpu.c_str());
   return kExitOk;
 }
 

@@ -66,7 +66,12 @@ std::vector<size_t> pick_companions(const FusionPlan& plan, size_t lead, const s
   return out;
 }
 
-std::vector<std::vector<size_t>> static_groups(const FusionPlan& plan, int k) {
+int group_size_cap(int k, size_t alike, size_t slots) {
+  slots = std::max<size_t>(1, slots);
+  return std::max(1, std::min<int>(k, static_cast<int>((alike + slots - 1) / slots)));
+}
+
+std::vector<std::vector<size_t>> static_groups(const FusionPlan& plan, int k, size_t slots) {
   std::vector<std::vector<size_t>> groups;
   std::vector<bool> placed(plan.key.size(), false);
   for (size_t i = 0; i < plan.key.size(); ++i) {
@@ -75,8 +80,9 @@ std::vector<std::vector<size_t>> static_groups(const FusionPlan& plan, int k) {
     for (size_t j : plan.alike(i))
       if (!placed[j] && j != i) candidates.push_back(j);
     std::vector<size_t> g{i};
-    if (k > 1)
-      for (size_t j : pick_companions(plan, i, candidates, k)) g.push_back(j);
+    const int cap = group_size_cap(k, plan.alike(i).size(), slots);
+    if (cap > 1)
+      for (size_t j : pick_companions(plan, i, candidates, cap)) g.push_back(j);
     for (size_t j : g) placed[j] = true;
     groups.push_back(std::move(g));
   }
@@ -103,6 +109,11 @@ double estimated_wall_s(std::vector<double> costs, int slots) {
   std::vector<double> load(static_cast<size_t>(std::max(1, slots)), 0.0);
   for (double c : costs) *std::min_element(load.begin(), load.end()) += c;
   return *std::max_element(load.begin(), load.end());
+}
+
+double loaded_wall_s(double idle_wall_s, int slots, double cores, double others) {
+  if (!(cores > 0) || !(others > 0)) return idle_wall_s;
+  return idle_wall_s * std::max(1.0, (others + std::max(1, slots)) / cores);
 }
 
 }  // namespace attnsweep

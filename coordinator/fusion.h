@@ -46,10 +46,16 @@ FusionPlan plan_fusion(const Grid& grid);
 // part in the order given; at most k - 1.
 std::vector<size_t> pick_companions(const FusionPlan& plan, size_t lead, const std::vector<size_t>& candidates, int k);
 
+// The most cells of a group on `slots` slots when `alike` cells share its key: k, but no
+// more than the alike cells over the slots, so that a small grid spreads over the slots
+// rather than queue behind one child (run's rule, coordinator/sweep.cpp).
+int group_size_cap(int k, size_t alike, size_t slots);
+
 // The groups `plan` would form if every cell were pending and nothing else ran: the cells
-// of each key in grid order, cut into groups of at most k with each data key's cells
-// together (plan's listing; the order of a run differs, the kind of group not).
-std::vector<std::vector<size_t>> static_groups(const FusionPlan& plan, int k);
+// of each key in grid order, cut into groups of at most group_size_cap(k, alike, slots)
+// with each data key's cells together (plan's listing; the order of a run differs, the
+// kind and size of group not).
+std::vector<std::vector<size_t>> static_groups(const FusionPlan& plan, int k, size_t slots);
 
 // Estimated CPU-slot seconds of one group: each cell's est_cost_s, times its task's
 // fusion.added_cell_share for a cell whose data an earlier member of the group already
@@ -60,5 +66,13 @@ double group_cost_s(const Grid& grid, const FusionPlan& plan, const std::vector<
 // plan's wall-time estimate: the processes' costs on `slots` slots, longest first onto the
 // least loaded slot (as run hands them out), the most loaded slot's total.
 double estimated_wall_s(std::vector<double> costs, int slots);
+
+// That wall time on a machine of `cores` cores that other work keeps `others` busy (the
+// load average before the run): the run's `slots` processes and the others share the
+// cores, so each process gets cores / (others + slots) of one, at most a whole core.
+// Measured on the 2-core Xeon VM of 2026-12-05, 13 runs of 7 grids at a one-minute load of
+// 4-8 before them: 0.22-0.43 of a core a process where this rule said 0.20-0.33 (a load
+// average lags and others' builds come in bursts: within 0.67-1.8x, not better).
+double loaded_wall_s(double idle_wall_s, int slots, double cores, double others);
 
 }  // namespace attnsweep

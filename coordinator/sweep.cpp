@@ -170,8 +170,7 @@ class Coordinator {
     std::vector<size_t> candidates;
     for (size_t j : fusion_.alike(i))
       if (j != i && sched_.claimable(j, now)) candidates.push_back(j);
-    const size_t slots = static_cast<size_t>(std::max(1, local_.size())), alike = fusion_.alike(i).size();
-    const int k = std::min<int>(fuse_, static_cast<int>((alike + slots - 1) / slots));
+    const int k = group_size_cap(fuse_, fusion_.alike(i).size(), static_cast<size_t>(std::max(1, local_.size())));
     for (size_t j : pick_companions(fusion_, i, candidates, k))
       if (sched_.claim(j, now)) a.also.push_back({j, grid_.cells[j].id, sched_.attempts(j)});
     return a;

@@ -405,6 +405,50 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
   return ctx.train(model_config, ctx, data);
 }
 
+namespace {
+
+// plan's model of an icl_regression cell on one CPU slot (docs/performance.md#how-plan-
+// estimates-a-grid), in parts, because a group (coordinator/fusion.h) shares only the
+// prompts. Profiled (perf) at d = 5, L = 640 on the 2-core Xeon VM of 2026-12-05: drawing
+// the prompts (Philox normals, the tokens, their rows) is 80 % of a cell alone, the
+// read-out's products 13 %. Measured there (CPU seconds, L = 640, 128 prompts a step): a
+// cell alone 2.8 s for 1500 steps, 6.2-6.4 s for 3000; a group of 16 of one data seed
+// 11.2 s for 1500 steps (each cell after the first 0.56 s, 0.2 of one alone: the group
+// reads out all of them in one call); two of two data seeds 13.8 s for 3000, more than
+// two alone. An evaluation (test MSE and limit_sq_error, cell by cell, not fused): a
+// cell's first touches its buffers afresh (page faults: half of paperB_concentration's
+// CPU is system time), 28-66 ns a test token at L = 1024-4096 in a group of 16 there;
+// the later ones 17 ns (that group of 16 at L = 640: 2.7 s for 15 evaluations each). The
+// model, per token and step: C = d + 1 coordinates drawn at 3.2 ns each and the
+// read-out's 3C x C products, (18C^2 + 12C) flops, at 250 Gflop/s (an effective rate: the
+// group's fused call), 90 us a step besides, half of it the batch's own (shared: a group
+// of 16 at L = 10 took 62 us a cell and step, a cell alone 127); the test prompts drawn
+// once, read out at 8C ns a token the first evaluation and 3C ns each later one; 30 ms a
+// cell.
+struct IclCost {
+  double draw_train = 0;  // the training batches' making: shared by a group's cells of one data seed
+  double draw_test = 0;   // the test prompts', made once a process: likewise shared
+  double own = 0;         // the read-out's steps and evaluations, the per-step and per-cell cost: each cell's
+  double shared() const { return draw_train + draw_test; }
+  double total() const { return shared() + own; }
+};
+
+IclCost icl_cost(const json& c) {
+  const double C = c.at("d").get<double>() + 1, tokens = c.at("prompt_length").get<double>() + 1;
+  const double draw_token = 3.2e-9 * C, readout_token = (18 * C * C + 12 * C) / 250e9;
+  const double steps = c.at("steps").get<double>(), every = c.at("eval_every").get<double>();
+  const double evals = 1 + (every > 0 ? std::floor(steps / every) : 0);
+  const double trained = steps * c.at("batch").get<double>() * tokens,
+               tested = c.at("test_prompts").get<double>() * tokens;
+  IclCost k;
+  k.draw_train = trained * draw_token + steps * 45e-6;
+  k.draw_test = tested * draw_token;
+  k.own = trained * readout_token + steps * 45e-6 + tested * C * (8e-9 + (evals - 1) * 3e-9) + 0.03;
+  return k;
+}
+
+}  // namespace
+
 const TaskDef& icl_regression_task() {
   static const TaskDef t = [] {
     const std::string known_limit =
@@ -431,21 +475,7 @@ const TaskDef& icl_regression_task() {
               string_key("prompts", {"philox"}, "philox",
                          "the prompt generator: philox = Philox4x32-10 normals in float32 (since attnsweep 0.2; "
                          "0.1 drew float64 splitmix64 Box-Muller prompts, whose cells had other ids)")};
-    // Per token: the read-out's 3C x C products and the prompt's draws, (18C^2 + 12C +
-    // 100) flops. Calibrated (docs/performance.md#how-plan-estimates-a-grid) on two
-    // machines between the slowest and the fastest seen: single cells at d = 5, L = 10 ...
-    // 4096 ran a training token-step at 112 Gflop/s and an evaluated test token (twice:
-    // test MSE and limit_sq_error) at 19.5, 60 us a step and 25 ms a cell besides, on the
-    // Zen 5 VM of 2026-12-03; the 2-core EPYC of 2026-12-04 took 2.7x as long on the same
-    // grids. The constants are those times 1.6, so either machine is within 1.7x.
-    d.cost_s = [](const json& c) {
-      const double C = c.at("d").get<double>() + 1, tokens = c.at("prompt_length").get<double>() + 1;
-      const double per_token = 18 * C * C + 12 * C + 100;
-      const double steps = c.at("steps").get<double>(), every = c.at("eval_every").get<double>();
-      const double evals = 1 + (every > 0 ? std::floor(steps / every) : 0);
-      return steps * (c.at("batch").get<double>() * tokens * per_token / 70e9 + 96e-6) +
-             evals * c.at("test_prompts").get<double>() * 2 * tokens * per_token / 12e9 + 0.04;
-    };
+    d.cost_s = [](const json& c) { return icl_cost(c).total(); };
     d.data_shape = icl_data_shape;
     d.model_config = icl_model_config;
     d.outputs = {
@@ -465,11 +495,13 @@ const TaskDef& icl_regression_task() {
     d.fusion.may_differ = {"init_seed", "init_std", "seed", "activation", "degree", "scale", "lr"};
     d.fusion.data = {"seed"};
     d.fusion.default_size = 16;
-    // Measured: a cell that shares a group's batches (coordinator/fusion.h group_cost_s)
-    // adds about a quarter of one alone on the Zen 5 VM (16 cells of one data seed at L =
-    // 160 and 640, 2026-12-03) and 0.4 on the EPYC of 2026-12-04 (paperB_icl_paired_cpu's
-    // groups of 16 at L = 640: 24.8 s); cells that only evaluate (steps 0) share little.
-    d.fusion.added_cell_share = [](const json& c) { return c.at("steps").get<int64_t>() > 0 ? 0.35 : 0.8; };
+    // A cell that shares a group's batches (coordinator/fusion.h group_cost_s) adds all but
+    // the prompts it would draw alone: about 0.2 of a trained cell at L = 640, 0.7 of one
+    // that only evaluates (icl_cost).
+    d.fusion.added_cell_share = [](const json& c) {
+      const IclCost k = icl_cost(c);
+      return k.total() > 0 ? (k.total() - k.shared()) / k.total() : 1.0;
+    };
     return d;
   }();
   return t;

@@ -179,7 +179,7 @@ const TaskDef& image_task() {
     d.model = TaskModel::transformer;
     d.target = TaskTarget::classes;
     d.keys = {boolean_key("cls", false, "classify from a learned CLS token instead of the mean over tokens")};
-    d.cost_s = transformer_cost_s;
+    d.cost_s = [](const json& c) { return transformer_cost_s(c, 10000); };
     d.data_shape = image_data_shape;
     d.run = run_image;
     return d;

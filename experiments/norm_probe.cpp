@@ -131,12 +131,14 @@ const TaskDef& norm_probe_task() {
     d.keys = {integer_key("samples", 1, 100000, 32, "independent draws averaged per cell"),
               integer_key("head_dim", 1, 1024, 16, "query/key width d of one head"),
               integer_key("dim", 1, 4096, 64, "model width D")};
-    // Scores, phi, phi' and both norms: about (2d + 20) flops per score entry, at 3.75
-    // Gflop/s on one core, and 50 ms a cell for its process and result file (calibrated on
-    // the demo's 273 cells on two machines, docs/performance.md#how-plan-estimates-a-grid).
+    // Scores, phi, phi' and both norms: about (2d + 20) flops per score entry, at 5.4
+    // Gflop/s on one core, and 30 ms a cell for its process and result file: the cells of
+    // the demo alone on the Xeon VM of 2026-12-05 (CPU seconds, 32 samples, d = 16): 0.03
+    // s at N = 16, 0.16-0.51 s at N = 1024 by activation (the grid: 19 s of CPU; 3.75
+    // Gflop/s and 50 ms, calibrated on wall times under load, made 38).
     d.cost_s = [](const json& c) {
       const double n = c.at("prompt_length").get<double>();
-      return c.at("samples").get<double>() * n * n * (2 * c.at("head_dim").get<double>() + 20) / 3.75e9 + 0.05;
+      return c.at("samples").get<double>() * n * n * (2 * c.at("head_dim").get<double>() + 20) / 5.4e9 + 0.03;
     };
     d.outputs = {
         make_final_metric("attn_fro", "mean over the samples of ||phi(S)||_F", true, "", "‖φ(S)‖_F"),

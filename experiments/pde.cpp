@@ -178,8 +178,9 @@ const TaskDef& pde_task() {
               number_key("final_time", 1e-6, 100, 1.0, "T of the operator u(., 0) -> u(., T)")};
     // Training, plus each sample's Burgers solve: ~15 ms at nu = 0.1, T = 1.
     d.cost_s = [](const json& c) {
-      return transformer_cost_s(c) + 0.015 * (c.at("n_train").get<double>() + c.at("n_test").get<double>()) *
-                                         c.at("final_time").get<double>() * std::sqrt(0.1 / c.at("nu").get<double>());
+      return transformer_cost_s(c, c.at("n_test").get<double>()) +
+             0.015 * (c.at("n_train").get<double>() + c.at("n_test").get<double>()) * c.at("final_time").get<double>() *
+                 std::sqrt(0.1 / c.at("nu").get<double>());
     };
     d.data_shape = pde_data_shape;
     d.outputs = {

@@ -90,13 +90,21 @@ const std::vector<ParamSpec>& training_param_specs() {
   return specs;
 }
 
-double transformer_cost_s(const json& cfg) {
+double transformer_cost_s(const json& cfg, double test_samples) {
   const double n = cfg.at("prompt_length").get<double>(), d = cfg.at("dim").get<double>();
   const double per_token =
       cfg.at("layers").get<double>() * (2 * (4 + 2 * cfg.at("mlp_ratio").get<double>()) * d * d + 4 * n * d);
-  // Forward and backward (3x the forward's flops) at 68 Gflop/s on one core: calibrated
-  // on paperA_fmnist's 54 cells (docs/performance.md#how-plan-estimates-a-grid).
-  return 3 * cfg.at("steps").get<double>() * cfg.at("batch").get<double>() * n * per_token / 68e9 + 0.5;
+  const double steps = cfg.at("steps").get<double>(), batch = cfg.at("batch").get<double>();
+  const auto every = cfg.at("eval_every").get<int64_t>(), eval_batches = cfg.at("eval_batches").get<int64_t>();
+  // Evaluations: one every eval_every steps and one at the end (worker/cell_loop.h).
+  const auto whole = every > 0 ? static_cast<int64_t>(steps) / every : 0;
+  const double evals = static_cast<double>(whole + (every > 0 && whole * every == static_cast<int64_t>(steps) ? 0 : 1));
+  if (eval_batches > 0) test_samples = std::min(test_samples, static_cast<double>(eval_batches) * batch);
+  // Training: 3x the forward's flops at 68 Gflop/s on one core (calibrated on
+  // paperA_fmnist's 54 cells); an evaluation: the forward's flops over the test samples at
+  // 90 Gflop/s (image_smoke's cells on the Xeon VM of 2026-12-05: two evaluations of 10,000
+  // samples were 2.4 of a cell's 8.5 s of CPU, which plan left out); 0.5 s a cell.
+  return 3 * steps * batch * n * per_token / 68e9 + evals * test_samples * n * per_token / 90e9 + 0.5;
 }
 
 }  // namespace attnsweep

@@ -14,9 +14,9 @@ const std::vector<ParamSpec>& model_param_specs();
 // steps, batch, lr, optimizer, ...: every training task's.
 const std::vector<ParamSpec>& training_param_specs();
 
-// Seconds of training the transformer of `cfg` on one CPU slot: 6 flops per weight per
-// token (forward + backward) plus the N^2 attention products, at the ~30 GFLOP/s one
-// slot sustains.
-double transformer_cost_s(const json& cfg);
+// Seconds of a transformer cell of `cfg` on one CPU slot: its training (forward and
+// backward), its evaluations of `test_samples` test samples (the task's test split, or
+// eval_batches x batch of it) and a fixed cost (docs/performance.md#how-plan-estimates-a-grid).
+double transformer_cost_s(const json& cfg, double test_samples);
 
 }  // namespace attnsweep

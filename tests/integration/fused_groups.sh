@@ -17,7 +17,7 @@ cat > grid.json <<'JSON'
  "fixed": {"degree": 1, "scale": "inv_n", "steps": 200, "batch": 16, "lr": 0.1, "eval_every": 50, "log_every": 10,
            "test_prompts": 64, "train_prompts": 4096, "checkpoint_every": 40}}
 JSON
-run_rc "$ATTNSWEEP" plan grid.json --json
+run_rc "$ATTNSWEEP" plan grid.json --json --workers 1
 check "plan exits 0" test "$RC" = 0
 echo "$OUT" > plan.json
 check "plan --json names each cell's group, alike cells together" $PY - plan.json <<'PY'
@@ -34,6 +34,11 @@ for g in groups.values():
     assert len({c["fusion_key"] for c in g}) == 1
 assert max(len(g) for g in groups.values()) == 16, [len(g) for g in groups.values()]
 PY
+# On 2 slots plan lists the groups run forms there: no more than the 17 alike cells of
+# L = 8 over the slots, 9 (before, it listed groups of 16 that run never formed).
+run_rc "$ATTNSWEEP" plan grid.json --json --workers 2
+check "plan --workers 2: groups of at most 9, as run forms them" $PY -c \
+  'import json,sys,collections; c=json.load(sys.stdin)["cells"]; n=collections.Counter(x["group"] for x in c); assert max(n.values()) == 9, n' <<<"$OUT"
 run_rc "$ATTNSWEEP" plan grid.json --fuse 1 --json
 check "plan --fuse 1: every cell its own group" $PY -c \
   'import json,sys; c=json.load(sys.stdin)["cells"]; assert len({x["group"] for x in c}) == 33' <<<"$OUT"
