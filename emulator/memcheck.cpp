@@ -27,8 +27,8 @@ namespace {
 constexpr size_t kPage = 4096;
 
 struct Guarded {
-  size_t bytes;      // asked for
-  char* map;         // the mapping: [map, map + map_len), its last page the guard
+  size_t bytes;  // asked for
+  char* map;     // the mapping: [map, map + map_len), its last page the guard
   size_t map_len;
   const char* what;  // "cudaMalloc", "dynamic shared memory"
 };
@@ -68,7 +68,8 @@ void on_fault(int sig, siginfo_t* info, void* context) {
   }
   const std::string who = running_thread();
   if (what.empty() && !who.empty())
-    what = "memcheck: an illegal address " + std::to_string(addr) + " (outside every allocation, or a fiber's stack "
+    what = "memcheck: an illegal address " + std::to_string(addr) +
+           " (outside every allocation, or a fiber's stack "
            "overflowed: ATTNSWEEP_EMU_STACK_KIB)";
   if (!what.empty() && !who.empty()) kernel_fault(what + ", by " + who);  // never returns: the launch fails with it
   if (!what.empty()) std::fprintf(stderr, "attnsweep emulator: %s, outside a kernel\n", what.c_str());

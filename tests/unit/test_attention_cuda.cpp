@@ -8,6 +8,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_cuda.h"
+#include "tests/unit/attention_reference.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -574,14 +575,22 @@ TEST_P(AttentionCudaMma, ForwardMatchesCpu) {
   attention_forward_cpu(in.spec, s, in.Q.data(), in.K.data(), in.V.data(), in.mask.empty() ? nullptr : in.mask.data(),
                         O.data(), lse.data(), attn.data(), jac.data());
   const MmaOut got = run_mma(in, c.f16, ws.get());
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < O.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got.O[i])) << "O[" << i << "] = " << got.O[i] << " (unwritten or overflow)";
-    num += (static_cast<double>(got.O[i]) - O[i]) * (static_cast<double>(got.O[i]) - O[i]);
-    den += static_cast<double>(O[i]) * O[i];
+  // O against the float64 reference (the inputs are the kernel's 16-bit values), and
+  // against the CPU kernel (float32) with the same bound.
+  auto wide = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  const std::vector<double> O64 =
+      reference(in.spec, s, wide(in.Q), wide(in.K), wide(in.V), wide(in.mask), {}, /*jacobian=*/false).O;
+  for (const bool f64 : {true, false}) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < O.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(got.O[i])) << "O[" << i << "] = " << got.O[i] << " (unwritten or overflow)";
+      const double want = f64 ? O64[i] : O[i];
+      num += (static_cast<double>(got.O[i]) - want) * (static_cast<double>(got.O[i]) - want);
+      den += want * want;
+    }
+    const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    EXPECT_LE(rel, c.f16 ? 2e-3 : 1e-2) << (f64 ? "||O - O_f64|| / ||O_f64||" : "||O - O_cpu|| / ||O_cpu||");
   }
-  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  EXPECT_LE(rel, c.f16 ? 2e-3 : 1e-2) << "||O - O_cpu|| / ||O_cpu||";
   if (softmax) expect_lse_close("lse", got.lse, lse, 1e-3);
   expect_norms_close("attn_fro", got.attn_fro, attn, 1e-3, 1e-3);
   expect_norms_close("jac_fro", got.jac_fro, jac, 1e-3, 1e-3);
