@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "coordinator/grid.h"
 #include "coordinator/rundir.h"
 #include "results/cell_file.h"
 
@@ -45,6 +46,14 @@ std::string tail_lines(const std::string& path, int n) {
     --start;
   }
   return text.substr(start, pos - start);
+}
+
+// " (activation=poly seed=1)": a cell's swept keys (coordinator/grid.h swept_values), "" without.
+std::string swept_words(const json& entry) {
+  std::string words;
+  if (entry.contains("swept") && entry["swept"].is_object())
+    for (const auto& [k, v] : entry["swept"].items()) words += (words.empty() ? "" : " ") + k + "=" + format_value(v);
+  return words.empty() ? "" : " (" + words + ")";
 }
 
 }  // namespace
@@ -118,7 +127,7 @@ int print_status(const std::string& dir, bool as_json) {
                 l.value("cells_reassigned", json::array()).size() == 1 ? "" : "s");
   for (const json& f : failed) {
     const std::string id = f.value("cell_id", "");
-    std::printf("  failed %s: %s\n", id.c_str(), f.value("reason", "").c_str());
+    std::printf("  failed %s%s: %s\n", id.c_str(), swept_words(f).c_str(), f.value("reason", "").c_str());
     const std::string tail = tail_lines(dir + "/logs/" + id + ".log", 3);
     if (!tail.empty()) {
       size_t p = 0;

@@ -53,6 +53,7 @@ class Coordinator {
       : grid_(grid),
         opt_(opt),
         fusion_(plan_fusion(grid)),
+        swept_(swept_keys(grid)),
         fuse_(fuse),
         rd_(rd),
         world_(world),
@@ -326,12 +327,15 @@ class Coordinator {
       case Decision::retry:
         where.update({{"event", "retried"}, {"reason", r.reason}, {"retry_in_s", d.retry_at - now}});
         break;
-      case Decision::failed:
+      case Decision::failed: {
         ++finished_now_;
         where.update({{"event", "failed"}, {"reason", r.reason}});
-        std::fprintf(stderr, "%sattnsweep: cell %s failed after %d attempt%s: %s (log: %s)\n", tty_ ? "\n" : "",
-                     r.id.c_str(), r.attempt, r.attempt == 1 ? "" : "s", r.reason.c_str(), rd_.log(r.id).c_str());
+        const std::string words = swept_text(grid_.cells[r.index].config, swept_);
+        std::fprintf(stderr, "%sattnsweep: cell %s%s failed after %d attempt%s: %s (log: %s)\n", tty_ ? "\n" : "",
+                     r.id.c_str(), words.empty() ? "" : (" (" + words + ")").c_str(), r.attempt,
+                     r.attempt == 1 ? "" : "s", r.reason.c_str(), rd_.log(r.id).c_str());
         break;
+      }
       case Decision::requeued: where.update({{"event", "preempted"}, {"reason", r.reason}}); break;
     }
     rd_.append_event(where);
@@ -350,7 +354,9 @@ class Coordinator {
       json failed_cells = json::array();
       for (size_t i = 0; i < total; ++i)
         if (sched_.state(i) == CellStatus::failed)
-          failed_cells.push_back({{"cell_id", grid_.cells[i].id}, {"reason", sched_.last_error(i)}});
+          failed_cells.push_back({{"cell_id", grid_.cells[i].id},
+                                  {"swept", swept_values(grid_.cells[i].config, swept_)},
+                                  {"reason", sched_.last_error(i)}});
       json st = {{"state", state},
                  {"grid", grid_.name},
                  {"total", total},
@@ -400,7 +406,8 @@ class Coordinator {
   const Grid& grid_;
   const RunOptions& opt_;
   FusionPlan fusion_;
-  int fuse_;  // cells per group at most (1: none)
+  std::vector<std::string> swept_;  // the keys that tell the grid's cells apart (swept_keys)
+  int fuse_;                        // cells per group at most (1: none)
   RunDir& rd_;
   int world_;
   LocalSlots& local_;
