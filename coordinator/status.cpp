@@ -56,6 +56,13 @@ std::string swept_words(const json& entry) {
   return words.empty() ? "" : " (" + words + ")";
 }
 
+// 4 significant digits, as the log's progress line.
+std::string fmt_number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
 }  // namespace
 
 int print_status(const std::string& dir, bool as_json) {
@@ -105,6 +112,7 @@ int print_status(const std::string& dir, bool as_json) {
               {"pending", pending},
               {"rate_cells_per_s", st.value("rate_cells_per_s", 0.0)},
               {"eta_s", active && st.contains("eta_s") ? st["eta_s"] : json(nullptr)},
+              {"running_cells", active && st.contains("running_cells") ? st["running_cells"] : json::array()},
               {"failed_cells", failed},
               {"lost_ranks", st.contains("lost_ranks") ? st["lost_ranks"] : json::array()}};
   if (as_json) {
@@ -118,6 +126,19 @@ int print_status(const std::string& dir, bool as_json) {
     const json eta = out["eta_s"];
     std::printf("  %.2f cells/s, ETA %s\n", out["rate_cells_per_s"].get<double>(),
                 eta.is_number() ? (std::to_string(std::lround(eta.get<double>())) + " s").c_str() : "?");
+  }
+  // Each running cell's last progress (worker/progress.h): its step, loss and rate.
+  for (const json& r : out["running_cells"]) {
+    std::printf("  running %s%s", r.value("cell_id", std::string("?")).c_str(), swept_words(r).c_str());
+    if (r.contains("step") && r.contains("steps")) {
+      const json& loss = r["loss"];
+      std::printf(": step %lld/%lld, loss %s, %.3g steps/s", r["step"].get<long long>(), r["steps"].get<long long>(),
+                  loss.is_number() ? fmt_number(loss.get<double>()).c_str() : "nan", r.value("steps_per_s", 0.0));
+    } else {
+      std::printf(": no step reported yet");
+    }
+    const int attempt = r.value("attempt", 1);
+    std::printf("%s\n", attempt > 1 ? (" (attempt " + std::to_string(attempt) + ")").c_str() : "");
   }
   // Ranks the last run stopped hearing from (heartbeats, docs/lost-ranks.md).
   for (const json& l : out["lost_ranks"])

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -13,6 +14,7 @@
 #include "experiments/result_schema.h"
 #include "experiments/task.h"
 #include "kernels/device.h"
+#include "worker/progress.h"
 #include "worker/trainer.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -40,6 +42,8 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
   ctx.stop = opt.stop;
   ctx.checkpoint_path = opt.checkpoint;
   ctx.train = opt.train ? opt.train : train_cell;
+  ProgressReporter progress(cell_id, opt.attempt, opt.progress);
+  ctx.progress = [&progress](int64_t step, int64_t steps, double loss) { progress(step, steps, loss); };
 
   CellResult& res = *result;
   res = CellResult{};
@@ -72,8 +76,16 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
     return 1;
   }
   if (out.status == CellStatus::interrupted) {
-    std::fprintf(stderr, "attnsweep train: cell %s interrupted by a signal%s%s\n", cell_id.c_str(),
-                 opt.checkpoint.empty() ? "" : "; checkpoint at ", opt.checkpoint.c_str());
+    const int sig = opt.stop ? opt.stop->load() : 0;
+    const std::string at = out.stopped_at_step >= 0 ? " at step " + std::to_string(out.stopped_at_step) + " of " +
+                                                          std::to_string(config.value("steps", int64_t{0}))
+                                                    : std::string();
+    std::fprintf(stderr, "attnsweep train: cell %s interrupted by signal %d (%s)%s%s%s\n", cell_id.c_str(), sig,
+                 sig == SIGTERM   ? "SIGTERM"
+                 : sig == SIGINT  ? "SIGINT"
+                 : sig == SIGUSR1 ? "SIGUSR1"
+                                  : "?",
+                 at.c_str(), opt.checkpoint.empty() ? "" : "; checkpoint at ", opt.checkpoint.c_str());
     return 75;
   }
   // Only what the result schema declares reaches a file (and the docs and aggregate).

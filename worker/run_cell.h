@@ -24,6 +24,9 @@ struct RunCellOptions {
   // when valid, written on a stop and every checkpoint_every steps, removed once the
   // result file is written. "" = no checkpoints.
   std::string checkpoint;
+  // Where the cell's progress goes every few seconds (worker/progress.h; "" = its log
+  // line only).
+  std::string progress;
   // The task's ctx.train: empty for train_cell (worker/trainer.h); a group's member trains
   // through its CellGroup (worker/cell_group.h).
   std::function<TaskOutput(const json& config, const TaskContext& ctx, const TrainingData& data)> train;
