@@ -27,6 +27,7 @@ int train_cell_to_file(const std::string& cell_id, const json& config, const std
     std::error_code ec;  // the result is durable now: the checkpoint has done its job
     std::filesystem::remove(opt.checkpoint, ec);
     std::filesystem::remove(opt.checkpoint + kCommandMetricsSuffix, ec);  // a command cell's (experiments/command.h)
+    std::filesystem::remove(opt.checkpoint + kAttemptTimeSuffix, ec);     // counted in the result now
   }
   if (!opt.progress.empty()) {
     std::error_code ec;  // a finished cell is no longer running

@@ -41,4 +41,16 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
 // "2026-11-29T16:02:11Z"
 std::string iso_utc_now();
 
+// The time a cell's earlier attempts took, kept next to its checkpoint (at checkpoint +
+// kAttemptTimeSuffix) by an attempt that ends without a result (interrupted, or failed
+// with an exception), so that the result counts every attempt: its `started` is the first
+// one's, its `wall_seconds` their sum. An attempt killed outright (SIGKILL, a crash)
+// cannot write it: its time is not counted. Removed with the checkpoint.
+inline constexpr const char* kAttemptTimeSuffix = ".time.json";
+struct AttemptTime {
+  std::string started;  // the first attempt's start, ISO 8601 UTC
+  double wall_seconds = 0;
+  int64_t attempts = 0;
+};
+
 }  // namespace attnsweep

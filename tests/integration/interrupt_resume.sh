@@ -25,6 +25,24 @@ import collections, json, sys
 fin = collections.Counter(json.loads(l)["cell_id"] for l in open(sys.argv[1]) if '"finished"' in l)
 assert len(fin) == 12 and max(fin.values()) == 1, fin
 PY
+# A cell stopped mid-way and run again counts both attempts: wall_seconds is their sum,
+# started the first one's; the last attempt's own time is kept beside them.
+check "a resumed cell's wall_seconds and started count its interrupted attempt too" $PY - out <<'PY'
+import glob, json, h5py, sys
+d = sys.argv[1]
+stopped = {json.loads(l)["cell_id"] for l in open(d + "/events.jsonl") if '"preempted"' in l}
+assert stopped, "no cell was stopped mid-way"
+for f in glob.glob(d + "/runs/*.h5"):
+    with h5py.File(f) as h:
+        a = dict(h.attrs)
+    total, last, n = a["wall_seconds"], a["last_attempt_wall_seconds"], a["attempts"]
+    if a["cell_id"] in stopped:
+        assert n == 2 and total > last > 0 and a["started"] <= a["last_attempt_started"], (f, a)
+    else:
+        assert n == 1 and total == last and a["started"] == a["last_attempt_started"], (f, a)
+print(f"    {len(stopped)} cells stopped and resumed: their time counts both attempts")
+PY
+check "no attempt-time file left once the results are written" test -z "$(ls out/checkpoints)"
 
 # A second run on the same directory while one is running is refused, naming the holder.
 "$ATTNSWEEP" run grid.json --out busy --workers 1 2>/dev/null &
