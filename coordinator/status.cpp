@@ -14,6 +14,7 @@
 #include "coordinator/grid.h"
 #include "coordinator/rundir.h"
 #include "results/cell_file.h"
+#include "results/run_manifest.h"
 
 namespace attnsweep {
 
@@ -72,10 +73,17 @@ int print_status(const std::string& dir, bool as_json) {
   const size_t total = manifest.value("cells", size_t{0});
 
   // The files are the truth for finished cells; status.json adds what only the run knows.
-  size_t complete = 0, diverged = 0;
+  // Only the cells of the manifest's grid: a grid shrunk with run --force leaves the
+  // dropped cells' files in runs/ (results/run_manifest.h).
+  const std::set<std::string> dropped = dropped_cell_ids(dir);
+  size_t complete = 0, diverged = 0, not_in_grid = 0;
   std::set<std::string> done_ids;
   for (const auto& e : fs::directory_iterator(dir + "/runs")) {
     if (e.path().extension() != ".h5") continue;
+    if (dropped.count(e.path().stem().string())) {
+      ++not_in_grid;
+      continue;
+    }
     try {
       const CellSummary s = read_cell_summary(e.path().string());
       (s.status == CellStatus::diverged ? diverged : complete)++;
@@ -114,7 +122,8 @@ int print_status(const std::string& dir, bool as_json) {
               {"eta_s", active && st.contains("eta_s") ? st["eta_s"] : json(nullptr)},
               {"running_cells", active && st.contains("running_cells") ? st["running_cells"] : json::array()},
               {"failed_cells", failed},
-              {"lost_ranks", st.contains("lost_ranks") ? st["lost_ranks"] : json::array()}};
+              {"lost_ranks", st.contains("lost_ranks") ? st["lost_ranks"] : json::array()},
+              {"results_not_in_grid", not_in_grid}};
   if (as_json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -122,6 +131,9 @@ int print_status(const std::string& dir, bool as_json) {
   std::printf("%s: grid %s, %s\n", dir.c_str(), out["grid"].get<std::string>().c_str(), state.c_str());
   std::printf("  %zu cells: %zu complete, %zu diverged, %zu failed, %zu running, %zu pending\n", total, complete,
               diverged, failed.size(), running, pending);
+  if (not_in_grid > 0)
+    std::printf("  %zu result file%s in runs/ of cells no longer in the grid (changed with run --force): not counted\n",
+                not_in_grid, not_in_grid == 1 ? "" : "s");
   if (active) {
     const json eta = out["eta_s"];
     std::printf("  %.2f cells/s, ETA %s\n", out["rate_cells_per_s"].get<double>(),

@@ -60,3 +60,20 @@ check "changed grid refused with exit 2" test "$RC" = 2
 check "the message says to use --force ($ERR)" grep -q -- "--force" <<<"$ERR"
 run_rc "$ATTNSWEEP" run changed.json --out out --workers 2 --force
 check "changed grid accepted with --force" test "$RC" = 0
+
+# A grid shrunk with --force: status, aggregate (and so report) count only its cells; the
+# dropped cells' result files stay in runs/, named as not counted.
+sed 's/"seed": \[[0-9,]*\]/"seed": [0,1,2,3]/' changed.json > shrunk.json
+run_rc "$ATTNSWEEP" run shrunk.json --out out --workers 2 --force
+check "the shrunk grid runs nothing new (its 4 cells are done; rc $RC)" test "$RC" = 0
+check "24 result files stay in runs/" test "$(ls out/runs/*.h5 | wc -l)" = 24
+run_rc "$ATTNSWEEP" status out
+echo "$OUT"
+check "status counts only the shrunk grid's cells" grep -q "4 cells: 4 complete, 0 diverged, 0 failed" <<<"$OUT"
+check "status names the files it does not count" \
+  grep -q "20 result files in runs/ of cells no longer in the grid" <<<"$OUT"
+run_rc "$ATTNSWEEP" aggregate out
+echo "$ERR"
+check "aggregate exits 0" test "$RC" = 0
+check "summary.csv holds the shrunk grid's 4 cells" test "$(($(wc -l <out/summary.csv) - 1))" = 4
+check "aggregate says which files it left out" grep -q "left out 20 result files of cells no longer in the grid" <<<"$ERR"
