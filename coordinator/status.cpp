@@ -15,6 +15,7 @@
 #include "coordinator/rundir.h"
 #include "results/cell_file.h"
 #include "results/run_manifest.h"
+#include "worker/progress.h"
 
 namespace attnsweep {
 
@@ -144,7 +145,8 @@ int print_status(const std::string& dir, bool as_json) {
     std::printf("  running %s%s", r.value("cell_id", std::string("?")).c_str(), swept_words(r).c_str());
     if (r.contains("step") && r.contains("steps")) {
       const json& loss = r["loss"];
-      std::printf(": step %lld/%lld, loss %s, %.3g steps/s", r["step"].get<long long>(), r["steps"].get<long long>(),
+      std::printf(": step %s, loss %s, %.3g steps/s",
+                  step_text(r["step"].get<int64_t>(), r["steps"].get<int64_t>()).c_str(),
                   loss.is_number() ? fmt_number(loss.get<double>()).c_str() : "nan", r.value("steps_per_s", 0.0));
     } else {
       std::printf(": no step reported yet");

@@ -363,13 +363,14 @@ class Coordinator {
       json r = {
           {"cell_id", id}, {"swept", swept_values(grid_.cells[i].config, swept_)}, {"attempt", sched_.attempts(i)}};
       const std::optional<CellProgress> p = read_progress(rd_.progress(id));
-      if (p && p->cell_id == id && p->attempt == sched_.attempts(i) && p->steps > 0) {
+      const bool reported = p && p->cell_id == id && p->attempt == sched_.attempts(i);
+      if (reported) r.update(to_json(*p));
+      if (reported && p->steps > 0) {  // a command cell without `steps` tells no fraction done
         const double steps = static_cast<double>(p->steps);
         const double f = std::clamp(static_cast<double>(p->step) / steps, 0.0, 1.0);
         const double f0 = std::clamp(static_cast<double>(p->first_step) / steps, 0.0, f);
         w.done += cost(i) * (f - f0);
         w.left += cost(i) * (1 - f);
-        r.update(to_json(*p));
       } else {
         w.left += cost(i);
       }

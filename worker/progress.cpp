@@ -39,11 +39,19 @@ std::optional<CellProgress> read_progress(const std::string& path) {
   }
 }
 
+std::string step_text(int64_t step, int64_t steps) {
+  char buf[48];
+  if (steps > 0)
+    std::snprintf(buf, sizeof buf, "%lld/%lld", static_cast<long long>(step), static_cast<long long>(steps));
+  else
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(step));
+  return buf;
+}
+
 std::string progress_line(const CellProgress& p) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "attnsweep progress: cell %s step %lld/%lld, loss %.4g, %.3g steps/s",
-                p.cell_id.c_str(), static_cast<long long>(p.step), static_cast<long long>(p.steps), p.loss,
-                p.steps_per_s);
+  std::snprintf(buf, sizeof buf, "attnsweep progress: cell %s step %s, loss %.4g, %.3g steps/s", p.cell_id.c_str(),
+                step_text(p.step, p.steps).c_str(), p.loss, p.steps_per_s);
   return buf;
 }
 

@@ -20,7 +20,7 @@ struct CellProgress {
   std::string cell_id;
   int attempt = 1;
   int64_t step = 0;        // steps done
-  int64_t steps = 0;       // the cell's steps
+  int64_t steps = 0;       // the cell's steps (0: not known, a command cell without `steps`)
   int64_t first_step = 0;  // the step this attempt started from (a checkpoint's, else 0)
   double loss = 0;         // the training loss of the last step
   double steps_per_s = 0;  // this attempt's steps over its time since its first step
@@ -33,6 +33,8 @@ std::optional<CellProgress> read_progress(const std::string& path);
 // "attnsweep progress: cell 3fa2... step 120/3000, loss 0.5321, 12.3 steps/s": the log's
 // line (not "attnsweep train: cell ...", which names a failure's cause: local_slots.h).
 std::string progress_line(const CellProgress& p);
+// "1200/3000", or "1200" where the steps are not known (a command cell without `steps`).
+std::string step_text(int64_t step, int64_t steps);
 
 // Reports the steps of one cell's attempt: the first time a second after its first step,
 // then every kEveryS seconds. `path` "": the log line only.

@@ -60,3 +60,40 @@ import json, subprocess
 d = json.loads(subprocess.run(["$ATTNSWEEP", "status", "out", "--json"], capture_output=True, check=True, text=True).stdout)
 assert d["running_cells"] == [] and d["eta_s"] is None, d
 PY
+
+# A command cell (the grid's own program, docs/own-code.md): its metrics lines give the
+# step and loss as it runs; its `steps` key the total.
+command_test_setup
+cat > own.json <<JSON
+{"name": "own-progress",
+ "command": {"argv": ["$PY", "$PROG", "{mode}"],
+             "keys": {"mode": {"type": "string"}, "lr": {"type": "number", "min": 0}, "steps": "integer"}},
+ "axes": {"task": ["command"], "seed": [0]},
+ "fixed": {"mode": "slow", "lr": 0.01, "steps": 100000}}
+JSON
+"$ATTNSWEEP" run own.json --out own --workers 1 >own.out 2>own.err &
+pid=$!
+seen=""
+for _ in $(seq 1 900); do
+  sleep 0.2
+  [ -e own/status.json ] || continue
+  if "$ATTNSWEEP" status own --json >own_status.json 2>/dev/null && $PY - own_status.json <<'PY'; then
+import json, sys
+r = json.load(open(sys.argv[1]))["running_cells"]
+assert len(r) == 1 and r[0].get("step", 0) > 0 and r[0]["steps"] == 100000, r
+PY
+    seen=yes
+    "$ATTNSWEEP" status own >own_status.txt
+    break
+  fi
+done
+cat own_status.json own_status.txt || true
+check "status --json showed the command cell's step from its metrics lines" test -n "$seen"
+cid=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["running_cells"][0]["cell_id"])' own_status.json)
+check "status: the command cell's step, loss and rate" \
+  grep -Eq "^  running $cid: step [0-9]+/100000, loss [-0-9.e+]+, [0-9.e+]+ steps/s$" own_status.txt
+check "the command cell's log has a progress line" \
+  grep -Eq "^attnsweep progress: cell $cid step [0-9]+/100000, loss " own/logs/$cid.log
+kill -TERM $pid
+set +e; wait $pid; rc=$?; set -e
+check "the stopped run exits 75 (got $rc)" test "$rc" = 75
