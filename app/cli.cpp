@@ -42,10 +42,6 @@ void print_problems(const InputError& e) {
   for (const std::string& p : e.problems) std::fprintf(stderr, "%s\n", p.c_str());
 }
 
-std::string format_value(const json& v) {
-  return v.is_string() ? v.get<std::string>() : v.dump();
-}
-
 bool in_range(const char* cmd, const char* option, long long v, long long lo, long long hi) {
   if (v >= lo && v <= hi) return true;
   std::fprintf(stderr, "attnsweep %s: %s: expected an integer in %lld..%lld, got %lld\n", cmd, option, lo, hi, v);

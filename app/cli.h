@@ -38,7 +38,6 @@ auto load_or_report(F&& load) -> std::optional<decltype(load())> {
     return std::nullopt;
   }
 }
-std::string format_value(const json& v);
 // Prints "attnsweep CMD: OPTION: expected an integer in LO..HI, got V" when out of range.
 bool in_range(const char* cmd, const char* option, long long v, long long lo, long long hi);
 // Why DIR cannot be a results directory ("" when it can): it, or a folder above it, is a file.

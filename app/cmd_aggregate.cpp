@@ -39,6 +39,11 @@ int cmd_aggregate(int argc, char** argv) {
     return kExitUsage;
   }
   for (const std::string& s : r.skipped) std::fprintf(stderr, "attnsweep aggregate: skipped %s\n", s.c_str());
+  if (r.not_in_grid > 0)
+    std::fprintf(stderr,
+                 "attnsweep aggregate: left out %lld result file%s of cells no longer in the grid of %s/manifest.json "
+                 "(a grid changed with run --force; the files stay in runs/)\n",
+                 static_cast<long long>(r.not_in_grid), r.not_in_grid == 1 ? "" : "s", dir.c_str());
   if (!r.fits.empty()) {
     // Words shared by every group (task=norm_probe, dim=64 ...) are said once, above the table.
     auto words = [](const std::string& g) {

@@ -86,10 +86,19 @@ int cmd_plan(int argc, char** argv) {
     std::cout << json({{"name", grid.name}, {"grid_hash", grid.hash}, {"cells", cells}}).dump(2) << "\n";
     return kExitOk;
   }
+  // The keys that tell the cells apart, per cell; the others once, above them.
+  const std::vector<std::string> swept = swept_keys(grid);
+  std::string header, fixed;
+  for (const std::string& k : swept) header += (header.empty() ? "swept: " : ", ") + k;
+  if (!grid.cells.empty())
+    for (const auto& [k, v] : grid.cells[0].config.items())
+      if (std::find(swept.begin(), swept.end(), k) == swept.end()) fixed += " " + k + "=" + format_value(v);
+  if (!fixed.empty()) header += (header.empty() ? "" : "; ") + std::string("every cell:") + fixed;
+  if (!header.empty()) std::cout << header << "\n";
   for (size_t i = 0; i < grid.cells.size(); ++i) {
     const Cell& c = grid.cells[i];
     std::string line = c.id;
-    for (const auto& [k, v] : c.config.items()) line += " " + k + "=" + format_value(v);
+    if (const std::string words = swept_text(c.config, swept); !words.empty()) line += " " + words;
     if (groups[group_of[i]].size() > 1) line += " group=" + std::to_string(group_of[i]);
     std::cout << line << "\n";
   }

@@ -42,6 +42,8 @@ bool aggregate_stale(const fs::path& dir) {
   if (ec) return true;
   const fs::path runs = dir / "runs";
   if (fs::last_write_time(runs, ec) > t) return true;
+  // A grid changed with run --force: aggregate again, with only its cells (results/run_manifest.h).
+  if (std::error_code ec2; fs::last_write_time(dir / "manifest.json", ec2) > t && !ec2) return true;
   for (const auto& e : fs::directory_iterator(runs, ec)) {
     std::error_code ec2;
     if (e.last_write_time(ec2) > t) return true;

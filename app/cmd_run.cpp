@@ -174,7 +174,7 @@ int cmd_train(int argc, char** argv) {
       // exec failed (no /proc): carry on with the slower defaults
     }
   }
-  std::vector<std::string> cell_paths, outs, checkpoints;
+  std::vector<std::string> cell_paths, outs, checkpoints, progress;
   RunCellOptions opt;
   po::options_description desc("options");
   desc.add_options()("help,h", "this help")("cell", po::value(&cell_paths)->required(),
@@ -184,14 +184,16 @@ int cmd_train(int argc, char** argv) {
       "cpu | cuda | cuda:N (the first of the cell's `devices` GPUs)")(
       "threads", po::value(&opt.threads)->default_value(1), "threads")(
       "checkpoint", po::value(&checkpoints)->multitoken(),
-      "checkpoint file, one per cell: resumed from when valid, written on SIGTERM/SIGUSR1");
+      "checkpoint file, one per cell: resumed from when valid, written on SIGTERM/SIGUSR1")(
+      "progress", po::value(&progress)->multitoken(),
+      "progress file, one per cell: step, loss and steps/s, rewritten every few seconds while it trains");
   po::positional_options_description pos;
   pos.add("cell", -1);
   po::variables_map vm;
   if (!parse("train", argc, argv, desc, pos, vm)) return kExitUsage;
   if (help(vm,
            "attnsweep train CELL.json [CELL.json ...] --out FILE.h5 [FILE.h5 ...] [--device cpu|cuda[:N]] "
-           "[--threads T] [--checkpoint PATH [PATH ...]]",
+           "[--threads T] [--checkpoint PATH [PATH ...]] [--progress PATH [PATH ...]]",
            desc))
     return kExitOk;
   try {
@@ -202,16 +204,19 @@ int cmd_train(int argc, char** argv) {
   }
   if (!in_range("train", "--threads", opt.threads, 1, kMaxSlotsOrThreads)) return kExitUsage;
   const size_t K = cell_paths.size();
-  if (outs.size() != K || (!checkpoints.empty() && checkpoints.size() != K)) {
+  if (outs.size() != K || (!checkpoints.empty() && checkpoints.size() != K) ||
+      (!progress.empty() && progress.size() != K)) {
     std::fprintf(stderr,
-                 "attnsweep train: %zu cell file%s, %zu --out and %zu --checkpoint: expected one --out per cell and "
-                 "one --checkpoint per cell or none\n",
-                 K, K == 1 ? "" : "s", outs.size(), checkpoints.size());
+                 "attnsweep train: %zu cell file%s, %zu --out, %zu --checkpoint and %zu --progress: expected one --out "
+                 "per cell, and one --checkpoint and one --progress per cell or none\n",
+                 K, K == 1 ? "" : "s", outs.size(), checkpoints.size(), progress.size());
     return kExitUsage;
   }
   if (checkpoints.empty()) checkpoints.assign(K, "");
+  if (progress.empty()) progress.assign(K, "");
   for (size_t i = 0; i < K; ++i)
-    for (const auto& [option, file] : {std::pair{"--out", outs[i]}, std::pair{"--checkpoint", checkpoints[i]}}) {
+    for (const auto& [option, file] : {std::pair{"--out", outs[i]}, std::pair{"--checkpoint", checkpoints[i]},
+                                       std::pair{"--progress", progress[i]}}) {
       if (file.empty()) continue;
       if (const std::string why = file_problem(file); !why.empty()) {
         std::fprintf(stderr, "attnsweep train: %s %s: %s\n", option, file.c_str(), why.c_str());
@@ -232,9 +237,10 @@ int cmd_train(int argc, char** argv) {
   opt.stop = &g_train_stop;
   if (K == 1) {
     opt.checkpoint = checkpoints[0];
+    opt.progress = progress[0];
     return train_cell_to_file(cell_id(configs[0]), configs[0], outs[0], opt);
   }
-  return train_group_to_files(configs, outs, checkpoints, opt);
+  return train_group_to_files(configs, outs, checkpoints, progress, opt);
 }
 
 int cmd_status(int argc, char** argv) {

@@ -487,6 +487,49 @@ std::vector<std::string> grid_warnings(const Grid& grid) {
           "): the learning rate never leaves its warm-up; set warmup_steps (default 100) below steps"};
 }
 
+std::vector<std::string> swept_keys(const Grid& grid) {
+  std::set<std::string> keys;
+  for (const Cell& c : grid.cells)
+    for (const auto& [k, v] : c.config.items()) keys.insert(k);
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    const json* first = nullptr;
+    bool varies = false;
+    for (const Cell& c : grid.cells) {
+      const auto it = c.config.find(k);
+      if (it == c.config.end()) {
+        varies = true;
+        break;
+      }
+      if (!first) first = &*it;
+      if (*it != *first) {
+        varies = true;
+        break;
+      }
+    }
+    if (varies) out.push_back(k);
+  }
+  return out;
+}
+
+json swept_values(const json& config, const std::vector<std::string>& keys) {
+  json out = json::object();
+  for (const std::string& k : keys)
+    if (const auto it = config.find(k); it != config.end()) out[k] = *it;
+  return out;
+}
+
+std::string swept_text(const json& config, const std::vector<std::string>& keys) {
+  std::string line;
+  const json values = swept_values(config, keys);
+  for (const auto& [k, v] : values.items()) line += (line.empty() ? "" : " ") + k + "=" + format_value(v);
+  return line;
+}
+
+std::string format_value(const json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
 Grid load_grid(const std::string& path, const std::vector<std::string>& overrides) {
   if (overrides.empty()) return load_grid(path);
   Grid g;

@@ -63,6 +63,17 @@ Grid load_grid(const std::string& path, const std::vector<std::string>& override
 // What is valid but likely a mistake (plan and run print these, one a line, and go on):
 // cells whose warmup_steps exceed their steps, so the learning rate never leaves warm-up.
 std::vector<std::string> grid_warnings(const Grid& grid);
+// The keys whose value differs between the grid's cells (a key only some cells have
+// counts: degree beside softmax cells), in the configs' sorted order: what tells one cell
+// from another. `plan` lists them per cell and the others once; run's failure lines,
+// status.json's failed cells (and so `status` and the report) name a cell by them.
+std::vector<std::string> swept_keys(const Grid& grid);
+// A cell's values of `keys` ({"activation": "poly", "seed": 1}; a key it lacks is left out).
+json swept_values(const json& config, const std::vector<std::string>& keys);
+// The same as one line, "activation=poly seed=1" (values as format_value writes them).
+std::string swept_text(const json& config, const std::vector<std::string>& keys);
+// A value as one types it in an override: text bare, anything else as JSON.
+std::string format_value(const json& v);
 // The grid file's text with the overrides applied (what submit copies for its job).
 std::string grid_text_with_overrides(const std::string& path, const std::vector<std::string>& overrides);
 Grid parse_grid(const std::string& text, const std::string& file_label);  // throws InputError

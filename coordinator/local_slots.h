@@ -143,6 +143,12 @@ class LocalSlots {
     for (const CellAttempt& c : cells) spec.argv.push_back(paths_.runs(c.id));
     spec.argv.push_back("--checkpoint");
     for (const CellAttempt& c : cells) spec.argv.push_back(paths_.checkpoint(c.id));
+    spec.argv.push_back("--progress");
+    for (const CellAttempt& c : cells) {
+      spec.argv.push_back(paths_.progress(c.id));
+      std::error_code ec;  // an earlier attempt's: not this one's progress
+      std::filesystem::remove(paths_.progress(c.id), ec);
+    }
     for (const std::string& arg :
          {std::string("--device"), device_, std::string("--threads"), std::to_string(threads_)})
       spec.argv.push_back(arg);
@@ -211,7 +217,12 @@ class LocalSlots {
       if (s.pid == 0 || s.secondary) continue;
       if (!s.timed_out && now >= s.deadline) {
         // A hung cell: TERM first (a trainer checkpoints and leaves), KILL if it lingers.
+        // Its log says so before the child's own line about the signal.
         s.timed_out = true;
+        for (const CellAttempt& c : s.a.cells())
+          append_log_line(paths_.log(c.id), "attnsweep run: cell " + c.id + " attempt " + std::to_string(c.attempt) +
+                                                " " + timeout_text(s.a) +
+                                                ": stopping it (SIGTERM, then SIGKILL after 2 s) at " + iso_utc_now());
         signal_child(s.pid, SIGTERM);
         s.kill_at = now + 2.0;
       } else if (s.timed_out && now >= s.kill_at) {
@@ -247,6 +258,13 @@ class LocalSlots {
     bool secondary = false;  // taken by the child of another slot (a multi-device cell)
   };
 
+  // "timed out after 10.0 s": a group's limit is its cells' together.
+  static std::string timeout_text(const Assignment& a) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "timed out after %.1f s", a.timeout_s * static_cast<double>(1 + a.also.size()));
+    return buf;
+  }
+
   AttemptResult base_result(const CellAttempt& c, int slot) const {
     AttemptResult r;
     r.index = c.index;
@@ -280,10 +298,7 @@ class LocalSlots {
       }
     } else if (s.timed_out) {
       r.outcome = CellStatus::failed;
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "timed out after %.1f s",
-                    s.a.timeout_s * static_cast<double>(1 + s.a.also.size()));
-      r.reason = buf;
+      r.reason = timeout_text(s.a);
     } else if (e.exited && e.code == 75) {
       r.outcome = CellStatus::interrupted;
       r.reason = "interrupted by a signal";

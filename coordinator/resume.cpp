@@ -7,6 +7,7 @@
 #include <string>
 
 #include "results/cell_file.h"
+#include "results/run_manifest.h"
 #include "worker/run_cell.h"
 
 namespace attnsweep {
@@ -25,9 +26,12 @@ std::vector<std::pair<size_t, CellStatus>> prepare_dir(const Grid& grid, const R
     }
     const std::string old_hash = old.value("grid_hash", "");
     if (old_hash != grid.hash && !opt.force) {
-      // What changed, in cells: the directory's cell files are the grid it holds.
+      // What changed, in cells: the manifest's cell ids, else (a manifest written before
+      // they were recorded) the directory's cell files.
       std::set<std::string> had, now;
-      if (fs::is_directory(rd.dir() + "/cells"))
+      if (const auto ids = grid_cell_ids(rd.dir()))
+        had = *ids;
+      else if (fs::is_directory(rd.dir() + "/cells"))
         for (const auto& e : fs::directory_iterator(rd.dir() + "/cells"))
           if (e.path().extension() == ".json") had.insert(e.path().stem().string());
       for (const Cell& c : grid.cells) now.insert(c.id);
@@ -40,9 +44,11 @@ std::vector<std::pair<size_t, CellStatus>> prepare_dir(const Grid& grid, const R
                         " the same); use --force to resume with the changed grid, or another --out"});
     }
   }
+  std::set<std::string> ids;
+  for (const Cell& c : grid.cells) ids.insert(c.id);
   json m = {{"grid", grid.source},         {"grid_file", grid.file},     {"grid_name", grid.name},
             {"grid_hash", grid.hash},      {"cells", grid.cells.size()}, {"attnsweep_version", ATTNSWEEP_VERSION},
-            {"overrides", grid.overrides}, {"written", iso_utc_now()}};
+            {"overrides", grid.overrides}, {"written", iso_utc_now()},   {kManifestCellIds, ids}};
   atomic_write_text(manifest, m.dump(2) + "\n");
 
   // Temporaries of a run that was killed (we hold the lock: no writer is alive).

@@ -77,7 +77,7 @@ void RunDir::open_and_lock() {
   if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0) {
     // The lock itself is what matters; the text only helps a person.
   }
-  for (const char* sub : {"runs", "logs", "cells", "checkpoints"}) make_dirs(dir_ + "/" + sub);
+  for (const char* sub : {"runs", "logs", "cells", "checkpoints", "progress"}) make_dirs(dir_ + "/" + sub);
   const std::string events_path = dir_ + "/events.jsonl";
   events_ = std::fopen(events_path.c_str(), "a+");
   if (!events_) throw std::runtime_error(events_path + ": cannot open (" + errno_text() + ")");

@@ -11,8 +11,11 @@
 #include <set>
 #include <stdexcept>
 
+#include "coordinator/grid.h"
 #include "coordinator/rundir.h"
 #include "results/cell_file.h"
+#include "results/run_manifest.h"
+#include "worker/progress.h"
 
 namespace attnsweep {
 
@@ -47,6 +50,21 @@ std::string tail_lines(const std::string& path, int n) {
   return text.substr(start, pos - start);
 }
 
+// " (activation=poly seed=1)": a cell's swept keys (coordinator/grid.h swept_values), "" without.
+std::string swept_words(const json& entry) {
+  std::string words;
+  if (entry.contains("swept") && entry["swept"].is_object())
+    for (const auto& [k, v] : entry["swept"].items()) words += (words.empty() ? "" : " ") + k + "=" + format_value(v);
+  return words.empty() ? "" : " (" + words + ")";
+}
+
+// 4 significant digits, as the log's progress line.
+std::string fmt_number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
 }  // namespace
 
 int print_status(const std::string& dir, bool as_json) {
@@ -56,10 +74,17 @@ int print_status(const std::string& dir, bool as_json) {
   const size_t total = manifest.value("cells", size_t{0});
 
   // The files are the truth for finished cells; status.json adds what only the run knows.
-  size_t complete = 0, diverged = 0;
+  // Only the cells of the manifest's grid: a grid shrunk with run --force leaves the
+  // dropped cells' files in runs/ (results/run_manifest.h).
+  const std::set<std::string> dropped = dropped_cell_ids(dir);
+  size_t complete = 0, diverged = 0, not_in_grid = 0;
   std::set<std::string> done_ids;
   for (const auto& e : fs::directory_iterator(dir + "/runs")) {
     if (e.path().extension() != ".h5") continue;
+    if (dropped.count(e.path().stem().string())) {
+      ++not_in_grid;
+      continue;
+    }
     try {
       const CellSummary s = read_cell_summary(e.path().string());
       (s.status == CellStatus::diverged ? diverged : complete)++;
@@ -96,8 +121,10 @@ int print_status(const std::string& dir, bool as_json) {
               {"pending", pending},
               {"rate_cells_per_s", st.value("rate_cells_per_s", 0.0)},
               {"eta_s", active && st.contains("eta_s") ? st["eta_s"] : json(nullptr)},
+              {"running_cells", active && st.contains("running_cells") ? st["running_cells"] : json::array()},
               {"failed_cells", failed},
-              {"lost_ranks", st.contains("lost_ranks") ? st["lost_ranks"] : json::array()}};
+              {"lost_ranks", st.contains("lost_ranks") ? st["lost_ranks"] : json::array()},
+              {"results_not_in_grid", not_in_grid}};
   if (as_json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -105,10 +132,27 @@ int print_status(const std::string& dir, bool as_json) {
   std::printf("%s: grid %s, %s\n", dir.c_str(), out["grid"].get<std::string>().c_str(), state.c_str());
   std::printf("  %zu cells: %zu complete, %zu diverged, %zu failed, %zu running, %zu pending\n", total, complete,
               diverged, failed.size(), running, pending);
+  if (not_in_grid > 0)
+    std::printf("  %zu result file%s in runs/ of cells no longer in the grid (changed with run --force): not counted\n",
+                not_in_grid, not_in_grid == 1 ? "" : "s");
   if (active) {
     const json eta = out["eta_s"];
     std::printf("  %.2f cells/s, ETA %s\n", out["rate_cells_per_s"].get<double>(),
                 eta.is_number() ? (std::to_string(std::lround(eta.get<double>())) + " s").c_str() : "?");
+  }
+  // Each running cell's last progress (worker/progress.h): its step, loss and rate.
+  for (const json& r : out["running_cells"]) {
+    std::printf("  running %s%s", r.value("cell_id", std::string("?")).c_str(), swept_words(r).c_str());
+    if (r.contains("step") && r.contains("steps")) {
+      const json& loss = r["loss"];
+      std::printf(": step %s, loss %s, %.3g steps/s",
+                  step_text(r["step"].get<int64_t>(), r["steps"].get<int64_t>()).c_str(),
+                  loss.is_number() ? fmt_number(loss.get<double>()).c_str() : "nan", r.value("steps_per_s", 0.0));
+    } else {
+      std::printf(": no step reported yet");
+    }
+    const int attempt = r.value("attempt", 1);
+    std::printf("%s\n", attempt > 1 ? (" (attempt " + std::to_string(attempt) + ")").c_str() : "");
   }
   // Ranks the last run stopped hearing from (heartbeats, docs/lost-ranks.md).
   for (const json& l : out["lost_ranks"])
@@ -118,7 +162,7 @@ int print_status(const std::string& dir, bool as_json) {
                 l.value("cells_reassigned", json::array()).size() == 1 ? "" : "s");
   for (const json& f : failed) {
     const std::string id = f.value("cell_id", "");
-    std::printf("  failed %s: %s\n", id.c_str(), f.value("reason", "").c_str());
+    std::printf("  failed %s%s: %s\n", id.c_str(), swept_words(f).c_str(), f.value("reason", "").c_str());
     const std::string tail = tail_lines(dir + "/logs/" + id + ".log", 3);
     if (!tail.empty()) {
       size_t p = 0;

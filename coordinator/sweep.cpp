@@ -38,6 +38,7 @@
 #include "coordinator/wakeup.h"
 #include "kernels/device.h"
 #include "results/cell_file.h"
+#include "worker/progress.h"
 #include "worker/run_cell.h"
 
 namespace attnsweep {
@@ -53,6 +54,7 @@ class Coordinator {
       : grid_(grid),
         opt_(opt),
         fusion_(plan_fusion(grid)),
+        swept_(swept_keys(grid)),
         fuse_(fuse),
         rd_(rd),
         world_(world),
@@ -320,20 +322,60 @@ class Coordinator {
     switch (d.kind) {
       case Decision::done:
         ++finished_now_;
+        work_done_ += cost(r.index);
         where.update({{"event", "finished"}, {"status", std::string(to_string(r.outcome))}, {"wall_s", r.wall_s}});
         break;
       case Decision::retry:
         where.update({{"event", "retried"}, {"reason", r.reason}, {"retry_in_s", d.retry_at - now}});
         break;
-      case Decision::failed:
+      case Decision::failed: {
         ++finished_now_;
         where.update({{"event", "failed"}, {"reason", r.reason}});
-        std::fprintf(stderr, "%sattnsweep: cell %s failed after %d attempt%s: %s (log: %s)\n", tty_ ? "\n" : "",
-                     r.id.c_str(), r.attempt, r.attempt == 1 ? "" : "s", r.reason.c_str(), rd_.log(r.id).c_str());
+        const std::string words = swept_text(grid_.cells[r.index].config, swept_);
+        std::fprintf(stderr, "%sattnsweep: cell %s%s failed after %d attempt%s: %s (log: %s)\n", tty_ ? "\n" : "",
+                     r.id.c_str(), words.empty() ? "" : (" (" + words + ")").c_str(), r.attempt,
+                     r.attempt == 1 ? "" : "s", r.reason.c_str(), rd_.log(r.id).c_str());
         break;
+      }
       case Decision::requeued: where.update({{"event", "preempted"}, {"reason", r.reason}}); break;
     }
     rd_.append_event(where);
+  }
+
+  // A cell's share of the sweep's work: its estimated cost (Cell::est_cost_s), never 0.
+  double cost(size_t i) const { return std::max(grid_.cells[i].est_cost_s, 1e-3); }
+
+  // The running cells with what their children last reported (worker/progress.h), and the
+  // work left: pending cells' and running cells' steps to go. The steps running cells did
+  // in this run count as work done, so the ETA needs no finished cell.
+  struct Work {
+    json running = json::array();
+    double done = 0, left = 0;
+  };
+  Work work() const {
+    Work w;
+    w.done = work_done_;
+    for (size_t i = 0; i < sched_.size(); ++i) {
+      if (sched_.state(i) == CellStatus::pending) w.left += cost(i);
+      if (sched_.state(i) != CellStatus::running) continue;
+      const std::string& id = grid_.cells[i].id;
+      json r = {
+          {"cell_id", id}, {"swept", swept_values(grid_.cells[i].config, swept_)}, {"attempt", sched_.attempts(i)}};
+      const std::optional<CellProgress> p = read_progress(rd_.progress(id));
+      const bool reported = p && p->cell_id == id && p->attempt == sched_.attempts(i);
+      if (reported) r.update(to_json(*p));
+      if (reported && p->steps > 0) {  // a command cell without `steps` tells no fraction done
+        const double steps = static_cast<double>(p->steps);
+        const double f = std::clamp(static_cast<double>(p->step) / steps, 0.0, 1.0);
+        const double f0 = std::clamp(static_cast<double>(p->first_step) / steps, 0.0, f);
+        w.done += cost(i) * (f - f0);
+        w.left += cost(i) * (1 - f);
+      } else {
+        w.left += cost(i);
+      }
+      w.running.push_back(r);
+    }
+    return w;
   }
 
   void report(double now, bool final, const char* state = "running") {
@@ -343,13 +385,18 @@ class Coordinator {
     const size_t running = sched_.count(CellStatus::running), pending = sched_.count(CellStatus::pending);
     const double elapsed = now - t0_;
     const double rate = elapsed > 0 ? static_cast<double>(finished_now_) / elapsed : 0.0;
-    const double eta = rate > 0 ? static_cast<double>(running + pending) / rate : NAN;
-    if (final || now - last_status_ >= 1.0) {
+    const bool status_due = final || now - last_status_ >= 1.0;
+    if (status_due) work_ = work();  // the progress files are read once a status
+    const double work_rate = elapsed > 0 ? work_.done / elapsed : 0.0;
+    const double eta = work_rate > 0 ? work_.left / work_rate : NAN;
+    if (status_due) {
       last_status_ = now;
       json failed_cells = json::array();
       for (size_t i = 0; i < total; ++i)
         if (sched_.state(i) == CellStatus::failed)
-          failed_cells.push_back({{"cell_id", grid_.cells[i].id}, {"reason", sched_.last_error(i)}});
+          failed_cells.push_back({{"cell_id", grid_.cells[i].id},
+                                  {"swept", swept_values(grid_.cells[i].config, swept_)},
+                                  {"reason", sched_.last_error(i)}});
       json st = {{"state", state},
                  {"grid", grid_.name},
                  {"total", total},
@@ -367,6 +414,7 @@ class Coordinator {
                  {"ranks", world_},
                  {"host", hostname()},
                  {"pid", ::getpid()},
+                 {"running_cells", final ? json::array() : work_.running},
                  {"failed_cells", failed_cells},
                  {"lost_ranks", lost_ranks_}};
       try {
@@ -399,7 +447,8 @@ class Coordinator {
   const Grid& grid_;
   const RunOptions& opt_;
   FusionPlan fusion_;
-  int fuse_;  // cells per group at most (1: none)
+  std::vector<std::string> swept_;  // the keys that tell the grid's cells apart (swept_keys)
+  int fuse_;                        // cells per group at most (1: none)
   RunDir& rd_;
   int world_;
   LocalSlots& local_;
@@ -412,6 +461,8 @@ class Coordinator {
   std::vector<bool> shutdown_sent_, bye_;
   bool tty_;
   size_t resumed_ = 0, finished_now_ = 0;
+  double work_done_ = 0;  // the costs of the cells finished in this run
+  Work work_;             // as of the last status
   double t0_ = 0, last_status_ = -1e9, last_line_ = 0;
   std::string started_iso_ = iso_utc_now();
 };

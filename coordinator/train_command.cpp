@@ -27,13 +27,19 @@ int train_cell_to_file(const std::string& cell_id, const json& config, const std
     std::error_code ec;  // the result is durable now: the checkpoint has done its job
     std::filesystem::remove(opt.checkpoint, ec);
     std::filesystem::remove(opt.checkpoint + kCommandMetricsSuffix, ec);  // a command cell's (experiments/command.h)
+    std::filesystem::remove(opt.checkpoint + kAttemptTimeSuffix, ec);     // counted in the result now
+  }
+  if (!opt.progress.empty()) {
+    std::error_code ec;  // a finished cell is no longer running
+    std::filesystem::remove(opt.progress, ec);
   }
   std::printf("cell %s %s in %.3f s\n", cell_id.c_str(), std::string(to_string(res.status)).c_str(), res.wall_seconds);
   return 0;
 }
 
 int train_group_to_files(const std::vector<json>& configs, const std::vector<std::string>& out_paths,
-                         const std::vector<std::string>& checkpoints, const RunCellOptions& opt) {
+                         const std::vector<std::string>& checkpoints, const std::vector<std::string>& progress,
+                         const RunCellOptions& opt) {
   const size_t K = configs.size();
   CellGroup group(K);
   std::vector<int> rc(K, 1);
@@ -42,6 +48,7 @@ int train_group_to_files(const std::vector<json>& configs, const std::vector<std
     threads.emplace_back([&, i] {
       RunCellOptions mine = opt;
       mine.checkpoint = checkpoints[i];
+      mine.progress = progress[i];
       mine.train = [&group, i](const json& c, const TaskContext& ctx, const TrainingData& d) {
         return group.train(i, c, ctx, d);
       };

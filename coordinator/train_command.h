@@ -17,10 +17,11 @@ int train_cell_to_file(const std::string& cell_id, const json& config, const std
                        const RunCellOptions& opt);
 
 // One cell of a group in this process (worker/cell_group.h): cell i of configs, its result
-// to out_paths[i] and its checkpoint at checkpoints[i] ("" none), each on a thread of its
-// own that ends as train_cell_to_file does. Returns 0 when every cell wrote its result, 75
+// to out_paths[i], its checkpoint at checkpoints[i] and its progress at progress[i] ("" none),
+// each on a thread of its own that ends as train_cell_to_file does. Returns 0 when every cell wrote its result, 75
 // when a signal interrupted any (and none failed), else 1.
 int train_group_to_files(const std::vector<json>& configs, const std::vector<std::string>& out_paths,
-                         const std::vector<std::string>& checkpoints, const RunCellOptions& opt);
+                         const std::vector<std::string>& checkpoints, const std::vector<std::string>& progress,
+                         const RunCellOptions& opt);
 
 }  // namespace attnsweep

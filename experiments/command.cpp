@@ -406,6 +406,40 @@ std::vector<std::string> command_argv(const json& config) {
   return out;
 }
 
+namespace {
+
+// The program's progress as it runs: the metrics lines appended since the last look, the
+// last one with a step and a loss told to ctx.report_progress (the cell's `steps`, when it
+// has that key, as its total). A torn or malformed line is left to read_metrics.
+class MetricsTail {
+ public:
+  MetricsTail(std::string path, const json& config)
+      : path_(std::move(path)),
+        steps_(config.contains("steps") && config["steps"].is_number_integer() ? config["steps"].get<int64_t>() : 0) {}
+  void look(const TaskContext& ctx) {
+    std::ifstream f(path_, std::ios::binary);
+    if (!f || !f.seekg(offset_)) return;
+    std::string line;
+    int64_t step = -1;
+    double loss = 0;
+    while (std::getline(f, line) && !f.eof()) {  // complete lines only: the last may be half-written
+      offset_ += static_cast<std::streamoff>(line.size() + 1);
+      const json rec = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() && rec.contains("loss") &&
+          rec["loss"].is_number())
+        step = rec["step"].get<int64_t>(), loss = rec["loss"].get<double>();
+    }
+    if (step >= 0) ctx.report_progress(step + 1, steps_, loss);
+  }
+
+ private:
+  std::string path_;
+  int64_t steps_;
+  std::streamoff offset_ = 0;
+};
+
+}  // namespace
+
 TaskOutput run_command(const json& config, const TaskContext& ctx) {
   const std::vector<std::string> argv = command_argv(config);
   const double grace_s = config.at("grace_s").get<double>();
@@ -448,9 +482,15 @@ TaskOutput run_command(const json& config, const TaskContext& ctx) {
   bool killed = false;
   clock::time_point kill_at{};
   ChildExit e;
+  MetricsTail tail(metrics, config);
+  clock::time_point next_look = clock::now();
   for (;;) {
     e = reap_child(pid);
     if (e.pid == pid) break;
+    if (clock::now() >= next_look) {
+      tail.look(ctx);
+      next_look = clock::now() + std::chrono::milliseconds(500);
+    }
     if (ctx.stop_requested() && stop_signal == 0) {
       // The group's signal reached the program too; this one covers a signal sent to us alone.
       stop_signal = ctx.stop->load();

@@ -58,12 +58,15 @@ std::vector<ResultField> declare() {
   root("cell_id", T::string, "content hash of the effective config", true);
   root("status", T::string, "complete or diverged", true);
   root("device", T::string, "device the cell ran on", true);
-  root("wall_seconds", T::float64, "wall-clock seconds of the cell", true);
+  root("wall_seconds", T::float64, "wall-clock seconds of the cell, over every attempt that led to the result", true);
   root("diverged_at_step", T::int64, "step at which the loss became NaN/Inf, -1 if none", true);
   root("config", T::string, "the effective config as canonical JSON (sorted keys, compact)");
   root("attnsweep_version", T::string, "the attnsweep version that wrote the file", false, "", "write_cell_file");
-  root("started", T::string, "when the task started, ISO 8601 UTC");
+  root("started", T::string, "when the task started (its first attempt that led to the result), ISO 8601 UTC");
   root("finished", T::string, "when the task ended, ISO 8601 UTC");
+  root("attempts", T::int64, "attempts that led to the result (1: none was interrupted or failed before it)");
+  root("last_attempt_started", T::string, "when the last attempt started, ISO 8601 UTC");
+  root("last_attempt_wall_seconds", T::float64, "wall-clock seconds of the last attempt alone");
   root("host", T::string, "host name of the machine it ran on");
   root("slurm_job_id", T::string, "SLURM_JOB_ID", false, "under Slurm");
   root("slurm_restart_count", T::string, "SLURM_RESTART_COUNT", false, "a requeued Slurm job");

@@ -49,6 +49,12 @@ struct TaskContext {
   bool stop_requested() const { return stop && stop->load() != 0; }
   // Where a training task keeps its checkpoint ("" = none: a stop ends without one).
   std::string checkpoint_path;
+  // Told after each training step: the steps done, the cell's steps and that step's
+  // loss (the worker reports them every few seconds: worker/progress.h). May be empty.
+  std::function<void(int64_t step, int64_t steps, double loss)> progress;
+  void report_progress(int64_t step, int64_t steps, double loss) const {
+    if (progress) progress(step, steps, loss);
+  }
   // Trains a model on a training task's data. Supplied by the worker (worker/trainer.h):
   // tasks sit below the trainer (app -> worker -> experiments), so a training task
   // loads its data and hands it to this instead of calling the trainer by name.
@@ -103,6 +109,7 @@ struct TaskSeries {
 struct TaskOutput {
   CellStatus status = CellStatus::complete;  // complete | diverged | interrupted
   int64_t diverged_at_step = -1;
+  int64_t stopped_at_step = -1;  // interrupted: the step a training task stopped before (-1: not known)
   std::map<std::string, double> final_metrics;
   std::vector<TaskSeries> series;
 };

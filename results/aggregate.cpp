@@ -11,6 +11,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -29,6 +30,7 @@
 #include "results/cell_reader.h"
 #include "results/h5.h"
 #include "results/paired.h"
+#include "results/run_manifest.h"
 #include "results/table.h"
 
 namespace attnsweep {
@@ -324,10 +326,16 @@ class Aggregation {
     std::error_code ec;
     if (!fs::is_directory(runs_, ec))
       throw std::runtime_error(dir_ + ": no runs/ folder (is this a results directory?)");
+    // Not the cells a grid changed with run --force dropped (results/run_manifest.h).
+    const std::set<std::string> dropped = dropped_cell_ids(dir_);
     for (const auto& e : fs::directory_iterator(runs_, ec)) {
       const std::string name = e.path().filename().string();
       if (name.find(".tmp.") != std::string::npos) continue;  // a writer's temporary
-      if (e.path().extension() == ".h5") names_.push_back(name);
+      if (e.path().extension() != ".h5") continue;
+      if (dropped.count(e.path().stem().string()))
+        ++result_.not_in_grid;
+      else
+        names_.push_back(name);
     }
     if (ec) throw std::runtime_error(runs_.string() + ": cannot list (" + ec.message() + ")");
     std::sort(names_.begin(), names_.end());

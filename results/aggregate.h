@@ -38,6 +38,7 @@ struct AggregateResult {
   int64_t reused = 0;                // rows copied from the previous aggregate.h5 (unchanged files)
   int64_t forks = 0;                 // child processes forked to help (pass 1: 1; pass 2: 1 per block)
   std::vector<std::string> skipped;  // "runs/x.h5: reason"
+  int64_t not_in_grid = 0;           // result files of cells the manifest's grid no longer holds, left out
   std::vector<Fit> fits;             // sorted by group, then metric
   std::vector<std::string> columns;  // the /cells (and summary.csv) columns, in order
   std::vector<PairedDiff> paired;    // /paired and paired.csv (results/paired.h)

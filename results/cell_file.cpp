@@ -156,6 +156,9 @@ void write_cell_file(const std::string& path, const CellResult& r) {
     f.set_attribute_double("wall_seconds", r.wall_seconds);
     f.set_attribute_string("started", r.started);
     f.set_attribute_string("finished", r.finished);
+    f.set_attribute_int64("attempts", r.attempts);
+    f.set_attribute_string("last_attempt_started", r.last_attempt_started);
+    f.set_attribute_double("last_attempt_wall_seconds", r.last_attempt_wall_seconds);
     for (const auto& [name, value] : r.provenance) f.set_attribute_string(name, value);
     {
       h5::Group final_group = f.require_group("/final");

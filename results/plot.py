@@ -138,6 +138,13 @@ def value_text(v):
     return str(v)
 
 
+def swept_words(failed):
+    """' (activation=poly seed=1)': a failed cell's swept keys (status.json's failed_cells[].swept), '' without."""
+    swept = failed.get("swept") or {}
+    words = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(swept.items()))
+    return f" ({words})" if words else ""
+
+
 class Groups:
     """Cells grouped by every config parameter but prompt_length and the replicate keys
     (seed and any *_seed, e.g. init_seed: averaged over, like seeds)."""
@@ -903,7 +910,8 @@ def main():
         parts.append(f'<div class="card">{table}</div>')
     if failed:
         parts.append("<h2>Failed cells</h2><ul class=\"skipped\">" + "".join(
-            f"<li>{html.escape(str(f.get('cell_id')))}: {html.escape(str(f.get('reason', '')))}</li>" for f in failed) + "</ul>")
+            f"<li>{html.escape(str(f.get('cell_id')))}{html.escape(swept_words(f))}: "
+            f"{html.escape(str(f.get('reason', '')))}</li>" for f in failed) + "</ul>")
     if data["skipped"]:
         parts.append("<h2>Files left out by aggregate</h2><ul class=\"skipped\">"
                      + "".join(f"<li>{html.escape(s)}</li>" for s in data["skipped"]) + "</ul>")

@@ -20,7 +20,8 @@ import numpy as np
 
 # Root attributes that differ between two runs of the same cell by design.
 VOLATILE = {"started", "finished", "host", "wall_seconds", "slurm_job_id", "slurm_array_task",
-            "gpu_name", "gpu_uuid", "cuda_visible_devices", "attnsweep_version"}
+            "gpu_name", "gpu_uuid", "cuda_visible_devices", "attnsweep_version",
+            "attempts", "last_attempt_started", "last_attempt_wall_seconds"}
 
 
 def attrs_of(obj, root):

@@ -157,6 +157,7 @@ class CellLoop {
     }
     if (stop) {
       out_.status = CellStatus::interrupted;
+      out_.stopped_at_step = t;
       done_ = true;
       return false;
     }
@@ -214,6 +215,7 @@ class CellLoop {
     }
     if (tc_.eval_every > 0 && (t + 1) % tc_.eval_every == 0) record_eval(t + 1);
     ++st_.step;
+    ctx_.report_progress(st_.step, tc_.steps, r.fwd.loss);
   }
 
   // The cell's output once next() said no: interrupted (nothing else), or the final

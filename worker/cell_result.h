@@ -40,7 +40,12 @@ void to_json(json& j, const CellSummary& s);
 void from_json(const json& j, CellSummary& s);
 
 struct CellResult : CellSummary {
-  std::string started, finished;  // ISO 8601 UTC
+  // ISO 8601 UTC. `started` and CellSummary::wall_seconds count every attempt that led to
+  // this result (worker/run_cell.h AttemptTime); the last attempt's own are kept too.
+  std::string started, finished;
+  int64_t attempts = 1;
+  std::string last_attempt_started;
+  double last_attempt_wall_seconds = 0;
   std::vector<ResultDataset> datasets;
   // More root attributes (host, gpu_name, gpu_uuid, slurm_job_id, ...): where it ran.
   std::map<std::string, std::string> provenance;

@@ -4,15 +4,19 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <exception>
 #include <filesystem>
 
+#include "base/atomic_file.h"
+#include "base/text_file.h"
 #include "experiments/result_schema.h"
 #include "experiments/task.h"
 #include "kernels/device.h"
+#include "worker/progress.h"
 #include "worker/trainer.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -28,6 +32,37 @@ std::string iso_utc_now() {
   return buf;
 }
 
+namespace {
+
+// The earlier attempts' time (kAttemptTimeSuffix), none when absent or unreadable.
+AttemptTime read_attempt_time(const std::string& checkpoint) {
+  AttemptTime t;
+  if (checkpoint.empty()) return t;
+  try {
+    const json j = json::parse(read_text(checkpoint + kAttemptTimeSuffix));
+    t.started = j.at("started").get<std::string>();
+    t.wall_seconds = j.at("wall_seconds").get<double>();
+    t.attempts = j.at("attempts").get<int64_t>();
+  } catch (const std::exception&) {
+    return AttemptTime{};
+  }
+  return t;
+}
+
+// Adds this attempt (started at `started`, `seconds` long) to the earlier ones' time.
+void add_attempt_time(const std::string& checkpoint, AttemptTime t, const std::string& started, double seconds) {
+  if (checkpoint.empty()) return;
+  if (t.started.empty()) t.started = started;
+  const json j = {{"started", t.started}, {"wall_seconds", t.wall_seconds + seconds}, {"attempts", t.attempts + 1}};
+  try {
+    atomic_write_text(checkpoint + kAttemptTimeSuffix, j.dump() + "\n", /*durable=*/false);
+  } catch (const std::exception& e) {  // the result then counts fewer attempts; no reason to fail
+    std::fprintf(stderr, "attnsweep train: %s\n", e.what());
+  }
+}
+
+}  // namespace
+
 int run_cell(const std::string& cell_id, const json& config, const RunCellOptions& opt, CellResult* result) {
   const int threads = opt.threads > 0 ? opt.threads : 1;
   omp_set_num_threads(threads);
@@ -40,6 +75,8 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
   ctx.stop = opt.stop;
   ctx.checkpoint_path = opt.checkpoint;
   ctx.train = opt.train ? opt.train : train_cell;
+  ProgressReporter progress(cell_id, opt.attempt, opt.progress);
+  ctx.progress = [&progress](int64_t step, int64_t steps, double loss) { progress(step, steps, loss); };
 
   CellResult& res = *result;
   res = CellResult{};
@@ -60,7 +97,9 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
     res.provenance["gpu_name"] = cuda_device_name(gpu);
     res.provenance["gpu_uuid"] = cuda_device_uuid(gpu);
   }
+  const AttemptTime before = read_attempt_time(opt.checkpoint);
   const auto t0 = std::chrono::steady_clock::now();
+  const auto seconds = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   TaskOutput out;
   try {
     out = run_task(config, ctx);
@@ -68,12 +107,22 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
     std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), e.what());
     return kExitFailedNoRetry;
   } catch (const std::exception& e) {
+    add_attempt_time(opt.checkpoint, before, res.started, seconds());
     std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), e.what());
     return 1;
   }
   if (out.status == CellStatus::interrupted) {
-    std::fprintf(stderr, "attnsweep train: cell %s interrupted by a signal%s%s\n", cell_id.c_str(),
-                 opt.checkpoint.empty() ? "" : "; checkpoint at ", opt.checkpoint.c_str());
+    add_attempt_time(opt.checkpoint, before, res.started, seconds());
+    const int sig = opt.stop ? opt.stop->load() : 0;
+    const std::string at = out.stopped_at_step >= 0 ? " at step " + std::to_string(out.stopped_at_step) + " of " +
+                                                          std::to_string(config.value("steps", int64_t{0}))
+                                                    : std::string();
+    std::fprintf(stderr, "attnsweep train: cell %s interrupted by signal %d (%s)%s%s%s\n", cell_id.c_str(), sig,
+                 sig == SIGTERM   ? "SIGTERM"
+                 : sig == SIGINT  ? "SIGINT"
+                 : sig == SIGUSR1 ? "SIGUSR1"
+                                  : "?",
+                 at.c_str(), opt.checkpoint.empty() ? "" : "; checkpoint at ", opt.checkpoint.c_str());
     return 75;
   }
   // Only what the result schema declares reaches a file (and the docs and aggregate).
@@ -81,7 +130,11 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
     std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), why.c_str());
     return 1;
   }
-  res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.last_attempt_wall_seconds = seconds();
+  res.last_attempt_started = res.started;
+  res.wall_seconds = before.wall_seconds + res.last_attempt_wall_seconds;
+  res.attempts = before.attempts + 1;
+  if (!before.started.empty()) res.started = before.started;
   res.finished = iso_utc_now();
   res.status = out.status;
   res.diverged_at_step = out.diverged_at_step;

@@ -24,6 +24,9 @@ struct RunCellOptions {
   // when valid, written on a stop and every checkpoint_every steps, removed once the
   // result file is written. "" = no checkpoints.
   std::string checkpoint;
+  // Where the cell's progress goes every few seconds (worker/progress.h; "" = its log
+  // line only).
+  std::string progress;
   // The task's ctx.train: empty for train_cell (worker/trainer.h); a group's member trains
   // through its CellGroup (worker/cell_group.h).
   std::function<TaskOutput(const json& config, const TaskContext& ctx, const TrainingData& data)> train;
@@ -37,5 +40,17 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
 
 // "2026-11-29T16:02:11Z"
 std::string iso_utc_now();
+
+// The time a cell's earlier attempts took, kept next to its checkpoint (at checkpoint +
+// kAttemptTimeSuffix) by an attempt that ends without a result (interrupted, or failed
+// with an exception), so that the result counts every attempt: its `started` is the first
+// one's, its `wall_seconds` their sum. An attempt killed outright (SIGKILL, a crash)
+// cannot write it: its time is not counted. Removed with the checkpoint.
+inline constexpr const char* kAttemptTimeSuffix = ".time.json";
+struct AttemptTime {
+  std::string started;  // the first attempt's start, ISO 8601 UTC
+  double wall_seconds = 0;
+  int64_t attempts = 0;
+};
 
 }  // namespace attnsweep

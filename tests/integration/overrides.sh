@@ -24,6 +24,15 @@ check "key=value replaces an axis (rc $RC)" $PY -c "
 import json, sys; d = json.loads(sys.argv[1]); cells = [c['config'] for c in d['cells']]
 assert len(cells) == 1 and cells[0]['prompt_length'] == 64 and cells[0]['head_dim'] == 8, cells" "$OUT"
 
+# plan's text: each cell's swept keys (softmax has no scale: scale varies too), every other
+# key once above them, not the whole config a line.
+run_rc "$ATTNSWEEP" plan g.json activation=softmax,relu
+echo "$OUT"
+check "plan's first line: the swept keys, then every other key once" grep -Eq \
+  "^swept: activation, prompt_length, scale; every cell: .*samples=2 .*task=norm_probe$" <<<"$(head -1 <<<"$OUT")"
+check "then a cell a line: its id and its swept keys only" test \
+  "$(grep -Ec '^[0-9a-f]{16} activation=(softmax|relu) prompt_length=(16|32)( scale=none)?$' <<<"$OUT")" = 4
+
 # Validated like the file: exit 2, naming the key and what was expected.
 run_rc "$ATTNSWEEP" plan g.json samples=abc
 check "a bad value is refused (rc $RC)" test "$RC" = 2

@@ -49,6 +49,9 @@ print("ok: retry, failure, timeout and exit-code events as expected")
 PY
 crasher=$(grep -l '"crash_attempts": 99' out/cells/*.json); crasher=$(basename "$crasher" .json)
 check "the always-crashing cell's log records its 3 attempts" test "$(grep -c '=== attnsweep: cell' out/logs/$crasher.log)" = 3
+hanger=$(grep -l '"hang": true' out/cells/*.json); hanger=$(basename "$hanger" .json)
+check "the hung cell's log says each attempt timed out (not only that a signal stopped it)" \
+  test "$(grep -Ec "^attnsweep run: cell $hanger attempt [123] timed out after 3.0 s: stopping it" out/logs/$hanger.log)" = 3
 # 3 hang attempts x 3 s + back-off: bounded well under a minute.
 check "hung cell did not hold the sweep (took $took s)" $PY -c "assert $took < 40"
 "$ATTNSWEEP" status out > status.txt; cat status.txt

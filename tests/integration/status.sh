@@ -52,7 +52,10 @@ echo "$OUT"
 check "finished: status exits 0" test "$RC" = 0
 check "finished: state and counts" grep -q "7 cells: 6 complete, 0 diverged, 1 failed, 0 running, 0 pending" <<<"$OUT"
 check "finished: the text names the state" grep -q "status-demo, finished" <<<"$OUT"
-check "finished: the failed cell with its reason" grep -Eq "^  failed [0-9a-f]+: " <<<"$OUT"
+check "finished: the failed cell with its swept keys and its reason" \
+  grep -Eq "^  failed [0-9a-f]+ \(crash_attempts=99 seed=99\): " <<<"$OUT"
+check "run's failure line names the cell's swept keys" \
+  grep -Eq "^attnsweep: cell [0-9a-f]+ \(crash_attempts=99 seed=99\) failed after 1 attempt: " run.err
 check "finished: the last lines of its log" grep -q "^    | " <<<"$OUT"
 check "finished: no ETA once ended" bash -c "! grep -q ETA <<<\"\$1\"" _ "$OUT"
 check "finished: --json" $PY - <<PY
@@ -63,5 +66,10 @@ assert d["running"] == 0 and d["pending"] == 0 and d["eta_s"] is None, d
 assert d["rate_cells_per_s"] > 0, d
 (f,) = d["failed_cells"]
 assert f["cell_id"] and "reason" in f, f
+assert f["swept"] == {"crash_attempts": 99, "seed": 99}, f
 print("   ", {k: d[k] for k in ("state", "complete", "failed", "rate_cells_per_s")})
 PY
+run_rc "$ATTNSWEEP" report out
+check "report exits 0 ($ERR)" test "$RC" = 0
+check "the report's failed cell is named by its swept keys" \
+  grep -Eq "<li>[0-9a-f]+ \(crash_attempts=99 seed=99\): " out/report.html
