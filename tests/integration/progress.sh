@@ -15,11 +15,24 @@ JSON
 "$ATTNSWEEP" run grid.json --out out --workers 1 --threads 1 --fuse 1 >run.out 2>run.err &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$WORK"' EXIT
+# Polls `status DIR --json` until the Python check on standard input accepts it (up to 3
+# minutes on a loaded machine; about 2 s when idle), then keeps it in JSON_OUT and the text
+# status in TEXT_OUT. Fails (returns 1) if it never does.
+wait_for_status() {
+  local dir=$1 json_out=$2 text_out=$3 check_py
+  check_py=$(cat)
+  for _ in $(seq 1 900); do
+    sleep 0.2
+    [ -e "$dir/status.json" ] || continue
+    if "$ATTNSWEEP" status "$dir" --json >"$json_out" 2>/dev/null && $PY -c "$check_py" "$json_out"; then
+      "$ATTNSWEEP" status "$dir" >"$text_out"
+      return 0
+    fi
+  done
+  return 1
+}
 seen=""
-for _ in $(seq 1 900); do  # up to 3 minutes on a loaded machine; about 2 s when idle
-  sleep 0.2
-  [ -e out/status.json ] || continue
-  if "$ATTNSWEEP" status out --json >status.json 2>/dev/null && $PY - status.json <<'PY'; then
+wait_for_status out status.json status.txt <<'PY' && seen=yes
 import json, sys
 d = json.load(open(sys.argv[1]))
 r = d["running_cells"]
@@ -27,11 +40,6 @@ assert d["state"] == "running" and d["complete"] == 0 and d["pending"] == 1, d
 assert len(r) == 1 and r[0].get("step", 0) > 0, d
 assert d["eta_s"] is not None and d["eta_s"] > 0, d
 PY
-    seen=yes
-    "$ATTNSWEEP" status out >status.txt
-    break
-  fi
-done
 cat status.json status.txt || true
 check "status --json showed the running cell's step and an ETA before any cell finished" test -n "$seen"
 check "status --json: step/steps, loss and steps/s of the running cell" $PY - status.json <<'PY'
@@ -74,19 +82,11 @@ JSON
 "$ATTNSWEEP" run own.json --out own --workers 1 >own.out 2>own.err &
 pid=$!
 seen=""
-for _ in $(seq 1 900); do
-  sleep 0.2
-  [ -e own/status.json ] || continue
-  if "$ATTNSWEEP" status own --json >own_status.json 2>/dev/null && $PY - own_status.json <<'PY'; then
+wait_for_status own own_status.json own_status.txt <<'PY' && seen=yes
 import json, sys
 r = json.load(open(sys.argv[1]))["running_cells"]
 assert len(r) == 1 and r[0].get("step", 0) > 0 and r[0]["steps"] == 100000, r
 PY
-    seen=yes
-    "$ATTNSWEEP" status own >own_status.txt
-    break
-  fi
-done
 cat own_status.json own_status.txt || true
 check "status --json showed the command cell's step from its metrics lines" test -n "$seen"
 cid=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["running_cells"][0]["cell_id"])' own_status.json)
