@@ -17,7 +17,7 @@
 #include "experiments/params.h"
 #include "experiments/result_schema.h"
 #include "kernels/activation.h"
-#include "worker/gpu_memory.h"
+#include "worker/model/gpu_memory.h"
 
 namespace attnsweep::cli {
 

@@ -20,7 +20,7 @@
 #include "coordinator/train_command.h"
 #include "kernels/device.h"
 #include "slurm/submit.h"
-#include "worker/run_cell.h"
+#include "worker/training/run_cell.h"
 
 namespace attnsweep::cli {
 

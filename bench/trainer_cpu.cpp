@@ -57,8 +57,8 @@
 #include "experiments/rng.h"
 #include "kernels/device.h"
 #include "kernels/precision.h"
-#include "worker/cuda_trainer.h"
-#include "worker/trainer.h"
+#include "worker/training/cuda_trainer.h"
+#include "worker/training/trainer.h"
 
 extern "C" void openblas_set_num_threads(int);
 

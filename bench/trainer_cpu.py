@@ -155,7 +155,7 @@ class ViT(nn.Module):
 
 
 class Readout(nn.Module):
-    """Paper B's read-out (worker/model.h Head::readout): one attention layer on the raw
+    """Paper B's read-out (worker/model/model.h Head::readout): one attention layer on the raw
     tokens, one head of width C, no bias; prediction = last coordinate of the query's
     output."""
 

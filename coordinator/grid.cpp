@@ -365,8 +365,6 @@ std::optional<CommandSection> read_command(const json& section, const std::strin
 
 }  // namespace
 
-InputError::InputError(std::vector<std::string> p) : std::runtime_error(join_lines(p)), problems(std::move(p)) {}
-
 const std::vector<ParamSpec>& resource_specs() {
   static const std::vector<ParamSpec> specs = [] {
     std::vector<ParamSpec> v(7);

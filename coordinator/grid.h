@@ -8,18 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/input_error.h"
 #include "experiments/params.h"
 
 namespace attnsweep {
 
 using json = nlohmann::json;
-
-// Bad input: one line per problem, each "FILE: JSON.PATH: what was expected".
-// The CLI prints every line and exits 2.
-struct InputError : std::runtime_error {
-  std::vector<std::string> problems;
-  explicit InputError(std::vector<std::string> p);
-};
 
 // Cells sharing one GPU (resources.cells_per_gpu, run --cells-per-gpu): 1..64.
 constexpr int kMaxCellsPerGpu = 64;

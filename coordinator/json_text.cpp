@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/grid.h"  // InputError
+#include "coordinator/input_error.h"
 
 namespace attnsweep {
 

@@ -14,7 +14,7 @@
 #include "coordinator/gpu_binding.h"
 #include "coordinator/wakeup.h"
 #include "kernels/device.h"
-#include "worker/gpu_memory.h"
+#include "worker/model/gpu_memory.h"
 
 namespace attnsweep {
 using json = nlohmann::json;

@@ -20,11 +20,13 @@
 
 #include "base/cpu_env.h"
 #include "base/process.h"
+#include "base/utc_time.h"
+#include "coordinator/grid.h"
 #include "coordinator/messages.h"
+#include "coordinator/run_options.h"
 #include "coordinator/rundir.h"
-#include "coordinator/sweep.h"
 #include "results/cell_file.h"
-#include "worker/run_cell.h"
+#include "worker/training/run_cell.h"
 
 namespace attnsweep {
 
@@ -57,7 +59,7 @@ int distinct_devices(const std::vector<FreeSlot>& free);
 std::vector<int> choose_slots(const std::vector<FreeSlot>& free, int need);
 
 // Whether K cells of the grid fit in one GPU's memory: any K cells may share a GPU, so
-// the cell of the largest estimate (worker/gpu_memory.h) times K must fit.
+// the cell of the largest estimate (worker/model/gpu_memory.h) times K must fit.
 struct GpuFit {
   bool checked = false;  // false: no GPU memory known (or no cell uses a GPU): nothing checked
   bool fits = true;

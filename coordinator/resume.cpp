@@ -1,4 +1,5 @@
 #include "coordinator/resume.h"
+#include "base/utc_time.h"
 
 #include <filesystem>
 #include <fstream>
@@ -8,7 +9,6 @@
 
 #include "results/cell_file.h"
 #include "results/run_manifest.h"
-#include "worker/run_cell.h"
 
 namespace attnsweep {
 namespace fs = std::filesystem;

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "coordinator/grid.h"
+#include "coordinator/run_options.h"
 #include "coordinator/rundir.h"
-#include "coordinator/sweep.h"
 #include "experiments/cell_status.h"
 
 namespace attnsweep {

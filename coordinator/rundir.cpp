@@ -1,4 +1,5 @@
 #include "coordinator/rundir.h"
+#include "base/utc_time.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
-
-#include "worker/run_cell.h"
 
 namespace attnsweep {
 

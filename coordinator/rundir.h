@@ -28,7 +28,7 @@ class RunDir {
   std::string cell_file(const std::string& id) const { return dir_ + "/cells/" + id + ".json"; }
   std::string log(const std::string& id) const { return dir_ + "/logs/" + id + ".log"; }
   std::string checkpoint(const std::string& id) const { return dir_ + "/checkpoints/" + id + ".ckpt"; }
-  // A running cell's step, loss and rate (worker/progress.h), removed when its result is written.
+  // A running cell's step, loss and rate (worker/training/progress.h), removed when its result is written.
   std::string progress(const std::string& id) const { return dir_ + "/progress/" + id + ".json"; }
 
   // Creates the folders and takes the run lock (flock on DIR/run.lock, released by the

@@ -15,7 +15,7 @@
 #include "coordinator/rundir.h"
 #include "results/cell_file.h"
 #include "results/run_manifest.h"
-#include "worker/progress.h"
+#include "worker/training/progress.h"
 
 namespace attnsweep {
 
@@ -140,7 +140,7 @@ int print_status(const std::string& dir, bool as_json) {
     std::printf("  %.2f cells/s, ETA %s\n", out["rate_cells_per_s"].get<double>(),
                 eta.is_number() ? (std::to_string(std::lround(eta.get<double>())) + " s").c_str() : "?");
   }
-  // Each running cell's last progress (worker/progress.h): its step, loss and rate.
+  // Each running cell's last progress (worker/training/progress.h): its step, loss and rate.
   for (const json& r : out["running_cells"]) {
     std::printf("  running %s%s", r.value("cell_id", std::string("?")).c_str(), swept_words(r).c_str());
     if (r.contains("step") && r.contains("steps")) {

@@ -3,6 +3,7 @@
 // run_sweep sets up MPI and the heartbeats and ends the run with the right exit code.
 // About 520 lines: the coordinator loop is one state machine, kept in one place.
 #include "coordinator/sweep.h"
+#include "base/utc_time.h"
 
 #include <fcntl.h>
 #include <mpi.h>
@@ -38,8 +39,8 @@
 #include "coordinator/wakeup.h"
 #include "kernels/device.h"
 #include "results/cell_file.h"
-#include "worker/progress.h"
-#include "worker/run_cell.h"
+#include "worker/training/progress.h"
+#include "worker/training/run_cell.h"
 
 namespace attnsweep {
 
@@ -345,7 +346,7 @@ class Coordinator {
   // A cell's share of the sweep's work: its estimated cost (Cell::est_cost_s), never 0.
   double cost(size_t i) const { return std::max(grid_.cells[i].est_cost_s, 1e-3); }
 
-  // The running cells with what their children last reported (worker/progress.h), and the
+  // The running cells with what their children last reported (worker/training/progress.h), and the
   // work left: pending cells' and running cells' steps to go. The steps running cells did
   // in this run count as work done, so the ETA needs no finished cell.
   struct Work {

@@ -8,7 +8,7 @@
 
 #include "coordinator/grid.h"
 #include "results/cell_file.h"
-#include "worker/cell_group.h"
+#include "worker/training/cell_group.h"
 
 namespace attnsweep {
 

@@ -350,7 +350,7 @@ static DataShape icl_data_shape(const json& config) {
   return s;
 }
 
-// The read-out: one layer, one head of width d + 1 on the raw tokens (worker/model.h).
+// The read-out: one layer, one head of width d + 1 on the raw tokens (worker/model/model.h).
 static json icl_model_config(const json& config) {
   json m = config;
   m["dim"] = config.at("d").get<int64_t>() + 1;

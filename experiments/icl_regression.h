@@ -1,7 +1,7 @@
 // Paper B's in-context linear regression (science.md): prompts of L tokens (x_i, y_i),
 // x ~ N(0, Sigma) with Sigma_ij = rho^|i-j|, y = w^T x + eps, w ~ N(0, I/d) per prompt,
 // eps ~ N(0, noise_var), then the query (x, 0); the target is the query's y. The model is
-// the single attention layer read-out (worker/model.h, Head::readout) with C = d + 1.
+// the single attention layer read-out (worker/model/model.h, Head::readout) with C = d + 1.
 //
 // limit_sq_error: the mean over the test prompts of ||T_L(z) - T_inf(z)||^2, where T_L
 // is the read-out's attention output at the query z for the prompt and T_inf the

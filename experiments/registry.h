@@ -2,7 +2,7 @@
 // in one file (experiments/<task>.cpp) that defines its TaskDef: what it is, the keys it
 // adds to the shared ones (experiments/params.h) with their defaults, ranges and checks,
 // its cost estimate and the shape of its data (what the trainer and the GPU memory estimate,
-// worker/gpu_memory.h, build the model from), the result fields it writes and its run function. Grid validation,
+// worker/model/gpu_memory.h, build the model from), the result fields it writes and its run function. Grid validation,
 // `attnsweep schema`, `plan`'s cost order, the result schema and run_task read it; adding
 // a task is its file plus one line in task_registry() (experiments/tasks.cpp).
 #pragma once
@@ -15,15 +15,15 @@
 #include <string_view>
 #include <vector>
 
-#include "experiments/params.h"
-#include "experiments/result_schema.h"
+#include "experiments/param_spec.h"
+#include "experiments/result_field.h"
 #include "experiments/task.h"
 
 namespace attnsweep {
 
 using json = nlohmann::json;
 
-// What model, if any, the trainer (worker/trainer.h) trains for the task.
+// What model, if any, the trainer (worker/training/trainer.h) trains for the task.
 enum class TaskModel {
   none,         // no training: the task computes its metrics itself
   transformer,  // the transformer: the model keys (dim, layers, ...) and the training keys apply
@@ -34,7 +34,7 @@ enum class TaskModel {
 enum class TaskTarget { none, classes, value, per_token };
 
 // Cells trained as one (a group: one child process trains them in lockstep,
-// worker/cell_group.h): which cells of a task may share a group, and which share batches.
+// worker/training/cell_group.h): which cells of a task may share a group, and which share batches.
 struct TaskFusion {
   // Keys whose values may differ among the cells of a group: cells that agree on every
   // other key of their effective config may be grouped. Empty: the task's cells never are.
@@ -70,7 +70,7 @@ struct TaskDef {
   // Rough seconds of one cell on one CPU slot (the scheduler runs the longest first).
   double (*cost_s)(const json& effective_config) = nullptr;
   // The shape of a cell's data (experiments/task.h DataShape): what its run() gives the
-  // trainer, and what the GPU memory estimate (worker/gpu_memory.h) builds the model
+  // trainer, and what the GPU memory estimate (worker/model/gpu_memory.h) builds the model
   // from; nullptr: the task trains nothing.
   DataShape (*data_shape)(const json& effective_config) = nullptr;
   // The config the trainer builds the model from (its dim, heads, layers, ...), when it

@@ -74,7 +74,7 @@ std::vector<ResultField> declare() {
   root("gpu_name", T::string, "name of the cell's first GPU", false, "on a CUDA device");
   root("gpu_uuid", T::string, "UUID of the cell's first GPU", false, "on a CUDA device");
 
-  // /final metrics. The trainer's (worker/trainer.cpp): the last evaluation of the test split.
+  // /final metrics. The trainer's (worker/training/trainer.cpp): the last evaluation of the test split.
   tasks_fields(K::final_metric, [&] {
     by_trainer(make_final_metric("test_loss", "mean test loss at the end of training; NaN when the cell diverged"),
                training);
@@ -162,23 +162,6 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
 }
 
 }  // namespace
-
-ResultField make_final_metric(std::string name, std::string description, bool fitted, std::string when,
-                              std::string label) {
-  ResultField r;
-  r.kind = K::final_metric, r.name = std::move(name), r.type = T::float64, r.when = std::move(when);
-  r.description = std::move(description), r.fitted = fitted, r.label = std::move(label);
-  return r;
-}
-
-ResultField make_dataset(std::string path, ResultType type, std::vector<std::string> shape, std::string description,
-                         bool trajectory, std::string when, std::string label) {
-  ResultField r;
-  r.kind = K::dataset, r.name = std::move(path), r.type = type, r.shape = std::move(shape);
-  r.when = std::move(when), r.description = std::move(description), r.trajectory = trajectory;
-  r.label = std::move(label);
-  return r;
-}
 
 const std::vector<ResultField>& result_schema() {
   static const std::vector<ResultField> fields = declare();

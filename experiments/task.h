@@ -23,7 +23,7 @@ using json = nlohmann::json;
 struct TaskOutput;
 struct TrainingData;
 
-// The trained model's parameter tensors by name, read-only (worker/model.h: "qkv_w"
+// The trained model's parameter tensors by name, read-only (worker/model/model.h: "qkv_w"
 // (L, 3C, C), ...), for a task's own measurements of the weights.
 struct ModelWeights {
   struct Tensor {
@@ -50,12 +50,12 @@ struct TaskContext {
   // Where a training task keeps its checkpoint ("" = none: a stop ends without one).
   std::string checkpoint_path;
   // Told after each training step: the steps done, the cell's steps and that step's
-  // loss (the worker reports them every few seconds: worker/progress.h). May be empty.
+  // loss (the worker reports them every few seconds: worker/training/progress.h). May be empty.
   std::function<void(int64_t step, int64_t steps, double loss)> progress;
   void report_progress(int64_t step, int64_t steps, double loss) const {
     if (progress) progress(step, steps, loss);
   }
-  // Trains a model on a training task's data. Supplied by the worker (worker/trainer.h):
+  // Trains a model on a training task's data. Supplied by the worker (worker/training/trainer.h):
   // tasks sit below the trainer (app -> worker -> experiments), so a training task
   // loads its data and hands it to this instead of calling the trainer by name.
   std::function<TaskOutput(const json& config, const TaskContext& ctx, const TrainingData& data)> train;
@@ -63,7 +63,7 @@ struct TaskContext {
 
 // What a training task's samples are to the model, stated once by the task as a function
 // of the cell's config (experiments/registry.h TaskDef::data_shape): its run() hands the
-// trainer data of this shape, and the GPU memory estimate (worker/gpu_memory.h) builds the
+// trainer data of this shape, and the GPU memory estimate (worker/model/gpu_memory.h) builds the
 // model's config from it without loading any data.
 struct DataShape {
   int64_t tokens = 0;   // N tokens per sample, as the model sees them (before any CLS)

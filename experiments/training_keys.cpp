@@ -49,7 +49,7 @@ std::vector<ParamSpec> make_training_specs() {
     v.push_back(training_key(integer_key(name, lo, hi, def, what)));
   ParamSpec devices =
       integer_key("devices", 1, 64, 1, "devices (GPUs, or CPU devices) this cell trains on, data-parallel");
-  // Every device takes batch / devices rows of the step's batch (worker/trainer.h).
+  // Every device takes batch / devices rows of the step's batch (worker/training/trainer.h).
   devices.check = [](const json& value, const json& cfg) -> std::string {
     const int64_t k = value.get<int64_t>(), b = cfg.at("batch").get<int64_t>();
     if (b % k == 0) return "";
@@ -96,7 +96,7 @@ double transformer_cost_s(const json& cfg, double test_samples) {
       cfg.at("layers").get<double>() * (2 * (4 + 2 * cfg.at("mlp_ratio").get<double>()) * d * d + 4 * n * d);
   const double steps = cfg.at("steps").get<double>(), batch = cfg.at("batch").get<double>();
   const auto every = cfg.at("eval_every").get<int64_t>(), eval_batches = cfg.at("eval_batches").get<int64_t>();
-  // Evaluations: one every eval_every steps and one at the end (worker/cell_loop.h).
+  // Evaluations: one every eval_every steps and one at the end (worker/training/cell_loop.h).
   const auto whole = every > 0 ? static_cast<int64_t>(steps) / every : 0;
   const double evals = static_cast<double>(whole + (every > 0 && whole * every == static_cast<int64_t>(steps) ? 0 : 1));
   if (eval_batches > 0) test_samples = std::min(test_samples, static_cast<double>(eval_batches) * batch);

@@ -1,11 +1,11 @@
 // The keys of every training task (registry.h: TaskDef::model): the transformer's shape
-// and the optimiser's settings, which worker/train_config.cpp reads from the effective
+// and the optimiser's settings, which worker/training/train_config.cpp reads from the effective
 // config. A task changes a training key's default through TaskDef::training_defaults.
 #pragma once
 
 #include <vector>
 
-#include "experiments/params.h"
+#include "experiments/param_spec.h"
 
 namespace attnsweep {
 

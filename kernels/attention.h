@@ -70,7 +70,7 @@ void attention_backward_cpu(const AttentionSpec& spec, const AttentionShape& sha
                             float* dQ, float* dK, float* dV);
 
 // Packed self-attention: the trainer's CPU fast path for small heads, on the layouts of
-// its projections (worker/model.cpp) instead of [B,H,N,d]. Q, K, V are read in place from
+// its projections (worker/model/model.cpp) instead of [B,H,N,d]. Q, K, V are read in place from
 // the fused projection output qkv (B, T, 3C), C = H d: q of (b, h, t) at
 // qkv[(b T + t) 3C + h d], k at + C, v at + 2C; O and dO are (B, T, C), heads side by side
 // (o of (b, h, t) at (b T + t) C + h d); the backward OVERWRITES dqkv (B, T, 3C), the same

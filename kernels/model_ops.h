@@ -1,4 +1,4 @@
-// The data movement of worker/model.h that is not a layer of ops.h: head split and
+// The data movement of worker/model/model.h that is not a layer of ops.h: head split and
 // merge around the attention kernel, token assembly (CLS, positions), the CLS pooling,
 // paper B's read-out gathers, and the optimizer's helpers (gradient scale, global norm).
 // Same conventions as ops.h: contiguous float32 row-major buffers, shapes in the comment
@@ -35,7 +35,7 @@ void tokens_backward(float* dwpe, float* dcls, float* demb, const float* dencode
 void cls_pool_forward(float* pooled, const float* inp, int64_t B, int64_t T, int64_t C);
 void cls_pool_backward(float* dinp, const float* dpooled, int64_t B, int64_t T, int64_t C);
 
-// Padding (worker/model.h): mask (B, T) = 1 for the CLS row (t < off) and the tokens
+// Padding (worker/model/model.h): mask (B, T) = 1 for the CLS row (t < off) and the tokens
 // whose id (ids (B, N), T = N + off) is not pad_id, else 0. Overwrites. Host buffers on
 // every backend (the model builds the mask on the host and stages it to its device).
 void pad_key_mask(float* mask, const int32_t* ids, int32_t pad_id, int64_t B, int64_t T, int64_t N, int64_t off);
@@ -45,7 +45,7 @@ void pad_key_mask(float* mask, const int32_t* ids, int32_t pad_id, int64_t B, in
 void masked_meanpool_forward(float* out, const float* inp, const float* mask, int64_t B, int64_t T, int64_t C);
 void masked_meanpool_backward(float* dinp, const float* dout, const float* mask, int64_t B, int64_t T, int64_t C);
 
-// Paper B's read-out (worker/model.h): qkv (B, N, 3C) -> the query q (B, H, 1, hd) of the
+// Paper B's read-out (worker/model/model.h): qkv (B, N, 3C) -> the query q (B, H, 1, hd) of the
 // last token and the keys / values k, v (B, H, N-1, hd) of the others. Overwrites.
 void readout_split(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t N, int64_t H, int64_t hd);
 // The backward: writes the query's dQ and the prompt's dK, dV into dqkv (B, N, 3C);

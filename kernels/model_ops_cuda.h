@@ -37,7 +37,7 @@ void masked_meanpool_forward_cuda(float* out, const float* inp, const float* mas
 void masked_meanpool_backward_cuda(float* dinp, const float* dout, const float* mask, int64_t B, int64_t T, int64_t C,
                                    cudaStream_t stream);
 // dst (H, n, hd) = rows rows[0..n) (device int32, each in [0, T)) of src (H, T, hd): one
-// sample's query rows, for the norms of its real queries (worker/backend_cuda.cpp).
+// sample's query rows, for the norms of its real queries (worker/model/backend_cuda.cpp).
 void gather_head_rows_cuda(float* dst, const float* src, const int32_t* rows, int64_t n, int64_t H, int64_t T,
                            int64_t hd, cudaStream_t stream);
 

@@ -1,5 +1,5 @@
 // The plain ops: the ops of kernels/ops.h and kernels/model_ops.h that both model
-// backends (worker/backend.h CpuBackend, worker/backend_cuda.h CudaBackend) forward one to
+// backends (worker/model/backend.h CpuBackend, worker/model/backend_cuda.h CudaBackend) forward one to
 // one, each as a member `name` with the CPU argument order that calls the free function
 // `name` (CPU) or `name##_cuda` (CUDA, kernels/ops_cuda.h and kernels/model_ops_cuda.h)
 // with the backend's trailing arguments added. One X-macro, ATTNSWEEP_PLAIN_OPS(X, X_WS),
@@ -15,7 +15,7 @@
 // (matmul_residual_forward, attention_block_*, layer_*_fused, readout_fused, ...), the
 // ops whose CUDA version is more than a forward (the two losses' forwards, global_norm,
 // adamw_update, sgd_update: host values, or a step graph's device scalars), and the
-// attention kernels. The concept ModelBackend (worker/backend.h) states the signatures the
+// attention kernels. The concept ModelBackend (worker/model/backend.h) states the signatures the
 // model calls; an op the model calls goes there too.
 #pragma once
 

@@ -101,7 +101,7 @@ void patchify(float* patches, const float* img, int64_t B, int64_t Cin, int64_t 
 // values, bit for bit, as that op sequence (layernorm_forward, matmul_forward,
 // attention_forward_packed_cpu, matmul_residual_forward, layernorm_forward,
 // matmul_gelu_forward, matmul_residual_forward), whatever the thread count: every op is
-// row-local (attention: local to a sample). Buffers as in worker/model.h; shape is the
+// row-local (attention: local to a sample). Buffers as in worker/model/model.h; shape is the
 // attention's (B, H, T, T, 16, 16), C = 16 H, F the MLP width; attn_fro / jac_fro are
 // written when spec.collect_norms. Usable (layer_forward_fused_cpu_usable) where
 // attention_packed_cpu_usable is and the AVX-512 GEMMs take every matmul.

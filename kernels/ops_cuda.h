@@ -105,7 +105,7 @@ void adamw_update_cuda(float* params, const float* grads, float* m, float* v, in
 void sgd_update_cuda(float* params, const float* grads, float* momentum_buf, int64_t n, float lr, float momentum,
                      float weight_decay, cudaStream_t stream);
 
-// ---- launch-free steps (CudaBackend's step graph, worker/backend_cuda.h) ----------------
+// ---- launch-free steps (CudaBackend's step graph, worker/model/backend_cuda.h) ----------------
 // A training step captured as a CUDA graph cannot bring the loss or the gradient norm
 // back to the host between its kernels: these ops keep them on the device, in a
 // CudaStepScalars the host reads once the step has run, and the clipping and the update

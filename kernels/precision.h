@@ -7,7 +7,7 @@
 //   tf32  float32 tensors, the GEMMs on TF32 tensor cores (cuBLAS's fast-TF32 compute
 //         type: 10-bit mantissa products, float32 accumulation); attention float32.
 // The CPU trains in fp32 only: a CPU cell with bf16 or tf32 fails with a message that
-// names the key (worker/trainer.cpp).
+// names the key (worker/training/trainer.cpp).
 #pragma once
 
 #include <stdexcept>

@@ -1,4 +1,4 @@
-// Paper B's read-out (worker/model.h Head::readout) in its own algebra, on the CPU: the
+// Paper B's read-out (worker/model/model.h Head::readout) in its own algebra, on the CPU: the
 // forward and backward of one attention layer whose only query is the prompt's last
 // token, in O(L C) a prompt instead of projecting every token.
 //
@@ -37,7 +37,7 @@ void readout_forward_cpu(const ReadoutShape& shape, const float* x, const float*
 void readout_train_cpu(const ReadoutShape& shape, const float* x, const float* y, std::span<ReadoutCell> cells,
                        bool norms);
 
-// Whether the model takes this path on either backend (worker/backend.h, worker/backend_cuda.h):
+// Whether the model takes this path on either backend (worker/model/backend.h, worker/model/backend_cuda.h):
 // on by default; off from the start with ATTNSWEEP_READOUT_ALGEBRA=0 in the environment
 // (the op sequence, the tests' oracle); the tests switch it to compare.
 bool readout_algebra_enabled();

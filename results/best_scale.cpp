@@ -6,7 +6,6 @@
 #include <random>
 #include <tuple>
 
-#include "results/aggregate.h"
 #include "results/table.h"
 
 namespace attnsweep {

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "experiments/result_schema.h"
-#include "results/aggregate.h"
+#include "results/aggregate_options.h"
 #include "results/aggregate_rows.h"
 #include "results/table.h"
 

@@ -11,7 +11,7 @@
 
 namespace attnsweep {
 
-struct AggregateOptions;  // results/aggregate.h
+struct AggregateOptions;  // results/aggregate_options.h
 
 struct Fit {
   std::string metric;                       // attn_fro, jac_fro, ...

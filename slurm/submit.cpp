@@ -1,4 +1,5 @@
 #include "slurm/submit.h"
+#include "base/utc_time.h"
 
 #include <sys/vfs.h>
 #include <sys/wait.h>
@@ -15,7 +16,6 @@
 #include "coordinator/grid.h"
 #include "coordinator/rundir.h"
 #include "slurm_template.h"
-#include "worker/run_cell.h"
 
 namespace attnsweep {
 

@@ -23,7 +23,7 @@
 #include "experiments/task.h"
 #include "experiments/training_keys.h"
 #include "results/h5.h"
-#include "worker/trainer.h"
+#include "worker/training/trainer.h"
 
 using namespace attnsweep;
 

@@ -1,10 +1,11 @@
-// Internals shared by the CUDA attention paths (materialising and fused): error checks,
-// the workspace, the row/key masking rules, and the small deterministic helper kernels.
+// Internals shared by the CUDA attention paths (materialising and fused): the workspace, the row/key masking rules, and
+// the small deterministic helper kernels.
 #pragma once
 
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/attention_cuda.h"
+#include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device.cuh"
 #include "kernels/precision.h"
 
@@ -20,22 +21,6 @@
 #include <string>
 
 namespace attnsweep::cuda {
-
-[[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
-[[noreturn]] void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line);
-
-#define ATTN_CUDA_CHECK(call)                                                                                \
-  do {                                                                                                       \
-    const cudaError_t attn_err_ = (call);                                                                    \
-    if (attn_err_ != cudaSuccess) ::attnsweep::cuda::throw_cuda_error(attn_err_, #call, __FILE__, __LINE__); \
-  } while (0)
-#define ATTN_CUBLAS_CHECK(call)                                                                                        \
-  do {                                                                                                                 \
-    const cublasStatus_t attn_st_ = (call);                                                                            \
-    if (attn_st_ != CUBLAS_STATUS_SUCCESS) ::attnsweep::cuda::throw_cublas_error(attn_st_, #call, __FILE__, __LINE__); \
-  } while (0)
-// After a kernel launch: configuration errors surface here, not at the next call.
-#define ATTN_CUDA_CHECK_LAUNCH() ATTN_CUDA_CHECK(cudaGetLastError())
 
 // Carves 256-byte aligned pieces out of one device allocation: first a sizing pass
 // (base == nullptr), then the real one.

@@ -75,7 +75,7 @@
 // kernel (~700 LDL/STL): the SASS test fails on it, as it must (seen 2026-12-01).
 // Build time (nvcc -O3 sm_90, measured at 14 kernels a file, now 18): attention_mma_fwd_d64_bf16.cu 7.9 s and
 // attention_mma_fwd_d128_bf16.cu 8.4 s on an idle core; with both cores of the build
-// machine busy 26 s (d64_f16) and 34 s (d128_f16), attention_mma.cu (host entry) 10.5 s.
+// machine busy 26 s (d64_f16) and 34 s (d128_f16), attention_mma_entry.cu (host entry) 10.5 s.
 // About 35 s of one core in all; the four instantiation files build in parallel.
 #pragma once
 

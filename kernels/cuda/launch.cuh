@@ -1,7 +1,7 @@
 // The grid-stride map launcher shared by the element-wise CUDA ops (ops.cu, model_ops.cu).
 #pragma once
 
-#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device.cuh"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-# Cells trained as one (run --fuse, coordinator/fusion.h, worker/cell_group.h): a grid of
+# Cells trained as one (run --fuse, coordinator/fusion.h, worker/training/cell_group.h): a grid of
 # 33 paper B cells (2 activations x 4 initialisations x 2 data seeds x 2 prompt lengths,
 # and one cell whose step size makes it diverge) run in groups and one cell a process
 # gives identical result files; the diverging cell is recorded diverged while its group

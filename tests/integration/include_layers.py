@@ -12,7 +12,7 @@ writes it). tests/ and bench/ may include anything.
 
 Inside worker/, the CUDA files (a name with "cuda": backend_cuda, cuda_trainer) sit above
 the generic ones (model, trainer, checkpoint, cell_loop, ...): a generic file never includes
-a CUDA one; the CUDA instantiations live in worker/cuda_trainer.cpp.
+a CUDA one; the CUDA instantiations live in worker/training/cuda_trainer.cpp.
 
 usage: include_layers.py ROOT          check the tree; exit 1 naming each violation
        include_layers.py --self-test   plant a violation in a scratch tree, expect it caught
@@ -55,9 +55,9 @@ def main(argv):
         with tempfile.TemporaryDirectory() as tmp:
             os.makedirs(os.path.join(tmp, "worker"))
             with open(os.path.join(tmp, "worker", "x.cpp"), "w") as f:
-                f.write('#include "worker/x.h"\n#include "results/cell_file.h"\n#include "worker/cuda_trainer.h"\n')
+                f.write('#include "worker/x.h"\n#include "results/cell_file.h"\n#include "worker/training/cuda_trainer.h"\n')
             with open(os.path.join(tmp, "worker", "cuda_y.cpp"), "w") as f:
-                f.write('#include "worker/backend_cuda.h"\n#include "worker/trainer.h"\n')
+                f.write('#include "worker/model/backend_cuda.h"\n#include "worker/training/trainer.h"\n')
             _, v = violations(tmp)
         ok = len(v) == 2 and "worker/x.cpp:2" in v[0] and "worker/x.cpp:3" in v[1]
         print(("ok: " if ok else "FAIL: ") + "a planted worker/ -> results/ include and a generic worker/ file "

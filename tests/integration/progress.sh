@@ -1,4 +1,4 @@
-# Live progress (worker/progress.h): a training cell's child reports its step, loss and
+# Live progress (worker/training/progress.h): a training cell's child reports its step, loss and
 # rate every few seconds, as a line in its log and through DIR/progress/ into
 # status.json; `status` and `status --json` show each running cell's step/steps, loss and
 # steps/s, and the ETA comes from the steps done before any cell has finished. SIGTERM

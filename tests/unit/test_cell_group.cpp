@@ -1,4 +1,4 @@
-// Cells trained as one (worker/cell_group.h, worker/cell_group_loop.h), in process: a group
+// Cells trained as one (worker/training/cell_group.h, worker/training/cell_group_loop.h), in process: a group
 // of paper B cells (2 activations x 2 initialisations x 2 data seeds, one of them with a
 // step size that diverges) trained through CellGroup, each member on its own thread as a
 // child runs them, against each cell trained alone: every output bit for bit, the diverged
@@ -16,8 +16,9 @@
 #include "experiments/icl_regression.h"
 #include "kernels/device.h"
 #include "tests/unit/trainer_test_util.h"
-#include "worker/cell_group.h"
-#include "worker/trainer.h"
+#include "worker/training/cell_group.h"
+#include "worker/training/train_cell.h"
+#include "worker/training/trainer.h"
 
 namespace attnsweep {
 namespace {

@@ -364,7 +364,7 @@ TEST(Gemm, BackwardOverwriteIsZeroThenBackwardOpenBlas) {
 // ---- the fused transformer layer (kernels/ops.h layer_forward_fused_cpu / backward) ----
 // One layer of B = 11 samples of T = 49 tokens (blocks of 5 samples: the last is short),
 // C = 64, 4 heads, F = 256: random parameters near their initial scales, the forward by
-// the op sequence the fused path replaces (worker/model.cpp's unfused CPU path).
+// the op sequence the fused path replaces (worker/model/model.cpp's unfused CPU path).
 struct LayerCase {
   static constexpr int64_t B = 11, T = 49, H = 4, C = 64, F = 256, BT = B * T;
   AttentionShape sh{B, H, T, T, 16, 16};
@@ -537,7 +537,7 @@ TEST(Gemm, FusedLayerBackwardIsTheOpSequence) {
       FVec dres, dln, dbig, dqkv;
       explicit Scratch(const FVec& d) : dres(d), dln(BT * C), dbig(BT * F), dqkv(BT * 3 * C) {}
     };
-    // The op sequence (worker/model.cpp's unfused CPU path), keeping the operands of
+    // The op sequence (worker/model/model.cpp's unfused CPU path), keeping the operands of
     // every parameter gradient for the bounds.
     Grads ref_g;
     Scratch ref_s(dres_in);

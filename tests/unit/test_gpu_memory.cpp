@@ -1,4 +1,4 @@
-// The GPU memory estimate (worker/gpu_memory.h): one small config counted by hand, and
+// The GPU memory estimate (worker/model/gpu_memory.h): one small config counted by hand, and
 // for each training task the model it counts against the one the task's run() hands the
 // trainer, and against what a model of that config allocates.
 #include <gtest/gtest.h>
@@ -6,10 +6,10 @@
 #include "coordinator/grid.h"
 #include "experiments/registry.h"
 #include "experiments/task.h"
-#include "worker/gpu_memory.h"
-#include "worker/model.h"
-#include "worker/model_layout.h"
-#include "worker/train_config.h"
+#include "worker/model/gpu_memory.h"
+#include "worker/model/model.h"
+#include "worker/model/model_layout.h"
+#include "worker/training/train_config.h"
 
 using namespace attnsweep;
 
@@ -35,7 +35,7 @@ Caught catch_training(const json& cfg) {
 }
 
 // The model the estimate counts is the one the task's run() hands the trainer, and the
-// estimate and a model built from it read one plan (worker/model_layout.h).
+// estimate and a model built from it read one plan (worker/model/model_layout.h).
 void expect_shape_is_the_tasks(const json& cfg) {
   const TaskDef* t = task_of(cfg);
   ASSERT_NE(t->data_shape, nullptr) << t->name;

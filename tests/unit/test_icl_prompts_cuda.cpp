@@ -20,7 +20,8 @@
 #include "experiments/normals.h"
 #include "kernels/device.h"
 #include "tests/unit/trainer_test_util.h"
-#include "worker/trainer.h"
+#include "worker/training/train_cell.h"
+#include "worker/training/trainer.h"
 
 namespace attnsweep {
 namespace {

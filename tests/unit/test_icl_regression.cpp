@@ -17,8 +17,9 @@
 #include "experiments/icl_regression.h"
 #include "experiments/normals.h"
 #include "tests/unit/trainer_test_util.h"
-#include "worker/model.h"
-#include "worker/trainer.h"
+#include "worker/model/model.h"
+#include "worker/training/train_cell.h"
+#include "worker/training/trainer.h"
 
 namespace attnsweep {
 namespace {
@@ -168,7 +169,7 @@ HandWeights identity_weights(int64_t C, float qk = 1.0f) {
   return h;
 }
 
-// The model's read-out (worker/model.cpp) predicts the last coordinate of T_L(z), with
+// The model's read-out (worker/model/model.cpp) predicts the last coordinate of T_L(z), with
 // scores <K x_i, Q z> / sqrt(d + 1): checked against a direct float64 sum written here
 // for softmax and against readout_attention_output for every activation.
 TEST(IclRegression, ReadoutMatchesModelForwardWithScoreScaleOneOverSqrtC) {

@@ -9,7 +9,7 @@
 #include "coordinator/grid.h"
 #include "coordinator/local_slots.h"
 #include "coordinator/scheduler.h"
-#include "worker/gpu_memory.h"
+#include "worker/model/gpu_memory.h"
 
 using namespace attnsweep;
 

@@ -14,8 +14,9 @@
 #include "coordinator/grid.h"
 #include "experiments/rng.h"
 #include "experiments/task.h"
-#include "worker/model.h"
-#include "worker/trainer.h"
+#include "worker/model/model.h"
+#include "worker/training/train_cell.h"
+#include "worker/training/trainer.h"
 
 namespace attnsweep {
 namespace {

@@ -1,5 +1,5 @@
 // worker/model: the CPU's three paths through a transformer layer (the fused layer, the
-// packed attention, the split heads: worker/backend.h layer_buffers) use different
+// packed attention, the split heads: worker/model/backend.h layer_buffers) use different
 // buffers, and the model allocates only those of its path. The switches that pick the
 // path are process-wide and may change between steps: the model then grows its buffers
 // and gives what a model on that path from the start gives, bit for bit.
@@ -13,7 +13,7 @@
 #include "experiments/rng.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/ops.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace attnsweep {
 namespace {

@@ -1,7 +1,7 @@
-// worker/prefetch.h: the batch a cursor gets is the one made in line, whether it was made
+// worker/training/prefetch.h: the batch a cursor gets is the one made in line, whether it was made
 // ahead or (after a jump of the cursor) in the call; the data source is never called from
 // two threads at once; an error in the thread reaches the caller.
-#include "worker/prefetch.h"
+#include "worker/training/prefetch.h"
 
 #include <gtest/gtest.h>
 

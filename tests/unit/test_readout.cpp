@@ -13,11 +13,12 @@
 #include "experiments/rng.h"
 #include "kernels/device.h"
 #include "kernels/readout.h"
-#include "worker/model.h"
-#include "worker/trainer.h"
+#include "worker/model/model.h"
+#include "worker/training/train_cell.h"
+#include "worker/training/trainer.h"
 #ifdef ATTNSWEEP_HAVE_CUDA
 #include "kernels/readout_cuda.h"
-#include "worker/cuda_trainer.h"
+#include "worker/training/cuda_trainer.h"
 #endif
 
 namespace attnsweep {

@@ -23,8 +23,9 @@
 #include "kernels/device.h"
 #include "results/h5.h"
 #include "tests/unit/trainer_test_util.h"
-#include "worker/run_cell.h"
-#include "worker/trainer.h"
+#include "worker/training/run_cell.h"
+#include "worker/training/train_cell.h"
+#include "worker/training/trainer.h"
 
 namespace attnsweep {
 namespace {

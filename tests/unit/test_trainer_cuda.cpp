@@ -1,4 +1,4 @@
-// The CUDA trainer (worker/cuda_trainer.h) against the CPU one: one forward/backward of
+// The CUDA trainer (worker/training/cuda_trainer.h) against the CPU one: one forward/backward of
 // every model shape at the same weights (loss, norms, every gradient tensor), 50 training
 // steps of whole cells, determinism, checkpoint/resume on CUDA and across backends, the
 // NCCL all-reduce, and data parallelism on two GPUs. Every test needs a GPU (two for the
@@ -26,7 +26,7 @@
 #include "kernels/collective_cuda.h"
 #include "kernels/device.h"
 #include "tests/unit/trainer_test_util.h"
-#include "worker/cuda_trainer.h"
+#include "worker/training/cuda_trainer.h"
 
 namespace attnsweep {
 namespace {

@@ -1,0 +1,131 @@
+// CpuBackend (worker/model/backend.h): the composite ops (which of the three CPU paths a
+// transformer layer takes, and the attention of the packed and split-heads ones) and the
+// all-reduce of CPU data-parallel replicas.
+#include "worker/model/backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace attnsweep {
+
+namespace {
+
+// The whole layer per block of samples (kernels/ops.h): the same answer in a step's
+// forward and backward, and in layer_buffers.
+bool layer_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, bool masked) {
+  return !masked && layer_forward_fused_cpu_usable(spec, shape, F);
+}
+
+// The attention on Q, K, V read in place from qkv (kernels/attention.h), no head split.
+bool attention_packed(const AttentionSpec& spec, const AttentionShape& shape, bool masked) {
+  return !masked && attention_packed_cpu_usable(spec, shape);
+}
+
+// The kernel masks keys, not queries: the rows of padding queries are in its norms. On
+// logged steps only, the attention of each sample's real query rows (CLS and tokens) is
+// computed again for their norms, from q gathered into [1, H, n_b, hd]; attn_fro, jac_fro
+// (B, H) are overwritten. Self-attention, shape (B, H, T, T, hd, hd), key_mask (B, T).
+void norms_of_real_queries(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                           const float* q, const float* k, const float* v, double* attn_fro, double* jac_fro) {
+  const int64_t B = shape.B, H = shape.H, T = shape.Nq, hd = shape.d;
+  std::vector<float> qb, ob;
+  std::vector<int64_t> rows;
+  for (int64_t b = 0; b < B; ++b) {
+    rows.clear();
+    for (int64_t t = 0; t < T; ++t)
+      if (key_mask[b * T + t] != 0.0f) rows.push_back(t);
+    const int64_t n = static_cast<int64_t>(rows.size());
+    double* attn = attn_fro + b * H;
+    double* jac = jac_fro + b * H;
+    if (n == 0) {
+      std::fill(attn, attn + H, 0.0);
+      std::fill(jac, jac + H, 0.0);
+      continue;
+    }
+    qb.resize(static_cast<size_t>(H * n * hd));
+    ob.resize(qb.size());
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(qb.data() + (h * n + i) * hd, q + ((b * H + h) * T + rows[static_cast<size_t>(i)]) * hd,
+                    static_cast<size_t>(hd) * sizeof(float));
+    const AttentionShape one{1, H, n, T, hd, hd};
+    attention_forward_cpu(spec, one, qb.data(), k + b * H * T * hd, v + b * H * T * hd, key_mask + b * T, ob.data(),
+                          nullptr, attn, jac);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                                         const float* qkv, const HeadBuffers& heads, float* atty, float* lse,
+                                         double* attn_fro, double* jac_fro) {
+  if (attention_packed(spec, shape, key_mask != nullptr)) {
+    attention_forward_packed_cpu(spec, shape, qkv, atty, lse, attn_fro, jac_fro);
+    return;
+  }
+  const int64_t B = shape.B, H = shape.H, T = shape.Nq, hd = shape.d;
+  split_heads(heads.q, heads.k, heads.v, qkv, B, T, H, hd);
+  attention_forward_cpu(spec, shape, heads.q, heads.k, heads.v, key_mask, heads.o, lse, attn_fro, jac_fro);
+  if (spec.collect_norms && key_mask != nullptr)
+    norms_of_real_queries(spec, shape, key_mask, heads.q, heads.k, heads.v, attn_fro, jac_fro);
+  heads_to_rows(atty, heads.o, B, T, H, hd);
+}
+
+void CpuBackend::attention_block_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                                          const float* qkv, const HeadBuffers& heads, const float* atty,
+                                          const float* lse, const float* datty, const HeadBuffers& dheads,
+                                          float* dqkv) {
+  if (attention_packed(spec, shape, key_mask != nullptr)) {
+    // dO is datty as it is (rows); dQ, dK, dV land in dqkv directly.
+    attention_backward_packed_cpu(spec, shape, qkv, atty, datty, lse, dqkv);
+    return;
+  }
+  const int64_t B = shape.B, H = shape.H, T = shape.Nq, hd = shape.d;
+  rows_to_heads(dheads.o, datty, B, T, H, hd);
+  attention_backward_cpu(spec, shape, heads.q, heads.k, heads.v, key_mask, heads.o, dheads.o, lse, dheads.q, dheads.k,
+                         dheads.v);
+  merge_heads(dqkv, dheads.q, dheads.k, dheads.v, B, T, H, hd);
+}
+
+bool CpuBackend::layer_forward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F,
+                                     const float* key_mask, const LayerForwardArgs& a) {
+  if (!layer_fused(spec, shape, F, key_mask != nullptr)) return false;
+  LayerForwardArgs args = a;
+  args.fch_gelu = nullptr;  // not kept: recomputed in the backward
+  layer_forward_fused_cpu(spec, shape, F, args);
+  return true;
+}
+
+bool CpuBackend::layer_backward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F,
+                                      const float* key_mask, const LayerBackwardArgs& a) {
+  if (!layer_fused(spec, shape, F, key_mask != nullptr)) return false;
+  LayerBackwardArgs args = a;
+  args.fch_gelu = nullptr;  // as the forward: recomputed from fch
+  layer_backward_fused_cpu(spec, shape, F, args);
+  return true;
+}
+
+LayerBuffers CpuBackend::layer_buffers(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, bool masked) {
+  LayerBuffers use;
+  use.gelu_grad = false;  // gelu_matmul_backward is fused on every CPU path
+  if (layer_fused(spec, shape, F, masked)) {
+    use.split_heads = use.gelu_out = use.op_grads = false;
+  } else if (attention_packed(spec, shape, masked)) {
+    use.split_heads = false;
+  }
+  return use;
+}
+
+void CpuBackend::Collective::allreduce_mean(const std::vector<float*>& grads, int64_t n) {
+  const int64_t k = static_cast<int64_t>(grads.size());
+  float* out = grads[0];
+  const double inv_k = 1.0 / static_cast<double>(k);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int64_t r = 0; r < k; ++r) s += static_cast<double>(grads[static_cast<size_t>(r)][i]);
+    out[i] = static_cast<float>(s * inv_k);
+  }
+}
+
+}  // namespace attnsweep

@@ -1,0 +1,361 @@
+// Backends of the model and trainer (worker/model/model.h, worker/training/trainer.h): the one
+// forward/backward sequence in model_impl.h is a template over a backend type, which owns
+// the buffers and runs each op of kernels/ops.h and kernels/model_ops.h on its device.
+// CpuBackend (here) calls the CPU ops directly: each plain op is an inline forward to the
+// free function, so the CPU path costs what it cost before the abstraction (one direct
+// call per op, nothing per element). CudaBackend (worker/model/backend_cuda.h) calls the
+// *_cuda ops with its workspace and stream. Both make those forwards from one list of
+// the plain ops, kernels/op_list.h.
+//
+// The contract is the concept ModelBackend below (both backends are checked against it):
+// - Array<T>: a buffer on the device (allocate(a, n) zero-fills it); upload / download
+//   between host and device floats; input(slot, host, n): the device copy of a batch
+//   input (CPU: the host pointer itself); to_host(p, n): host view of device doubles;
+//   host_view(p, n, buf): host view of device floats (CPU: p; a device copies into buf).
+// - set_precision(p): the arithmetic of its GEMMs and attention (kernels/precision.h);
+//   a backend that has only fp32 (the CPU) throws for anything else, naming the key.
+// - bind(): make this backend's device current in the calling thread (CUDA: cudaSetDevice);
+//   synchronize(): wait for the work queued so far (CUDA: the stream).
+// - every plain op with the CPU argument order, minus workspace and stream: those of
+//   kernels/op_list.h, and the losses' forwards and global_norm (hand-written on CUDA).
+// - the composite ops, where the backends differ in how, not in what: each names the op
+//   sequence it stands for, which is what a device backend runs; the CPU runs its fused
+//   version (the same values): matmul_residual_forward, matmul_gelu_forward,
+//   matmul_backward_overwrite, gelu_matmul_backward, attention_block_forward / _backward
+//   (CPU: the packed path on small heads), and the per-layer hooks layer_forward_fused /
+//   layer_backward_fused (CPU: the whole layer per block of samples; a device: never).
+//   layer_buffers says which per-layer buffers those paths use, so the model allocates
+//   only those; readout_fused (the read-out head in its own algebra: kernels/readout.h on
+//   the CPU, kernels/readout_cuda.h on CUDA) and readout_together (the same for several
+//   models' cells on one batch in one call: a group of cells, worker/training/cell_group_loop.h).
+// - kPadding: whether a key mask (padding) is supported.
+// - Collective: the gradient all-reduce of data-parallel replicas, and
+//   kEveryReplicaUpdates: whether every replica applies the update itself (CUDA, after an
+//   all-reduce that leaves the mean gradient on every replica) or replica 0 does and its
+//   parameters are broadcast (CPU, where the mean lands on replica 0 only).
+// - for_each_replica(k, f): f(0) .. f(k-1), one after another (CPU: the parallelism is
+//   the OpenMP team inside each op) or one host thread per device (CUDA).
+// - the optimiser's ops: clip_gradients(g, n, coef) (a scale when coef < 1), adamw_update,
+//   sgd_update (kernels/ops.h); the trainer's one update sequence calls them.
+// - graphed_step(B, args, body): a whole step as one launch (CUDA: body, the step's host
+//   code, captured once as a graph and replayed, the clip decided and the lr and bias
+//   corrections read on the device, worker/model/backend_cuda.h); std::nullopt when this step
+//   runs op by op (always on the CPU); graphed_steps() counts those that ran as one.
+// - kPrefetchBatches: whether the host makes batch t + 1 while the device runs step t
+//   (worker/training/cell_loop.h; CUDA), or in line (CPU: the host is the device).
+// - fills_batches(): whether the backend makes training batches itself from their sample
+//   indices (CUDA with the task's TrainingData::fill_device, when switched on: then the
+//   host makes none); fill_batch(idx, B, x_n, y_n): the device x (x_n floats) and y_value
+//   (y_n) of samples idx[0, B) (host indices), queued; the CPU: never.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "experiments/task.h"  // DeterministicFailure
+#include "kernels/attention.h"
+#include "kernels/model_ops.h"
+#include "kernels/op_list.h"
+#include "kernels/ops.h"
+#include "kernels/precision.h"
+#include "kernels/readout.h"
+
+namespace attnsweep {
+
+// Batch inputs a backend stages to its device (one buffer each).
+enum InputSlot : int {
+  kInputX = 0,
+  kInputIds = 1,
+  kInputYClass = 2,
+  kInputYValue = 3,
+  kInputMask = 4,
+  kInputSampleIds = 5,  // a batch's sample indices, for a backend that makes the batch (fill_batch)
+  kNumInputSlots = 6
+};
+
+// The split-heads copies of one attention: q, k, v and the output o, each (B, H, T, hd);
+// or their gradients.
+struct HeadBuffers {
+  float *q, *k, *v, *o;
+};
+
+// The host's part of a step run as one launch (graphed_step): the learning rate, AdamW's
+// betas and 1-based step (for the bias corrections), the clip (0: off).
+struct StepGraphArgs {
+  double lr = 0;
+  int64_t t1 = 1;
+  float beta1 = 0.9f, beta2 = 0.999f;
+  double clip = 0;
+};
+// What such a step measured (TrainStepResult's loss, correct count and gradient norm).
+struct GraphedStep {
+  double loss = 0;
+  int64_t correct = 0;
+  double grad_norm = 0;
+};
+
+// Which per-layer buffers of a transformer layer (worker/model/model.h Acts, Scratch) a
+// backend's path through it uses, beyond those every path uses; the model allocates the
+// others not at all (their pointers are null).
+struct LayerBuffers {
+  bool split_heads = true;  // q, k, v, atty and dq, dk, dv, datty (attention_block_*)
+  bool gelu_out = true;     // fch_gelu: the GELU's output, kept for fcproj's backward
+  bool op_grads = true;     // dbig, dqkv: the gradients between the ops of an unfused layer
+  bool gelu_grad = true;    // dbig2: gelu_matmul_backward's dgelu (an unfused GELU backward)
+  bool covers(const LayerBuffers& o) const {
+    return (split_heads || !o.split_heads) && (gelu_out || !o.gelu_out) && (op_grads || !o.op_grads) &&
+           (gelu_grad || !o.gelu_grad);
+  }
+};
+
+// What BasicModel (worker/model/model.h) and BasicTrainer (worker/training/trainer.h) call on a backend.
+// Shapes and semantics of the plain ops: kernels/ops.h, kernels/model_ops.h,
+// kernels/attention.h; of the composites: CpuBackend below.
+template <class B>
+concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, typename B::template Array<double>& da,
+                                float* f, const float* cf, double* d, const double* cd, const int32_t* ci, int64_t* ni,
+                                int64_t n, float s, bool flag, std::vector<float>& host, const AttentionSpec& spec,
+                                const AttentionShape& shape, const LayerForwardArgs& lfa, const LayerBackwardArgs& lba,
+                                const HeadBuffers& hb, const std::vector<B*>& replicas, typename B::Collective& coll,
+                                const std::vector<float*>& grads, const ReadoutShape& rs, ReadoutCell& rc,
+                                std::vector<ReadoutCell>& rcs, const StepGraphArgs& sga) {
+  // buffers and device
+  { B::kEveryReplicaUpdates } -> std::convertible_to<bool>;
+  { B::kPadding } -> std::convertible_to<bool>;
+  { B::kPrefetchBatches } -> std::convertible_to<bool>;
+  { fa.data() } -> std::same_as<float*>;
+  { da.data() } -> std::same_as<double*>;
+  be.allocate(fa, n);
+  be.allocate(da, n);
+  be.set_precision(Precision::fp32);
+  be.bind();
+  be.synchronize();
+  be.zero(f, n);
+  be.upload(f, cf, n);
+  be.download(f, cf, n);
+  { be.input(kInputX, cf, n) } -> std::same_as<const float*>;
+  { be.input(kInputIds, ci, n) } -> std::same_as<const int32_t*>;
+  { be.fills_batches() } -> std::convertible_to<bool>;
+  { be.fill_batch(ni, n, n, n) } -> std::same_as<std::pair<const float*, const float*>>;
+  { be.to_host(cd, n) } -> std::same_as<const double*>;
+  { be.host_view(cf, n, host) } -> std::same_as<const float*>;
+  // plain ops
+  be.matmul_forward(f, cf, cf, cf, n, n, n);
+  be.matmul_backward(f, f, f, cf, cf, cf, n, n, n);
+  be.layernorm_forward(f, f, f, cf, cf, cf, n, n);
+  be.layernorm_backward(f, f, f, cf, cf, cf, cf, cf, n, n);
+  be.residual_forward(f, cf, cf, n);
+  be.meanpool_forward(f, cf, n, n, n);
+  be.meanpool_backward(f, cf, n, n, n);
+  { be.softmax_crossentropy_forward(f, ni, cf, ci, n, n) } -> std::convertible_to<double>;
+  be.softmax_crossentropy_backward(f, cf, ci, s, n, n);
+  { be.mse_forward(cf, cf, n) } -> std::convertible_to<double>;
+  be.mse_backward(f, cf, cf, s, n);
+  be.embedding_forward(f, ci, cf, cf, n, n, n);
+  be.embedding_backward(f, f, cf, ci, n, n, n);
+  be.clip_gradients(f, n, 1.0);
+  be.adamw_update(f, cf, f, f, n, s, s, s, s, s, n);
+  be.sgd_update(f, cf, f, n, s, s, s);
+  {
+    be.graphed_step(n, sga, [] {})
+    } -> std::same_as<std::optional<GraphedStep>>;
+  { be.graphed_steps() } -> std::convertible_to<int64_t>;
+  be.tokens_forward(f, cf, cf, cf, n, n, n, n, n);
+  be.tokens_backward(f, f, f, cf, n, n, n, n, n);
+  be.cls_pool_forward(f, cf, n, n, n);
+  be.cls_pool_backward(f, cf, n, n, n);
+  be.masked_meanpool_forward(f, cf, cf, n, n, n);
+  be.masked_meanpool_backward(f, cf, cf, n, n, n);
+  be.readout_split(f, f, f, cf, n, n, n, n);
+  be.readout_merge(f, cf, cf, cf, n, n, n, n);
+  be.readout_pick(f, cf, n, n, n);
+  be.readout_pick_backward(f, cf, n, n, n);
+  be.scale_inplace(f, n, s);
+  { be.global_norm(cf, n) } -> std::convertible_to<double>;
+  be.attention_forward(spec, shape, cf, cf, cf, cf, f, f, d, d);
+  be.attention_backward(spec, shape, cf, cf, cf, cf, cf, cf, cf, f, f, f);
+  // composites and per-layer hooks
+  be.matmul_residual_forward(f, cf, cf, cf, cf, n, n, n);
+  be.matmul_gelu_forward(f, f, cf, cf, cf, n, n, n);
+  be.matmul_backward_overwrite(f, f, f, cf, cf, cf, n, n, n);
+  be.gelu_matmul_backward(f, f, f, f, cf, cf, cf, cf, n, n, n);
+  be.attention_block_forward(spec, shape, cf, cf, hb, f, f, d, d);
+  be.attention_block_backward(spec, shape, cf, cf, hb, cf, cf, cf, hb, f);
+  { be.layer_forward_fused(spec, shape, n, cf, lfa) } -> std::same_as<bool>;
+  { be.layer_backward_fused(spec, shape, n, cf, lba) } -> std::same_as<bool>;
+  { be.layer_buffers(spec, shape, n, flag) } -> std::same_as<LayerBuffers>;
+  { be.readout_fused(rs, cf, cf, rc, flag, flag) } -> std::same_as<bool>;
+  { be.readout_together(replicas, rs, cf, cf, rcs, flag) } -> std::same_as<bool>;
+  // replicas
+  B::for_each_replica(n, [](int64_t) {});
+  {typename B::Collective(replicas)};
+  coll.allreduce_mean(grads, n);
+};
+
+// A member that forwards to the free function of the same name.
+#define ATTNSWEEP_CPU_OP(name)      \
+  template <class... A>             \
+  auto name(A... a) {               \
+    return ::attnsweep::name(a...); \
+  }
+
+class CpuBackend {
+ public:
+  static constexpr bool kEveryReplicaUpdates = false;
+  static constexpr bool kPadding = true;
+  static constexpr bool kPrefetchBatches = false;
+  template <class T>
+  using Array = std::vector<T>;
+
+  explicit CpuBackend(int /*device*/ = 0) {}
+  // fp32 only: bf16 and tf32 are GPU arithmetic (kernels/precision.h). Every attempt
+  // would fail alike: the cell fails once, without its retries.
+  void set_precision(Precision p) {
+    if (p != Precision::fp32)
+      throw DeterministicFailure(std::string("precision \"") + precision_name(p) +
+                                 "\": the CPU trains in fp32 only; bf16 and tf32 need a CUDA device (--device cuda)");
+  }
+  void bind() {}
+  void synchronize() {}
+  template <class T>
+  void allocate(std::vector<T>& a, int64_t n) {
+    a.assign(static_cast<size_t>(n), T{});
+  }
+  void zero(float* p, int64_t n) { std::memset(p, 0, static_cast<size_t>(n) * sizeof(float)); }
+  void upload(float* dst, const float* host, int64_t n) {
+    std::memcpy(dst, host, static_cast<size_t>(n) * sizeof(float));
+  }
+  void download(float* host, const float* src, int64_t n) {
+    std::memcpy(host, src, static_cast<size_t>(n) * sizeof(float));
+  }
+  template <class T>
+  const T* input(InputSlot, const T* host, int64_t) {
+    return host;
+  }
+  // The CPU makes every batch on the host (the task's fill): never asked to.
+  bool fills_batches() const { return false; }
+  std::pair<const float*, const float*> fill_batch(const int64_t*, int64_t, int64_t, int64_t) {
+    throw std::logic_error("CpuBackend: batches are made on the host");
+  }
+  const double* to_host(const double* p, int64_t) { return p; }
+  const float* host_view(const float* p, int64_t, std::vector<float>&) { return p; }
+
+  // The plain ops (kernels/op_list.h), each an inline call of the free function.
+  ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_CPU_OP, ATTNSWEEP_CPU_OP)
+  // Plain forwards here too, but not on CUDA (host values, or a step graph's device
+  // scalars there): so not in the list.
+  ATTNSWEEP_CPU_OP(softmax_crossentropy_forward)
+  ATTNSWEEP_CPU_OP(mse_forward)
+  ATTNSWEEP_CPU_OP(global_norm)
+  ATTNSWEEP_CPU_OP(adamw_update)
+  ATTNSWEEP_CPU_OP(sgd_update)
+  void clip_gradients(float* g, int64_t n, double coef) {
+    if (coef < 1.0) scale_inplace(g, n, static_cast<float>(coef));
+  }
+  // Every step op by op.
+  template <class Body>
+  std::optional<GraphedStep> graphed_step(int64_t, const StepGraphArgs&, Body&&) {
+    return std::nullopt;
+  }
+  int64_t graphed_steps() const { return 0; }
+
+  // key_mask (B, Nk) or null (worker/model/model.h: padding).
+  void attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
+                         const float* v, const float* key_mask, float* o, float* lse, double* attn_fro,
+                         double* jac_fro) {
+    attention_forward_cpu(spec, shape, q, k, v, key_mask, o, lse, attn_fro, jac_fro);
+  }
+  void attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
+                          const float* v, const float* key_mask, const float* o, const float* dout, const float* lse,
+                          float* dq, float* dk, float* dv) {
+    attention_backward_cpu(spec, shape, q, k, v, key_mask, o, dout, lse, dq, dk, dv);
+  }
+
+  // ---- composites (ModelBackend): on the CPU, the fused versions of kernels/ops.h ----
+  // out = inp @ weight^T + bias + resid (matmul_forward then residual_forward(out, out,
+  // resid)), each block of rows finished while in cache.
+  ATTNSWEEP_CPU_OP(matmul_residual_forward)
+  // pre = inp @ weight^T + bias, out = gelu(pre) (matmul_forward then gelu_forward).
+  ATTNSWEEP_CPU_OP(matmul_gelu_forward)
+  // dinp OVERWRITTEN = dout @ weight, dweight, dbias added (zero(dinp) then
+  // matmul_backward), without the zero-fill pass.
+  ATTNSWEEP_CPU_OP(matmul_backward_overwrite)
+  // The backward of the matmul after a GELU (inp = gelu(pre)), through the GELU: dpre (N, C)
+  // OVERWRITTEN = gelu'(pre) * (dout @ weight); dweight, dbias added. The unfused sequence
+  // is zero(dgelu), matmul_backward(dgelu, ...), zero(dpre), gelu_backward(dpre, pre,
+  // dgelu) with dgelu (N, C) scratch (LayerBuffers::gelu_grad); the CPU needs none (null).
+  void gelu_matmul_backward(float* dpre, float* /*dgelu*/, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC) {
+    ::attnsweep::gelu_matmul_backward(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
+  }
+  // A transformer layer's attention on its fused projection qkv (B, T, 3C), shape
+  // (B, H, T, T, hd, hd), key_mask (B, T) or null: the output as rows atty (B, T, C), heads
+  // side by side; lse (B, H, T); attn_fro, jac_fro (B, H). The unfused sequence is
+  // split_heads(qkv -> heads.q, k, v), attention_forward(... -> heads.o), heads_to_rows
+  // (heads.o -> atty); the CPU takes the packed path instead where it can
+  // (kernels/attention.h attention_packed_cpu_usable, no key mask; heads unused, null).
+  // With a key mask, the norms count the rows of real queries only (CPU).
+  void attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                               const float* qkv, const HeadBuffers& heads, float* atty, float* lse, double* attn_fro,
+                               double* jac_fro);
+  // Its backward from datty (B, T, C): dqkv (B, T, 3C) OVERWRITTEN. The unfused sequence is
+  // rows_to_heads(datty -> dheads.o), attention_backward(-> dheads.q, k, v), merge_heads.
+  void attention_block_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
+                                const float* qkv, const HeadBuffers& heads, const float* atty, const float* lse,
+                                const float* datty, const HeadBuffers& dheads, float* dqkv);
+  // The whole layer (kernels/ops.h layer_forward_fused_cpu / layer_backward_fused_cpu, per
+  // block of samples), when it is usable here and nothing is masked: returns whether it
+  // ran (the model runs the op sequence otherwise). The GELU's output is not kept
+  // (a.fch_gelu ignored): the backward recomputes it.
+  bool layer_forward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
+                           const LayerForwardArgs& a);
+  bool layer_backward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
+                            const LayerBackwardArgs& a);
+  // The read-out head's forward (and, train, backward) in its own algebra
+  // (kernels/readout.h; x [B, N, C], y [B]) instead of the op sequence of worker/model/model_impl.h's
+  // forward_readout / backward_readout, unless switched off (readout_algebra_enabled):
+  // returns whether it ran.
+  bool readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train,
+                     bool norms) {
+    if (!readout_algebra_enabled()) return false;
+    (train ? readout_train_cpu : readout_forward_cpu)(shape, x, y, std::span<ReadoutCell>(&cell, 1), norms);
+    return true;
+  }
+  // Several models' read-outs on one batch (BasicModel::readout_together): cells[k] of
+  // backends[k] (backends[0] this one), trained in one call of kernels/readout.h; false
+  // when the algebra is switched off. Each cell's loss is set.
+  bool readout_together(const std::vector<CpuBackend*>& /*backends*/, const ReadoutShape& shape, const float* x,
+                        const float* y, std::vector<ReadoutCell>& cells, bool norms) {
+    if (!readout_algebra_enabled()) return false;
+    readout_train_cpu(shape, x, y, cells, norms);
+    return true;
+  }
+  // The buffers the three CPU paths use: the fused layer none of them; the packed
+  // attention no split heads and no dgelu; the split-heads fallback no dgelu.
+  static LayerBuffers layer_buffers(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, bool masked);
+
+  template <class F>
+  static void for_each_replica(int64_t k, F&& f) {
+    for (int64_t r = 0; r < k; ++r) f(r);
+  }
+
+  // grads[0] = the mean of grads[0 .. k): per element, in replica order, in float64, then
+  // / k; the same value for any thread count (threads split the elements, never a sum).
+  class Collective {
+   public:
+    explicit Collective(const std::vector<CpuBackend*>&) {}
+    void allreduce_mean(const std::vector<float*>& grads, int64_t n);
+  };
+};
+
+#undef ATTNSWEEP_CPU_OP
+
+static_assert(ModelBackend<CpuBackend>);
+
+}  // namespace attnsweep
