@@ -13,7 +13,7 @@
 #include "app/cli.h"
 #include "coordinator/fusion.h"
 #include "coordinator/grid.h"
-#include "coordinator/local_slots.h"
+#include "coordinator/run_plan.h"
 #include "experiments/params.h"
 #include "experiments/result_schema.h"
 #include "kernels/activation.h"
@@ -54,34 +54,33 @@ int cmd_plan(int argc, char** argv) {
   if (!loaded) return kExitUsage;
   const Grid& grid = *loaded;
   for (const std::string& w : grid_warnings(grid)) std::fprintf(stderr, "attnsweep plan: warning: %s\n", w.c_str());
-  // K cells per GPU against one GPU's memory: the grid's gpu_memory_gib, else the visible
+  // The run plan (coordinator/run_plan.h) on `workers` CPU slots, as run makes it; K cells
+  // per GPU checked against one GPU's memory: the grid's gpu_memory_gib, else the visible
   // GPU's; with neither, nothing is checked (and the total line says so).
-  const int k = cells_per_gpu > 0 ? cells_per_gpu : grid.resources.cells_per_gpu;
-  std::string source;
-  const GpuFit fit = check_gpu_fit(grid, k, planned_gpu_memory(grid, &source), source);
-  if (!fit.fits) {
-    std::fprintf(stderr, "%s\n", fit.problem.c_str());
+  RunPlanInputs in;
+  in.slots = workers;
+  in.devices = 0;  // a cell's devices are checked by run, against the rank it runs on
+  in.cells_per_gpu = cells_per_gpu > 0 ? cells_per_gpu : grid.resources.cells_per_gpu;
+  in.fuse = fuse;
+  in.check_gpu_fit = true;
+  in.gpu_memory_bytes = planned_gpu_memory(grid, &in.gpu_memory_source);
+  const RunPlan plan = make_run_plan(grid, in);
+  const GpuFit& fit = plan.gpu_fit;
+  if (!plan.problem.empty()) {
+    std::fprintf(stderr, "%s\n", plan.problem.c_str());
     return kExitUsage;
   }
-  // The groups of cells trained as one (coordinator/fusion.h) if every cell were pending:
-  // a run forms them as slots free up, of the same kind.
-  const int fk = fuse_size(grid, fuse);
-  const FusionPlan fusion = plan_fusion(grid);
-  const std::vector<std::vector<size_t>> groups = static_groups(fusion, fk, static_cast<size_t>(std::max(1, workers)));
-  std::vector<size_t> group_of(grid.cells.size());
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (size_t i : groups[g]) group_of[i] = g;
   if (vm.count("json")) {
     json cells = json::array();
     for (size_t i = 0; i < grid.cells.size(); ++i) {
       const Cell& c = grid.cells[i];
       cells.push_back({{"id", c.id},
                        {"config", c.config},
-                       {"est_cost_s", c.est_cost_s},
-                       {"est_gpu_memory_bytes", estimate_gpu_memory(c.config).total()},
-                       {"group", group_of[i]},
-                       {"group_size", groups[group_of[i]].size()},
-                       {"fusion_key", fusion.key[i].empty() ? json() : json(fusion.key[i])}});
+                       {"est_cost_s", plan.cost_s[i]},
+                       {"est_gpu_memory_bytes", plan.gpu_bytes[i]},
+                       {"group", plan.group_of[i]},
+                       {"group_size", plan.groups[plan.group_of[i]].size()},
+                       {"fusion_key", plan.fusion.key[i].empty() ? json() : json(plan.fusion.key[i])}});
     }
     std::cout << json({{"name", grid.name}, {"grid_hash", grid.hash}, {"cells", cells}}).dump(2) << "\n";
     return kExitOk;
@@ -99,26 +98,24 @@ int cmd_plan(int argc, char** argv) {
     const Cell& c = grid.cells[i];
     std::string line = c.id;
     if (const std::string words = swept_text(c.config, swept); !words.empty()) line += " " + words;
-    if (groups[group_of[i]].size() > 1) line += " group=" + std::to_string(group_of[i]);
+    if (plan.groups[plan.group_of[i]].size() > 1) line += " group=" + std::to_string(plan.group_of[i]);
     std::cout << line << "\n";
   }
-  std::vector<double> group_costs;
-  for (const auto& g : groups) group_costs.push_back(group_cost_s(grid, fusion, g));
-  double total_cost = 0;
-  for (double c : group_costs) total_cost += c;
   std::string gpu;
   if (fit.checked)
-    gpu = "; GPU memory: " + std::to_string(k) + " x " + format_gib(fit.cell_bytes) + " (the largest cell, " +
-          grid.cells[fit.cell].id + ") fit in the " + format_gib(fit.memory_bytes) + " of " + source;
+    gpu = "; GPU memory: " + std::to_string(fit.cells_per_gpu) + " x " + format_gib(fit.cell_bytes) +
+          " (the largest cell, " + grid.cells[fit.cell].id + ") fit in the " + format_gib(fit.memory_bytes) + " of " +
+          in.gpu_memory_source;
   else if (fit.cell_bytes > 0)
     gpu = "; GPU memory not checked: no GPU visible and no resources.gpu_memory_gib (largest cell " +
           format_gib(fit.cell_bytes) + ")";
-  const std::string fused = groups.size() < grid.cells.size() ? "; on CPU slots " + std::to_string(groups.size()) +
-                                                                    " processes, alike cells trained as one by up to " +
-                                                                    std::to_string(fk) + " (--fuse)"
-                                                              : "";
+  const std::string fused = plan.groups.size() < grid.cells.size()
+                                ? "; on CPU slots " + std::to_string(plan.groups.size()) +
+                                      " processes, alike cells trained as one by up to " + std::to_string(plan.fuse) +
+                                      " (--fuse)"
+                                : "";
   // The wall time on idle cores, and at the load other work puts on this machine now.
-  const double wall = estimated_wall_s(group_costs, workers);
+  const double wall = plan.wall_s;
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   double load[1] = {0};
   std::string at_load;
@@ -129,7 +126,7 @@ int cmd_plan(int argc, char** argv) {
     at_load = buf;
   }
   std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds, about %.0f s of wall time on %d CPU slots%s%s%s)\n",
-              grid.cells.size(), grid.name.c_str(), total_cost, wall, workers, at_load.c_str(), fused.c_str(),
+              grid.cells.size(), grid.name.c_str(), plan.total_cost_s, wall, workers, at_load.c_str(), fused.c_str(),
               gpu.c_str());
   return kExitOk;
 }

@@ -14,7 +14,6 @@
 #include "coordinator/gpu_binding.h"
 #include "coordinator/wakeup.h"
 #include "kernels/device.h"
-#include "worker/model/gpu_memory.h"
 
 namespace attnsweep {
 using json = nlohmann::json;
@@ -50,50 +49,6 @@ std::vector<int> choose_slots(const std::vector<FreeSlot>& free, int need) {
   std::vector<int> out;
   for (int i = 0; i < need; ++i) out.push_back(devs[static_cast<size_t>(i)].lowest);
   return out;
-}
-
-GpuFit check_gpu_fit(const Grid& grid, int cells_per_gpu, int64_t memory_bytes, const std::string& source) {
-  GpuFit f;
-  f.cells_per_gpu = cells_per_gpu;
-  f.memory_bytes = memory_bytes;
-  for (size_t i = 0; i < grid.cells.size(); ++i) {
-    const int64_t b = estimate_gpu_memory(grid.cells[i].config).total();
-    if (b > f.cell_bytes) f.cell_bytes = b, f.cell = i;
-  }
-  if (memory_bytes <= 0 || f.cell_bytes == 0) return f;
-  f.checked = true;
-  // K x the largest, in double: no overflow for any K and size.
-  f.fits = static_cast<double>(cells_per_gpu) * static_cast<double>(f.cell_bytes) <= static_cast<double>(memory_bytes);
-  if (!f.fits) {
-    const Cell& c = grid.cells[f.cell];
-    const json& cfg = c.config;
-    f.problem = grid.file + ": cell " + c.id + " (task " + cfg.value("task", std::string("?")) + ", prompt_length " +
-                (cfg.contains("prompt_length") ? cfg.at("prompt_length").dump() : std::string("-")) + ") needs about " +
-                format_gib(f.cell_bytes) + " of GPU memory" +
-                (cells_per_gpu > 1 ? "; " + std::to_string(cells_per_gpu) + " cells per GPU need " +
-                                         format_gib(static_cast<int64_t>(cells_per_gpu) * f.cell_bytes)
-                                   : std::string()) +
-                ", more than the " + format_gib(memory_bytes) + " of " + source + ": " +
-                (memory_bytes >= f.cell_bytes
-                     ? "lower cells_per_gpu (--cells-per-gpu) to at most " + std::to_string(memory_bytes / f.cell_bytes)
-                     : std::string("it does not fit even alone (smaller batch, dim or "
-                                   "prompt_length)"));
-  }
-  return f;
-}
-
-int64_t planned_gpu_memory(const Grid& grid, std::string* source) {
-  if (grid.resources.gpu_memory_gib > 0) {
-    if (source) *source = "resources.gpu_memory_gib";
-    return static_cast<int64_t>(std::llround(grid.resources.gpu_memory_gib * static_cast<double>(int64_t{1} << 30)));
-  }
-  // The smallest visible GPU: any of them may get K cells.
-  int64_t least = 0;
-  int which = -1;
-  for (int g = 0; g < cuda_device_count(); ++g)
-    if (const int64_t m = cuda_device_memory_bytes(g); m > 0 && (least == 0 || m < least)) least = m, which = g;
-  if (source && which >= 0) *source = "GPU " + std::to_string(which) + " (" + cuda_device_name(which) + ")";
-  return least;
 }
 
 RankSetup setup_rank(const RunOptions& opt, int cells_per_gpu) {

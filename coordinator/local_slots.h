@@ -58,24 +58,6 @@ int distinct_devices(const std::vector<FreeSlot>& free);
 // devices have a free slot: the cell waits.
 std::vector<int> choose_slots(const std::vector<FreeSlot>& free, int need);
 
-// Whether K cells of the grid fit in one GPU's memory: any K cells may share a GPU, so
-// the cell of the largest estimate (worker/model/gpu_memory.h) times K must fit.
-struct GpuFit {
-  bool checked = false;  // false: no GPU memory known (or no cell uses a GPU): nothing checked
-  bool fits = true;
-  size_t cell = 0;           // the cell of the largest estimate
-  int64_t cell_bytes = 0;    // its estimate
-  int64_t memory_bytes = 0;  // one GPU's memory
-  int cells_per_gpu = 1;
-  std::string problem;  // when !fits: names the cell, its task and prompt length, the estimate, K, the memory
-};
-// memory_bytes <= 0: unknown (nothing is checked). `source` says where the memory came
-// from in the message ("resources.gpu_memory_gib", "GPU 0 (NVIDIA H200)").
-GpuFit check_gpu_fit(const Grid& grid, int cells_per_gpu, int64_t memory_bytes, const std::string& source);
-// The memory one GPU of the grid is planned with: resources.gpu_memory_gib when given,
-// else the first visible GPU's (0: none); *source says which.
-int64_t planned_gpu_memory(const Grid& grid, std::string* source);
-
 // The cause a failed `attnsweep train` gave last in its log ("cell 3f..: failed: the
 // program exited 0 without a final record ..."), for the failure's reason; "" when none.
 std::string failure_from_log(const std::string& log_path);

@@ -1,5 +1,4 @@
 #include "coordinator/resume.h"
-#include "base/utc_time.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/utc_time.h"
 #include "results/cell_file.h"
 #include "results/run_manifest.h"
 

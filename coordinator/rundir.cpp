@@ -1,5 +1,4 @@
 #include "coordinator/rundir.h"
-#include "base/utc_time.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -10,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+
+#include "base/utc_time.h"
 
 namespace attnsweep {
 

@@ -1,9 +1,8 @@
 // `attnsweep run`: rank 0 coordinates (class Coordinator: assign, collect, retry, time out,
 // declare silent ranks lost, status.json and progress), every rank runs its slots, and
 // run_sweep sets up MPI and the heartbeats and ends the run with the right exit code.
-// About 520 lines: the coordinator loop is one state machine, kept in one place.
+// About 630 lines: the coordinator loop is one state machine, kept in one place.
 #include "coordinator/sweep.h"
-#include "base/utc_time.h"
 
 #include <fcntl.h>
 #include <mpi.h>
@@ -27,12 +26,14 @@
 
 #include "base/cpu_env.h"
 #include "base/process.h"
+#include "base/utc_time.h"
 #include "coordinator/fusion.h"
 #include "coordinator/heartbeat.h"
 #include "coordinator/liveness.h"
 #include "coordinator/local_slots.h"
 #include "coordinator/messages.h"
 #include "coordinator/resume.h"
+#include "coordinator/run_plan.h"
 #include "coordinator/rundir.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/shared_dir.h"
@@ -51,16 +52,15 @@ namespace {
 class Coordinator {
  public:
   Coordinator(const Grid& grid, const RunOptions& opt, RunDir& rd, int world, LocalSlots& local, int retries,
-              double timeout_s, double rank_timeout_s, std::vector<std::string> hosts, int fuse)
+              double timeout_s, double rank_timeout_s, std::vector<std::string> hosts, const RunPlan& plan)
       : grid_(grid),
         opt_(opt),
-        fusion_(plan_fusion(grid)),
+        plan_(plan),
         swept_(swept_keys(grid)),
-        fuse_(fuse),
         rd_(rd),
         world_(world),
         local_(local),
-        sched_(costs(grid), SchedulerConfig{retries, opt.backoff_s, 60.0}, slots_of(grid)),
+        sched_(plan.cost_s, SchedulerConfig{retries, opt.backoff_s, 60.0}, plan.devices),
         timeout_s_(timeout_s),
         live_(world, rank_timeout_s, now_s()),
         hosts_(std::move(hosts)),
@@ -146,18 +146,6 @@ class Coordinator {
   }
 
  private:
-  static std::vector<int> slots_of(const Grid& g) {
-    std::vector<int> k;
-    for (const Cell& cell : g.cells) k.push_back(cell.config.value("devices", 1));
-    return k;
-  }
-
-  static std::vector<double> costs(const Grid& g) {
-    std::vector<double> c;
-    for (const Cell& cell : g.cells) c.push_back(cell.est_cost_s);
-    return c;
-  }
-
   // The attempt of cell i (the scheduler's pick, now running) and, with fusion, of up to
   // fuse - 1 alike cells that may run now (coordinator/fusion.h), claimed here. A group is
   // no bigger than the grid's alike cells over the rank's slots, so that a small grid
@@ -169,12 +157,11 @@ class Coordinator {
     a.attempt = sched_.attempts(i);
     a.timeout_s = timeout_s_;
     a.slots = sched_.slots(i);
-    if (fuse_ <= 1 || a.slots != 1) return a;
+    if (plan_.fuse <= 1 || a.slots != 1) return a;
     std::vector<size_t> candidates;
-    for (size_t j : fusion_.alike(i))
+    for (size_t j : plan_.fusion.alike(i))
       if (j != i && sched_.claimable(j, now)) candidates.push_back(j);
-    const int k = group_size_cap(fuse_, fusion_.alike(i).size(), static_cast<size_t>(std::max(1, local_.size())));
-    for (size_t j : pick_companions(fusion_, i, candidates, k))
+    for (size_t j : pick_companions(plan_.fusion, i, candidates, plan_.group_cap(i)))
       if (sched_.claim(j, now)) a.also.push_back({j, grid_.cells[j].id, sched_.attempts(j)});
     return a;
   }
@@ -344,7 +331,7 @@ class Coordinator {
   }
 
   // A cell's share of the sweep's work: its estimated cost (Cell::est_cost_s), never 0.
-  double cost(size_t i) const { return std::max(grid_.cells[i].est_cost_s, 1e-3); }
+  double cost(size_t i) const { return std::max(plan_.cost_s[i], 1e-3); }
 
   // The running cells with what their children last reported (worker/training/progress.h), and the
   // work left: pending cells' and running cells' steps to go. The steps running cells did
@@ -447,9 +434,8 @@ class Coordinator {
 
   const Grid& grid_;
   const RunOptions& opt_;
-  FusionPlan fusion_;
+  const RunPlan& plan_;             // costs, devices, fusion and group sizes (coordinator/run_plan.h)
   std::vector<std::string> swept_;  // the keys that tell the grid's cells apart (swept_keys)
-  int fuse_;                        // cells per group at most (1: none)
   RunDir& rd_;
   int world_;
   LocalSlots& local_;
@@ -490,26 +476,6 @@ bool srun_sees_every_task(int world) {
                "srun's PMI (try srun --mpi=pmix; srun --mpi=list shows the choices)\n",
                n, world, world == 1 ? "" : "s");
   return false;
-}
-
-// What every rank checks before any cell runs: a cell needing more devices than a rank
-// has would wait for ever (its slots must sit on distinct devices: GPUs, or CPU slots),
-// and K cells that may share one GPU must fit in its memory (any K of them: the largest
-// K times). Empty: fine.
-std::string check_rank_fits(const Grid& grid, const RankSetup& rs) {
-  for (const Cell& c : grid.cells)
-    if (const int k = c.config.value("devices", 1); k > rs.devices)
-      return grid.file + ": cell " + c.id + " trains on devices = " + std::to_string(k) + ", more than the " +
-             std::to_string(rs.devices) +
-             (rs.device == "cuda"
-                  ? std::string(" GPU") + (rs.devices == 1 ? "" : "s") + " of a rank (GPUs per node)"
-                  : std::string(" worker slot") + (rs.devices == 1 ? "" : "s") + " of a rank (--workers)");
-  if (rs.device == "cuda") {
-    std::string source;
-    const GpuFit fit = check_gpu_fit(grid, rs.cells_per_gpu, planned_gpu_memory(grid, &source), source);
-    if (!fit.fits) return fit.problem;
-  }
-  return "";
 }
 
 // Every rank's host name on rank 0 (which names a lost rank by its host); elsewhere its own.
@@ -590,9 +556,17 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   // K cells per GPU: the flag, else the grid's (CPU slots ignore it).
   const int cells_per_gpu = opt.cells_per_gpu > 0 ? opt.cells_per_gpu : grid.resources.cells_per_gpu;
   RankSetup rs;
+  RunPlan plan;
   try {
     rs = setup_rank(opt, cells_per_gpu);
-    setup_error = check_rank_fits(grid, rs);
+    // What every rank checks before any cell runs: a cell needing more devices than a rank
+    // has would wait for ever, and K cells that may share one GPU must fit in its memory.
+    RunPlanInputs in;
+    in.device = rs.device, in.slots = rs.slots, in.devices = rs.devices, in.cells_per_gpu = rs.cells_per_gpu;
+    in.fuse = opt.fuse, in.check_gpu_fit = rs.device == "cuda";
+    if (in.check_gpu_fit) in.gpu_memory_bytes = planned_gpu_memory(grid, &in.gpu_memory_source);
+    plan = make_run_plan(grid, in);
+    setup_error = plan.problem;
     if (rank == 0 && setup_error.empty()) finished = prepare_dir(grid, opt, rd);
   } catch (const std::exception& e) {  // InputError among them
     setup_error = e.what();
@@ -611,12 +585,7 @@ int run_sweep(const Grid& grid, const RunOptions& opt) {
   if (rank != 0) return finish(serve_rank(local, rank, thread_level, rank_timeout_s));
 
   print_start(grid, opt, rs, cells_per_gpu, finished.size(), world);
-  // Cells trained as one: on CPU slots up to the task's size unless told; on GPU slots only
-  // when --fuse or the grid's fuse asks, until groups have run on a GPU (issue #28).
-  const int fuse = rs.device == "cpu" ? fuse_size(grid, opt.fuse)
-                   : opt.fuse > 0     ? opt.fuse
-                                      : std::max(1, grid.resources.fuse);
-  Coordinator coord(grid, opt, rd, world, local, retries, timeout_s, rank_timeout_s, hosts, fuse);
+  Coordinator coord(grid, opt, rd, world, local, retries, timeout_s, rank_timeout_s, hosts, plan);
   for (const auto& [i, s] : finished) coord.mark_finished(i, s);
   const int code = coord.run();
   if (mpi && coord.lost_a_rank()) {

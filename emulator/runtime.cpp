@@ -8,6 +8,9 @@
 // that work, so a forgotten event wait reads poisoned (NaN) or stale memory, and the
 // test that depends on it fails. Memory from cudaMalloc is host memory filled with 0xff
 // bytes (NaN), registered, and every copy's kind and range is checked against it.
+// About 950 lines: the C entry points of one runtime (memory, streams, events, graphs,
+// launches) over one queue of operations; each needs the queue's internals, which stay
+// private to this file.
 #include "emulator/emu.h"
 
 #include <cuda_runtime_api.h>

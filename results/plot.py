@@ -2,7 +2,7 @@
 # `attnsweep report DIR`: DIR/aggregate.h5 (+ manifest.json, status.json) ->
 # DIR/report.html, one self-contained page (figures as base64 PNG). Compiled into the
 # attnsweep binary (results/CMakeLists.txt) and written to a temporary file at run time.
-# About 770 lines: one script, compiled into the binary, that draws every figure of the
+# About 930 lines: one script, compiled into the binary, that draws every figure of the
 # report from the aggregate alone (no other file to ship beside attnsweep).
 #
 # usage: plot.py DIR VERSION REGISTRY_JSON RESULT_SCHEMA_JSON

@@ -1,5 +1,4 @@
 #include "slurm/submit.h"
-#include "base/utc_time.h"
 
 #include <sys/vfs.h>
 #include <sys/wait.h>
@@ -13,6 +12,7 @@
 
 #include "base/process.h"
 #include "base/sha256.h"
+#include "base/utc_time.h"
 #include "coordinator/grid.h"
 #include "coordinator/rundir.h"
 #include "slurm_template.h"

@@ -4,18 +4,27 @@ folders below it, never one above (docs/architecture.md):
     base <- kernels <- experiments <- worker <- results <- coordinator <- slurm <- app
 
 base/ holds the utilities every layer uses (atomic file writes, process-start CPU settings,
-SHA-256, child processes).
+SHA-256, child processes, the clock as text).
 
 results/ (result files, aggregate, report) sits above worker/: app/ and coordinator/ use
 it, worker/ and below never do (run_cell returns its result; coordinator/train_command
 writes it). tests/ and bench/ may include anything.
 
-Inside worker/, the CUDA files (a name with "cuda": backend_cuda, cuda_trainer) sit above
-the generic ones (model, trainer, checkpoint, cell_loop, ...): a generic file never includes
-a CUDA one; the CUDA instantiations live in worker/training/cuda_trainer.cpp.
+worker/ is two rooms: worker/model/ (the model's layout, the model, the backends) below
+worker/training/ (trainer, cell loop, groups, checkpoints, the cell driver on top). In
+both, the CUDA files (a name with "cuda": backend_cuda, cuda_trainer) sit above the
+generic ones: a generic file never includes a CUDA one.
+
+Inside worker/model/, worker/training/, coordinator/ and results/ the files stand on
+floors (FLOORS below, lowest first): a file includes only files of lower floors of its
+own folder, never one of its own floor or above, and every file stands on a floor.
+
+Across the whole tree no circle of modules remains: a module is a file with its header
+(x.h, x.cpp; x.cuh, x.cu) and its templates' definitions (x_impl.h), and no module
+includes, through any chain, one that includes it back.
 
 usage: include_layers.py ROOT          check the tree; exit 1 naming each violation
-       include_layers.py --self-test   plant a violation in a scratch tree, expect it caught
+       include_layers.py --self-test   plant each kind of violation in a scratch tree, expect it caught
 """
 import os
 import re
@@ -24,45 +33,197 @@ import tempfile
 
 LAYERS = ["base", "kernels", "experiments", "worker", "results", "coordinator", "slurm", "app"]
 RANK = {d: i for i, d in enumerate(LAYERS)}
+# Checked for circles but not ranked: the emulated CUDA device (linked below kernels/).
+OTHER_SOURCES = ["emulator"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]*)"')
 SOURCES = (".h", ".hpp", ".cpp", ".cu", ".cuh", ".in")
 
+# The floors of each room, lowest first (modules: a file's name without its extension).
+FLOORS = {
+    "worker/model": [
+        ["backend"],                    # the ModelBackend concept and the CPU backend
+        ["model_layout", "backend_cuda"],  # the declared plan of buffers; the CUDA backend
+        ["model", "gpu_memory"],        # the model over a backend; the GPU memory estimate
+    ],
+    "worker/training": [
+        ["train_config", "prefetch", "progress", "cell_result"],
+        ["trainer"],           # the step, the optimiser, the schedule
+        ["checkpoint"],        # save / resume a trainer's state
+        ["cell_loop"],         # one cell's loop: batches, logs, evals, checkpoints
+        ["cell_group_loop"],   # alike cells in lockstep
+        ["train_cell"],        # the cell driver: one cell or a group, CPU or CUDA
+        ["cuda_trainer", "cell_group", "run_cell"],  # the CUDA instantiation; a group's rendezvous; a cell's run
+    ],
+    "coordinator": [
+        ["input_error", "run_options", "messages", "rundir", "scheduler", "liveness", "wakeup", "gpu_binding"],
+        ["json_text", "heartbeat", "shared_dir"],
+        ["grid"],
+        ["grid_schema", "fusion", "local_slots", "resume", "status", "train_command"],
+        ["run_plan"],  # the cells' costs, groups, slots and GPU fit, computed once
+        ["sweep"],
+    ],
+    "results": [
+        ["h5", "aggregate_options", "run_manifest", "report_script", "plot_script"],  # plot_script.h.in: the report's script, generated
+        ["cell_file", "table"],
+        ["aggregate_rows", "best_scale", "cell_reader"],
+        ["fits"],
+        ["aggregate_index", "paired"],
+        ["aggregate"],
+    ],
+}
+
+
+def module(path):
+    stem = os.path.splitext(path[:-len(".in")] if path.endswith(".in") else path)[0]
+    return stem[:-len("_impl")] if stem.endswith("_impl") else stem
+
+
+def source_files(root):
+    for top in LAYERS + OTHER_SOURCES:
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            for name in sorted(names):
+                if name.endswith(SOURCES):
+                    yield os.path.relpath(os.path.join(dirpath, name), root)
+
+
+def includes(root, rel):
+    with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            m = INCLUDE.match(line)
+            if m:
+                yield lineno, m.group(1), m.group(2)
+
+
+def floor_of(rel):
+    room = os.path.dirname(rel)
+    if room not in FLOORS:
+        return room, None
+    name = os.path.basename(module(rel))
+    for k, floor in enumerate(FLOORS[room]):
+        if name in floor:
+            return room, k
+    return room, -1
+
+
+def circles(graph):
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in graph:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
 
 def violations(root):
-    out, files = [], 0
-    for layer in LAYERS:
-        for dirpath, _, names in os.walk(os.path.join(root, layer)):
-            for name in names:
-                if not name.endswith(SOURCES):
-                    continue
-                files += 1
-                path = os.path.join(dirpath, name)
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    for lineno, line in enumerate(f, 1):
-                        m = INCLUDE.match(line)
-                        if m and m.group(1) in RANK and RANK[m.group(1)] > RANK[layer]:
-                            out.append(f"{os.path.relpath(path, root)}:{lineno}: {layer}/ includes "
-                                       f"{m.group(1)}/, a higher layer ({' <- '.join(LAYERS)})")
-                        elif (m and layer == "worker" and m.group(1) == "worker" and "cuda" in m.group(2)
-                              and "cuda" not in name):
-                            out.append(f"{os.path.relpath(path, root)}:{lineno}: worker/{name}, a generic "
-                                       f"file, includes worker/{m.group(2)}, a CUDA one (only worker/*cuda* may)")
+    out, files, graph = [], 0, {}
+    for rel in source_files(root):
+        files += 1
+        top = rel.split("/")[0]
+        name = os.path.basename(rel)
+        mod = module(rel)
+        graph.setdefault(mod, set())
+        room, floor = floor_of(rel)
+        if floor == -1:
+            out.append(f"{rel}: stands on no floor of {room}/ (add {os.path.basename(mod)} to FLOORS in "
+                       f"tests/integration/include_layers.py and to docs/architecture.md)")
+        for lineno, layer, path in includes(root, rel):
+            target = f"{layer}/{path}"
+            if module(target) != mod:
+                graph[mod].add(module(target))
+            where = f"{rel}:{lineno}"
+            if top in RANK and layer in RANK and RANK[layer] > RANK[top]:
+                out.append(f"{where}: {top}/ includes {layer}/, a higher layer ({' <- '.join(LAYERS)})")
+                continue
+            if top == "worker" and layer == "worker" and "cuda" in path and "cuda" not in name:
+                out.append(f"{where}: {name}, a generic file, includes worker/{path}, a CUDA one "
+                           "(only worker/**/*cuda* may)")
+            if room == "worker/model" and target.startswith("worker/training/"):
+                out.append(f"{where}: worker/model/ includes {target}, of the training room above it")
+            troom, tfloor = floor_of(target)
+            if floor is not None and floor >= 0 and troom == room and tfloor is not None and tfloor >= 0 \
+                    and module(target) != mod and tfloor >= floor:
+                out.append(f"{where}: {rel} (floor {floor} of {room}/) includes {target} (floor {tfloor}): "
+                           "a file includes only lower floors of its room")
+    for comp in circles(graph):
+        out.append("a circle of modules (each includes the next, through its header or source): " + " -> ".join(comp))
     return files, out
+
+
+def self_test():
+    plants = {
+        "worker/training/x.cpp": '#include "results/cell_file.h"\n',
+        "worker/model/model.cpp": '#include "worker/model/cuda_thing.h"\n#include "worker/training/trainer.h"\n',
+        "worker/training/trainer.cpp": '#include "worker/training/run_cell.h"\n',
+        "coordinator/grid.cpp": '#include "coordinator/json_text.h"\n',
+        "coordinator/json_text.cpp": '#include "coordinator/grid.h"\n',
+        "kernels/a.h": '#include "kernels/b.h"\n',
+        "kernels/b.cpp": '#include "kernels/b.h"\n#include "kernels/a.h"\n',
+        "kernels/b.h": "",
+    }
+    want = [
+        "worker/training/x.cpp:1: worker/ includes results/",
+        "worker/training/x.cpp: stands on no floor",
+        "worker/model/model.cpp:1: model.cpp, a generic file, includes worker/model/cuda_thing.h",
+        "worker/model/model.cpp:2: worker/model/ includes worker/training/trainer.h",
+        "worker/training/trainer.cpp:1: worker/training/trainer.cpp (floor 1 of worker/training/) includes",
+        "coordinator/json_text.cpp:1: coordinator/json_text.cpp (floor 1 of coordinator/) includes coordinator/grid.h",
+        "a circle of modules (each includes the next, through its header or source): kernels/a -> kernels/b",
+        "coordinator/grid -> coordinator/json_text",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel, text in plants.items():
+            os.makedirs(os.path.join(tmp, os.path.dirname(rel)), exist_ok=True)
+            with open(os.path.join(tmp, rel), "w") as f:
+                f.write(text)
+        _, v = violations(tmp)
+    missing = [w for w in want if not any(w in line for line in v)]
+    ok = not missing and len(v) == len(want)
+    print(("ok: " if ok else "FAIL: ") + f"{len(want)} planted violations (an upward layer, a file on no floor, a "
+          "generic file including a CUDA one, the model room including the training room, an include of a "
+          "higher floor, two circles of modules) are reported, and nothing else")
+    for line in v:
+        print("  reported: " + line)
+    for w in missing:
+        print("  NOT reported: " + w)
+    return 0 if ok else 1
 
 
 def main(argv):
     if argv == ["--self-test"]:
-        with tempfile.TemporaryDirectory() as tmp:
-            os.makedirs(os.path.join(tmp, "worker"))
-            with open(os.path.join(tmp, "worker", "x.cpp"), "w") as f:
-                f.write('#include "worker/x.h"\n#include "results/cell_file.h"\n#include "worker/training/cuda_trainer.h"\n')
-            with open(os.path.join(tmp, "worker", "cuda_y.cpp"), "w") as f:
-                f.write('#include "worker/model/backend_cuda.h"\n#include "worker/training/trainer.h"\n')
-            _, v = violations(tmp)
-        ok = len(v) == 2 and "worker/x.cpp:2" in v[0] and "worker/x.cpp:3" in v[1]
-        print(("ok: " if ok else "FAIL: ") + "a planted worker/ -> results/ include and a generic worker/ file "
-              "including a CUDA one are reported (and a CUDA file including both is not): " + "; ".join(v))
-        return 0 if ok else 1
+        return self_test()
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2

@@ -171,3 +171,35 @@ TEST(GpuMemory, ShapeIsWhatTheImageTaskGivesTheTrainer) {
     GTEST_SKIP() << "no Fashion-MNIST here: " << e.what();
   }
 }
+
+// Layer l's weights are l times one layer into each (L, ...) tensor, the hand-written
+// offsets the model used before (l * 3 C C for qkv_w, l * F C for fc_w, ...), and the
+// last layer's slices end where their tensors end.
+TEST(ModelLayout, LayerWeightsAreEachLayersSliceOfItsTensor) {
+  ModelConfig cfg;
+  cfg.dim = 8, cfg.heads = 2, cfg.layers = 3, cfg.mlp_ratio = 4, cfg.tokens = 5, cfg.in_dim = 3, cfg.classes = 4;
+  const std::vector<TensorInfo> layout = parameter_layout(cfg);
+  std::vector<float> buf(static_cast<size_t>(parameter_floats(layout)));
+  ParameterTensors t{};
+  float** member = reinterpret_cast<float**>(&t);  // members in buffer order, as the model carves them
+  for (size_t i = 0; i < layout.size(); ++i) member[i] = buf.data() + layout[i].offset;
+  const int64_t C = 8, F = 32;
+  for (int64_t l = 0; l < 3; ++l) {
+    const LayerWeights w = layer_weights(t, layout, l);
+    EXPECT_EQ(w.ln1_w, t.ln1_w + l * C);
+    EXPECT_EQ(w.ln1_b, t.ln1_b + l * C);
+    EXPECT_EQ(w.qkv_w, t.qkv_w + l * 3 * C * C);
+    EXPECT_EQ(w.qkv_b, t.qkv_b + l * 3 * C);
+    EXPECT_EQ(w.attproj_w, t.attproj_w + l * C * C);
+    EXPECT_EQ(w.attproj_b, t.attproj_b + l * C);
+    EXPECT_EQ(w.ln2_w, t.ln2_w + l * C);
+    EXPECT_EQ(w.ln2_b, t.ln2_b + l * C);
+    EXPECT_EQ(w.fc_w, t.fc_w + l * F * C);
+    EXPECT_EQ(w.fc_b, t.fc_b + l * F);
+    EXPECT_EQ(w.fcproj_w, t.fcproj_w + l * C * F);
+    EXPECT_EQ(w.fcproj_b, t.fcproj_b + l * C);
+  }
+  const LayerWeights last = layer_weights(t, layout, 2);
+  EXPECT_EQ(last.fcproj_b + C, t.lnf_w);  // the next tensor in the buffer
+  EXPECT_EQ(last.ln1_w + C, t.ln1_b);
+}

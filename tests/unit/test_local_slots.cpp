@@ -8,6 +8,7 @@
 
 #include "coordinator/grid.h"
 #include "coordinator/local_slots.h"
+#include "coordinator/run_plan.h"
 #include "coordinator/scheduler.h"
 #include "worker/model/gpu_memory.h"
 
@@ -113,6 +114,17 @@ TEST(SlotPlan, CpuSlotsAreEachTheirOwnDevice) {
   EXPECT_EQ(choose_slots(free, 3), std::vector<int>({0, 1, 2}));
 }
 
+// GPU slots of K cells each on a GPU of `memory` bytes (0: unknown) named `source`.
+RunPlanInputs gpu_slots(int k, int64_t memory, std::string source) {
+  RunPlanInputs in;
+  in.device = "cuda";
+  in.cells_per_gpu = k;
+  in.gpu_memory_bytes = memory;
+  in.gpu_memory_source = std::move(source);
+  in.check_gpu_fit = true;
+  return in;
+}
+
 TEST(GpuFit, RefusesKCellsThatCannotShareOneGpuNamingTheCell) {
   // 64 cells per GPU of 1 GiB: the large image cell (N 784, dim 256, batch 128) does not fit.
   const Grid g = parse_grid(R"({"axes": {"task": ["image"], "prompt_length": [16, 784]},
@@ -124,7 +136,9 @@ TEST(GpuFit, RefusesKCellsThatCannotShareOneGpuNamingTheCell) {
   const int64_t mem = planned_gpu_memory(g, &source);
   EXPECT_EQ(mem, int64_t{1} << 30);
   EXPECT_EQ(source, "resources.gpu_memory_gib");
-  const GpuFit f = check_gpu_fit(g, g.resources.cells_per_gpu, mem, source);
+  const RunPlan plan = make_run_plan(g, gpu_slots(g.resources.cells_per_gpu, mem, source));
+  const GpuFit& f = plan.gpu_fit;
+  EXPECT_EQ(plan.problem, f.problem);
   EXPECT_TRUE(f.checked);
   EXPECT_FALSE(f.fits);
   EXPECT_EQ(f.cell, 1u);  // N 784 is the larger
@@ -135,15 +149,15 @@ TEST(GpuFit, RefusesKCellsThatCannotShareOneGpuNamingTheCell) {
   EXPECT_NE(f.problem.find(format_gib(f.cell_bytes)), std::string::npos) << f.problem;
   // On a 141 GiB GPU the large cell fits alone and 4 times, not 64 times (K x 14 GiB);
   // with no memory known nothing is checked.
-  EXPECT_TRUE(check_gpu_fit(g, 1, int64_t{141} << 30, "GPU 0").fits);
-  EXPECT_TRUE(check_gpu_fit(g, 4, int64_t{141} << 30, "GPU 0").fits);
-  const GpuFit k64 = check_gpu_fit(g, 64, int64_t{141} << 30, "GPU 0 (H200)");
+  EXPECT_TRUE(make_run_plan(g, gpu_slots(1, int64_t{141} << 30, "GPU 0")).gpu_fit.fits);
+  EXPECT_TRUE(make_run_plan(g, gpu_slots(4, int64_t{141} << 30, "GPU 0")).gpu_fit.fits);
+  const GpuFit k64 = make_run_plan(g, gpu_slots(64, int64_t{141} << 30, "GPU 0 (H200)")).gpu_fit;
   EXPECT_FALSE(k64.fits);
   EXPECT_NE(k64.problem.find("of GPU 0 (H200): lower cells_per_gpu (--cells-per-gpu) to at most " +
                              std::to_string((int64_t{141} << 30) / k64.cell_bytes)),
             std::string::npos)
       << k64.problem;
-  const GpuFit unknown = check_gpu_fit(g, 64, 0, "");
+  const GpuFit unknown = make_run_plan(g, gpu_slots(64, 0, "")).gpu_fit;
   EXPECT_FALSE(unknown.checked);
   EXPECT_TRUE(unknown.fits);
   EXPECT_GT(unknown.cell_bytes, 0);
@@ -153,7 +167,7 @@ TEST(GpuFit, CellsThatUseNoGpuAreNotChecked) {
   const Grid g = parse_grid(R"({"axes": {"task": ["norm_probe"], "prompt_length": [16]},
                                 "resources": {"cells_per_gpu": 64, "gpu_memory_gib": 0.001}})",
                             "probe.json");
-  const GpuFit f = check_gpu_fit(g, 64, int64_t{1} << 20, "resources.gpu_memory_gib");
+  const GpuFit f = make_run_plan(g, gpu_slots(64, int64_t{1} << 20, "resources.gpu_memory_gib")).gpu_fit;
   EXPECT_FALSE(f.checked);
   EXPECT_TRUE(f.fits);
 }
@@ -176,4 +190,22 @@ TEST(Grid, CellsPerGpuAndGpuMemoryAreResources) {
       EXPECT_NE(e.problems[0].find("g.json: resources."), std::string::npos) << e.problems[0];
     }
   }
+}
+
+TEST(RunPlan, ACellOnMoreDevicesThanARankHasIsTheRunsProblem) {
+  const Grid g =
+      parse_grid(R"({"axes": {"task": ["image"], "devices": [1, 4]}, "fixed": {"prompt_length": 16}})", "dev.json");
+  ASSERT_EQ(g.cells.size(), 2u);
+  RunPlanInputs in;
+  in.slots = in.devices = 2;
+  const RunPlan two = make_run_plan(g, in);
+  EXPECT_EQ(two.devices, std::vector<int>({1, 4}));
+  EXPECT_NE(
+      two.problem.find("dev.json: cell " + g.cells[1].id + " trains on devices = 4, more than the 2 worker slots"),
+      std::string::npos)
+      << two.problem;
+  in.slots = in.devices = 4;
+  EXPECT_EQ(make_run_plan(g, in).problem, "");
+  in.devices = 0;  // unknown (plan): not checked
+  EXPECT_EQ(make_run_plan(g, in).problem, "");
 }

@@ -1,5 +1,7 @@
 // CudaBackend (worker/model/backend_cuda.h): buffers, staging, the composite ops (the unfused
 // sequences) and the NCCL collective. The plain ops are the inline forwards in the header.
+// About 630 lines: the one class that owns the CUDA model's device memory, stream and
+// step graph; its composite ops and collective use that state and no other file may.
 #ifdef ATTNSWEEP_HAVE_CUDA
 
 #include "worker/model/backend_cuda.h"

@@ -1,6 +1,6 @@
 // How much GPU memory one training cell takes on each of its GPUs, estimated from its
 // effective config: what `plan` and `run` check `cells_per_gpu` cells against before
-// anything runs (coordinator/local_slots.h: check_gpu_fit). The task says the shape of
+// anything runs (coordinator/run_plan.h: the run plan's gpu_fit). The task says the shape of
 // its data (TaskDef::data_shape, the same function its run() reads), model_config_of
 // makes the model's config from it, and the model's own plan (worker/model/model_layout.h:
 // what the model allocates) gives the buffers this file sums.

@@ -264,12 +264,10 @@ LayerForwardArgs BasicModel<Backend>::layer_forward_args(int64_t l, double* attn
   const int64_t C = cfg_.dim, F = cfg_.mlp_ratio * C, BT = B_ * cfg_.seq(), BTC = BT * C;
   LayerForwardArgs a{};
   a.inp = l == 0 ? a_.encoded : a_.res2 + (l - 1) * BTC;
-  a.ln1_w = p_.ln1_w + l * C, a.ln1_b = p_.ln1_b + l * C;
-  a.qkv_w = p_.qkv_w + l * 3 * C * C, a.qkv_b = p_.qkv_b + l * 3 * C;
-  a.proj_w = p_.attproj_w + l * C * C, a.proj_b = p_.attproj_b + l * C;
-  a.ln2_w = p_.ln2_w + l * C, a.ln2_b = p_.ln2_b + l * C;
-  a.fc_w = p_.fc_w + l * F * C, a.fc_b = p_.fc_b + l * F;
-  a.fcproj_w = p_.fcproj_w + l * C * F, a.fcproj_b = p_.fcproj_b + l * C;
+  const LayerWeights w = layer_weights(p_, tensors_, l);
+  a.ln1_w = w.ln1_w, a.ln1_b = w.ln1_b, a.qkv_w = w.qkv_w, a.qkv_b = w.qkv_b;
+  a.proj_w = w.attproj_w, a.proj_b = w.attproj_b, a.ln2_w = w.ln2_w, a.ln2_b = w.ln2_b;
+  a.fc_w = w.fc_w, a.fc_b = w.fc_b, a.fcproj_w = w.fcproj_w, a.fcproj_b = w.fcproj_b;
   a.ln1 = a_.ln1 + l * BTC, a.ln1_mean = a_.ln1_mean + l * BT, a.ln1_rstd = a_.ln1_rstd + l * BT;
   a.qkv = a_.qkv + l * 3 * BTC, a.atty = a_.atty_un + l * BTC, a.lse = a_.lse + l * cfg_.heads * BT;
   a.res1 = a_.res1 + l * BTC;
@@ -282,7 +280,6 @@ LayerForwardArgs BasicModel<Backend>::layer_forward_args(int64_t l, double* attn
 template <ModelBackend Backend>
 LayerBackwardArgs BasicModel<Backend>::layer_backward_args(int64_t l) {
   const LayerForwardArgs f = layer_forward_args(l, nullptr, nullptr);
-  const int64_t C = cfg_.dim, F = cfg_.mlp_ratio * C;
   LayerBackwardArgs a{};
   a.inp = f.inp;
   a.ln1 = f.ln1, a.ln1_mean = f.ln1_mean, a.ln1_rstd = f.ln1_rstd;
@@ -292,12 +289,10 @@ LayerBackwardArgs BasicModel<Backend>::layer_backward_args(int64_t l) {
   a.ln1_w = f.ln1_w, a.qkv_w = f.qkv_w, a.proj_w = f.proj_w;
   a.ln2_w = f.ln2_w, a.fc_w = f.fc_w, a.fcproj_w = f.fcproj_w;
   a.dres = s_.dres;
-  a.g_ln1_w = g_.ln1_w + l * C, a.g_ln1_b = g_.ln1_b + l * C;
-  a.g_qkv_w = g_.qkv_w + l * 3 * C * C, a.g_qkv_b = g_.qkv_b + l * 3 * C;
-  a.g_proj_w = g_.attproj_w + l * C * C, a.g_proj_b = g_.attproj_b + l * C;
-  a.g_ln2_w = g_.ln2_w + l * C, a.g_ln2_b = g_.ln2_b + l * C;
-  a.g_fc_w = g_.fc_w + l * F * C, a.g_fc_b = g_.fc_b + l * F;
-  a.g_fcproj_w = g_.fcproj_w + l * C * F, a.g_fcproj_b = g_.fcproj_b + l * C;
+  const LayerWeights g = layer_weights(g_, tensors_, l);
+  a.g_ln1_w = g.ln1_w, a.g_ln1_b = g.ln1_b, a.g_qkv_w = g.qkv_w, a.g_qkv_b = g.qkv_b;
+  a.g_proj_w = g.attproj_w, a.g_proj_b = g.attproj_b, a.g_ln2_w = g.ln2_w, a.g_ln2_b = g.ln2_b;
+  a.g_fc_w = g.fc_w, a.g_fc_b = g.fc_b, a.g_fcproj_w = g.fcproj_w, a.g_fcproj_b = g.fcproj_b;
   return a;
 }
 

@@ -2,6 +2,7 @@
 #include "worker/model/model_layout.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -100,6 +101,20 @@ std::vector<TensorInfo> parameter_layout(const ModelConfig& cfg) {
     tensors.push_back(std::move(t));
   }
   return tensors;
+}
+
+LayerWeights layer_weights(const ParameterTensors& t, const std::vector<TensorInfo>& layout, int64_t l) {
+  // Member i of ParameterTensors is tensor i of the layout: one buffer order.
+  auto slice = [&](float* base, size_t member_offset) {
+    const TensorInfo& ti = layout[member_offset / sizeof(float*)];
+    return base + l * (ti.size / ti.shape[0]);
+  };
+#define ATTNSWEEP_LAYER_SLICE(m) slice(t.m, offsetof(ParameterTensors, m))
+  return {ATTNSWEEP_LAYER_SLICE(ln1_w), ATTNSWEEP_LAYER_SLICE(ln1_b),     ATTNSWEEP_LAYER_SLICE(qkv_w),
+          ATTNSWEEP_LAYER_SLICE(qkv_b), ATTNSWEEP_LAYER_SLICE(attproj_w), ATTNSWEEP_LAYER_SLICE(attproj_b),
+          ATTNSWEEP_LAYER_SLICE(ln2_w), ATTNSWEEP_LAYER_SLICE(ln2_b),     ATTNSWEEP_LAYER_SLICE(fc_w),
+          ATTNSWEEP_LAYER_SLICE(fc_b),  ATTNSWEEP_LAYER_SLICE(fcproj_w),  ATTNSWEEP_LAYER_SLICE(fcproj_b)};
+#undef ATTNSWEEP_LAYER_SLICE
 }
 
 int64_t parameter_floats(const std::vector<TensorInfo>& tensors) {

@@ -71,6 +71,13 @@ struct ParameterTensors {
 constexpr int kNumParameterTensors = 20;
 constexpr int kNumDecayedTensors = 6;
 
+// Layer l's slice of each per-layer tensor of a ParameterTensors (the parameters, or
+// their gradients: one layout): the tensor's (L, ...) buffer plus l times the floats of
+// one layer, from its shape in parameter_layout.
+struct LayerWeights {
+  float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *attproj_w, *attproj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+};
+
 // One parameter tensor by name (for dumps, tests and the PyTorch comparison).
 struct TensorInfo {
   std::string name;            // "qkv_w"
@@ -138,6 +145,8 @@ ModelConfig model_config_of(const nlohmann::json& config, const DataShape& data)
 // a tensor the model does not have has size 0 (a readout model has only qkv_w). Throws
 // std::runtime_error for a config no model can be built from, naming the key.
 std::vector<TensorInfo> parameter_layout(const ModelConfig& cfg);
+// `layout` is parameter_layout's (tensor i is member i of ParameterTensors); l < L.
+LayerWeights layer_weights(const ParameterTensors& t, const std::vector<TensorInfo>& layout, int64_t l);
 // The floats of the whole parameter buffer (the model's num_params()).
 int64_t parameter_floats(const std::vector<TensorInfo>& tensors);
 // The floats of the decayed prefix (the first kNumDecayedTensors tensors).
