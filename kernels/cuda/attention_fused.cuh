@@ -14,6 +14,10 @@
 // recomputing S.
 // The forward and both backward kernels share the tile loads, the
 // activation templates and the reductions, so they are one header.
+// Each kernel's dynamic shared memory is declared once, by its layout (FwdSmem, DkdvSmem,
+// DqSmem: every tile's offset and row stride, and the total bytes): the kernel carves
+// its tiles from it and the host sizes the launch by it. An accumulator tile goes to
+// global memory through store_acc_tile / store_acc_row (O, dK, dV, dQ).
 #pragma once
 
 #include "kernels/cuda/attention_common.cuh"
@@ -38,6 +42,26 @@ __device__ __forceinline__ void store_as(float* p, float v) {
 }
 __device__ __forceinline__ void store_as(__nv_bfloat16* p, float v) {
   *p = __float2bfloat16(v);
+}
+
+// One row of a thread's accumulator tile (its columns tx + 16 c of D) times mul, as T,
+// into the global row that starts at grow.
+template <int D, class T>
+__device__ __forceinline__ void store_acc_row(T* grow, const float (&acc)[D / 16], int tx, float mul) {
+#pragma unroll
+  for (int c = 0; c < D / 16; ++c) store_as(grow + tx + 16 * c, acc[c] * mul);
+}
+
+// A thread's accumulator tile (rows ty + 16 r of the block's tile, those below `valid`)
+// times mul, as T, into global rows of D elements from g (the tile's first row).
+template <int R, int D, class T>
+__device__ __forceinline__ void store_acc_tile(T* g, const float (&acc)[R][D / 16], int ty, int tx, int valid,
+                                               float mul) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int row = ty + 16 * r;
+    if (row < valid) store_acc_row<D, T>(g + static_cast<int64_t>(row) * D, acc[r], tx, mul);
+  }
 }
 
 __device__ __forceinline__ float half_warp_sum(float v) {
@@ -107,11 +131,23 @@ __device__ __forceinline__ void tile_accum(float (&acc)[R][C], const float* __re
   }
 }
 
+// The dynamic shared memory of each kernel, in floats: each tile's offset (the one
+// before it plus its size) and row stride, and the launch's bytes. Rows of D are padded
+// to D + 1 where a thread reads down a column (no bank conflicts), P / dS rows to BN + 1.
+
+// Forward: Q [BM][LDQ] (all key tiles), K [BN][LDQ] and V [BN][D] (this key tile), P
+// [BM][LDP] (phi(S) of this tile), kok [BN] (this tile's key flags).
 template <int D>
-constexpr size_t fwd_smem_floats() {
-  constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
-  return size_t(BM) * (D + 1) + size_t(BN) * (D + 1) + size_t(BN) * D + size_t(BM) * (BN + 1) + BN;
-}
+struct FwdSmem {
+  static constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN, LDQ = D + 1, LDP = BN + 1;
+  static constexpr int Q = 0;
+  static constexpr int K = Q + BM * LDQ;
+  static constexpr int V = K + BN * LDQ;
+  static constexpr int P = V + BN * D;
+  static constexpr int kok = P + BM * LDP;
+  static constexpr int floats = kok + BN;
+  static constexpr size_t bytes = sizeof(float) * floats;
+};
 
 // Softmax's online update of one row with this tile's scaled scores s (this thread's
 // columns; dead ones excluded by live): s becomes p~ = exp(s - m_new), l, n1 (sum p~^2),
@@ -193,8 +229,7 @@ __device__ __forceinline__ void fused_forward_store(const FwdArgs& a, const Quer
       jac = half_warp_sum(n2[r]);
     }
     if (row < blk.rows) {
-#pragma unroll
-      for (int c = 0; c < RD; ++c) store_as(Og + static_cast<int64_t>(row) * D + tx + 16 * c, acc[r][c] * inv);
+      store_acc_row<D, T>(Og + static_cast<int64_t>(row) * D, acc[r], tx, inv);
       if (a.norms && tx == 0) {
         a.row_attn[blk.bh * Nq + blk.q0 + row] = attn;
         a.row_jac[blk.bh * Nq + blk.q0 + row] = jac;
@@ -206,14 +241,15 @@ __device__ __forceinline__ void fused_forward_store(const FwdArgs& a, const Quer
 // O [rows of this tile] = phi(Q K^T * scale) V, lse, per-row norm partials.
 template <Activation A, int D, class T>
 __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FwdArgs a) {
-  constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
-  constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16, LDQ = D + 1, LDP = BN + 1;
+  using L = FwdSmem<D>;
+  constexpr int BM = L::BM, BN = L::BN, LDQ = L::LDQ, LDP = L::LDP;
+  constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16;
   ATTN_DYNAMIC_SHARED(float, smem);
-  float* Qs = smem;
-  float* Ks = Qs + BM * LDQ;
-  float* Vs = Ks + BN * LDQ;
-  float* Ps = Vs + BN * D;
-  float* kok = Ps + BM * LDP;
+  float* const Qs = smem + L::Q;
+  float* const Ks = smem + L::K;
+  float* const Vs = smem + L::V;
+  float* const Ps = smem + L::P;
+  float* const kok = smem + L::kok;
 
   const MaskInfo& mask = a.mask;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
@@ -292,25 +328,36 @@ __device__ __forceinline__ void p_and_ds(float (&s)[RM][RN], float (&dp)[RM][RN]
     }
 }
 
+// dK, dV: K, V [BN][LD] (the block's keys), Q, dO [BM][LD] (this query tile), P, dS
+// [BM][LDP], kok [BN] (the block's key flags).
 template <int D>
-constexpr size_t dkdv_smem_floats() {
-  constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
-  return 2 * size_t(BN) * (D + 1) + 2 * size_t(BM) * (D + 1) + 2 * size_t(BM) * (BN + 1) + BN;
-}
+struct DkdvSmem {
+  static constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN, LD = D + 1, LDP = BN + 1;
+  static constexpr int K = 0;
+  static constexpr int V = K + BN * LD;
+  static constexpr int Q = V + BN * LD;
+  static constexpr int dO = Q + BM * LD;
+  static constexpr int P = dO + BM * LD;
+  static constexpr int dS = P + BM * LDP;
+  static constexpr int kok = dS + BM * LDP;
+  static constexpr int floats = kok + BN;
+  static constexpr size_t bytes = sizeof(float) * floats;
+};
 
 // dV = P^T dO and dK = dS^T Q * scale for one tile of BN keys, over all query tiles.
 template <Activation A, int D, class T>
 __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(BwdArgs a) {
-  constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
-  constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16, LD = D + 1, LDP = BN + 1;
+  using L = DkdvSmem<D>;
+  constexpr int BM = L::BM, BN = L::BN, LD = L::LD, LDP = L::LDP;
+  constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16;
   ATTN_DYNAMIC_SHARED(float, smem);
-  float* Ks = smem;
-  float* Vs = Ks + BN * LD;
-  float* Qs = Vs + BN * LD;
-  float* dOs = Qs + BM * LD;
-  float* Ps = dOs + BM * LD;
-  float* dSs = Ps + BM * LDP;
-  float* kok = dSs + BM * LDP;
+  float* const Ks = smem + L::K;
+  float* const Vs = smem + L::V;
+  float* const Qs = smem + L::Q;
+  float* const dOs = smem + L::dO;
+  float* const Ps = smem + L::P;
+  float* const dSs = smem + L::dS;
+  float* const kok = smem + L::kok;
   __shared__ PhiParams r_pp[BM];
   __shared__ int64_t r_end[BM];
   __shared__ float r_lse[BM], r_dsum[BM];
@@ -369,38 +416,38 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(BwdArgs a) {
     tile_accum<RN, RD, BM, LDP, LD, false>(dK, dSs, Qs, ty, tx);  // dK += dS^T Q
   }
 
-  T* dKg = static_cast<T*>(a.dK) + (bh * Nk + k0) * D;
-  T* dVg = static_cast<T*>(a.dV) + (bh * Nk + k0) * D;
-#pragma unroll
-  for (int r = 0; r < RN; ++r) {
-    const int key = ty + 16 * r;
-    if (key >= blk.rows) continue;
-#pragma unroll
-    for (int c = 0; c < RD; ++c) {
-      store_as(dKg + static_cast<int64_t>(key) * D + tx + 16 * c, dK[r][c] * a.scale);
-      store_as(dVg + static_cast<int64_t>(key) * D + tx + 16 * c, dV[r][c]);
-    }
-  }
+  store_acc_tile<RN, D, T>(static_cast<T*>(a.dK) + (bh * Nk + k0) * D, dK, ty, tx, blk.rows, a.scale);
+  store_acc_tile<RN, D, T>(static_cast<T*>(a.dV) + (bh * Nk + k0) * D, dV, ty, tx, blk.rows, 1.0f);
 }
 
+// dQ: Q, dO [BM][LD] (the block's rows), K, V [BN][LD] (this key tile), dS [BM][LDP],
+// kok [BN] (this tile's key flags).
 template <int D>
-constexpr size_t dq_smem_floats() {
-  constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
-  return 2 * size_t(BM) * (D + 1) + 2 * size_t(BN) * (D + 1) + size_t(BM) * (BN + 1) + BN;
-}
+struct DqSmem {
+  static constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN, LD = D + 1, LDP = BN + 1;
+  static constexpr int Q = 0;
+  static constexpr int dO = Q + BM * LD;
+  static constexpr int K = dO + BM * LD;
+  static constexpr int V = K + BN * LD;
+  static constexpr int dS = V + BN * LD;
+  static constexpr int kok = dS + BM * LDP;
+  static constexpr int floats = kok + BN;
+  static constexpr size_t bytes = sizeof(float) * floats;
+};
 
 // dQ = dS K * scale for one tile of BM query rows, over all key tiles.
 template <Activation A, int D, class T>
 __global__ void __launch_bounds__(kThreads) fused_dq_kernel(BwdArgs a) {
-  constexpr int BM = Tiles<D>::BM, BN = Tiles<D>::BN;
-  constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16, LD = D + 1, LDP = BN + 1;
+  using L = DqSmem<D>;
+  constexpr int BM = L::BM, BN = L::BN, LD = L::LD, LDP = L::LDP;
+  constexpr int RM = BM / 16, RN = BN / 16, RD = D / 16;
   ATTN_DYNAMIC_SHARED(float, smem);
-  float* Qs = smem;
-  float* dOs = Qs + BM * LD;
-  float* Ks = dOs + BM * LD;
-  float* Vs = Ks + BN * LD;
-  float* dSs = Vs + BN * LD;
-  float* kok = dSs + BM * LDP;
+  float* const Qs = smem + L::Q;
+  float* const dOs = smem + L::dO;
+  float* const Ks = smem + L::K;
+  float* const Vs = smem + L::V;
+  float* const dSs = smem + L::dS;
+  float* const kok = smem + L::kok;
 
   const MaskInfo& mask = a.mask;
   const int64_t Nq = mask.Nq, Nk = mask.Nk;
@@ -444,14 +491,7 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(BwdArgs a) {
     tile_accum<RM, RD, BN, LDP, LD, true>(dQ, dSs, Ks, ty, tx);  // dQ += dS K
   }
 
-  T* dQg = static_cast<T*>(a.dQ) + (bh * Nq + q0) * D;
-#pragma unroll
-  for (int r = 0; r < RM; ++r) {
-    const int row = ty + 16 * r;
-    if (row >= qrows) continue;
-#pragma unroll
-    for (int c = 0; c < RD; ++c) store_as(dQg + static_cast<int64_t>(row) * D + tx + 16 * c, dQ[r][c] * a.scale);
-  }
+  store_acc_tile<RM, D, T>(static_cast<T*>(a.dQ) + (bh * Nq + q0) * D, dQ, ty, tx, qrows, a.scale);
 }
 
 // ---- host side ------------------------------------------------------------------------

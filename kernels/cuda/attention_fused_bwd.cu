@@ -56,10 +56,8 @@ void attention_backward_cuda(const AttentionSpec& spec, const AttentionShape& sh
     const int64_t nkb = (sh.Nk + Tiles<D>::BN - 1) / Tiles<D>::BN;
     const int64_t nqb = (sh.Nq + Tiles<D>::BM - 1) / Tiles<D>::BM;
     const char* what = "attention backward (CUDA fused)";
-    cuda::launch_blocks(what, fused_dkdv_kernel<A, D, T>, nkb * BH, kThreads, sizeof(float) * dkdv_smem_floats<D>(),
-                        stream, a);
-    cuda::launch_blocks(what, fused_dq_kernel<A, D, T>, nqb * BH, kThreads, sizeof(float) * dq_smem_floats<D>(), stream,
-                        a);
+    cuda::launch_blocks(what, fused_dkdv_kernel<A, D, T>, nkb * BH, kThreads, DkdvSmem<D>::bytes, stream, a);
+    cuda::launch_blocks(what, fused_dq_kernel<A, D, T>, nqb * BH, kThreads, DqSmem<D>::bytes, stream, a);
   });
 }
 

@@ -45,8 +45,8 @@ void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& sh,
     constexpr int D = decltype(d_tag)::value;
     using T = decltype(t_tag);
     const int64_t nqb = (sh.Nq + Tiles<D>::BM - 1) / Tiles<D>::BM;
-    cuda::launch_blocks("attention (CUDA fused)", fused_forward_kernel<A, D, T>, nqb * BH, kThreads,
-                        sizeof(float) * fwd_smem_floats<D>(), stream, a);
+    cuda::launch_blocks("attention (CUDA fused)", fused_forward_kernel<A, D, T>, nqb * BH, kThreads, FwdSmem<D>::bytes,
+                        stream, a);
   });
   if (norms) cuda::launch_norm_reduce(a.row_attn, a.row_jac, BH, sh.Nq, attn_fro, jac_fro, stream);
 }

@@ -262,6 +262,29 @@ __device__ __forceinline__ void mma_px(float (&out)[D / 8][4], const float (&p)[
   }
 }
 
+// One row of a warp's accumulator tile to global memory: C-fragment row h (0: groupID,
+// 1: groupID + 8) of the OT n-tiles, this thread's columns 8 j + 2 tq and + 1, times
+// mul, rounded to T as one 32-bit pair each, into the global row that starts at grow.
+template <int OT, class T>
+__device__ __forceinline__ void store_acc_row(T* grow, const float (&acc)[OT][4], int h, int tq, float mul) {
+#pragma unroll
+  for (int j = 0; j < OT; ++j)
+    *reinterpret_cast<uint32_t*>(grow + 8 * j + 2 * tq) = pack2<T>(acc[j][2 * h] * mul, acc[j][2 * h + 1] * mul);
+}
+
+// A warp's whole accumulator tile (16 rows of D from warp * 16 of the block's tile, those
+// below `valid`) times mul into global rows of D elements from g (the tile's first row):
+// the backward's dK, dV and dQ.
+template <int D, class T>
+__device__ __forceinline__ void store_acc_tile(T* g, const float (&acc)[D / 8][4], int warp, int lane, int valid,
+                                               float mul) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = warp * 16 + (lane >> 2) + 8 * h;
+    if (row < valid) store_acc_row<D / 8, T>(g + static_cast<int64_t>(row) * D, acc, h, lane & 3, mul);
+  }
+}
+
 // ---- the forward kernel ------------------------------------------------------------------
 
 // The running state of a thread's two rows: softmax's maximum m (log2 units), sum l and
@@ -381,10 +404,7 @@ __device__ __forceinline__ void forward_store(const FwdArgs& a, const QueryBlock
       jac = quad_sum(f.n2[h]);
     }
     if (row < blk.rows) {
-      T* orow = Og + static_cast<int64_t>(row) * D + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j)
-        *reinterpret_cast<uint32_t*>(orow + 8 * j) = pack2<T>(f.o[j][2 * h] * inv, f.o[j][2 * h + 1] * inv);
+      store_acc_row<D / 8, T>(Og + static_cast<int64_t>(row) * D, f.o, h, tq, inv);
       if constexpr (Norms) {
         if (tq == 0) {
           a.row_attn[blk.bh * Nq + blk.q0 + row] = attn;
