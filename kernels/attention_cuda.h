@@ -46,6 +46,10 @@ AttentionCudaWorkspace* attention_cuda_workspace_create();
 void attention_cuda_workspace_destroy(AttentionCudaWorkspace* ws);
 // Changes whenever the workspace's device memory is reallocated (CudaBackend's step graph).
 uint64_t attention_cuda_workspace_epoch(const AttentionCudaWorkspace* ws);
+// Grows the workspace's scratch to hold a request of `bytes` (to 1.25x it, as a kernel's
+// request would) before any kernel asks: a caller that knows its largest request
+// (worker/model/device_memory.h) keeps the steps from growing it.
+void attention_cuda_workspace_reserve(AttentionCudaWorkspace* ws, size_t bytes);
 
 // ---- materialising path (float32) ---------------------------------------------------
 // Scratch: two [B,H,Nq,Nk] float32 matrices; use it for checks, not for long prompts.

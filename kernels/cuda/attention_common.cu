@@ -99,16 +99,12 @@ void set_attn_args(AttnArgs& a, const AttentionSpec& spec, const AttentionShape&
 FwdArgs forward_args(const AttentionSpec& spec, const AttentionShape& sh, const void* Q, const void* K, const void* V,
                      const float* key_mask, void* O, float* lse, bool norms, AttentionCudaWorkspace* ws,
                      cudaStream_t stream) {
-  const int64_t rows = sh.B * sh.H * sh.Nq;
-  Carver sizing(nullptr);
-  sizing.take<double>(rows);
-  sizing.take<double>(rows);
-  sizing.take<int32_t>(sh.B * sh.Nk);
-  Carver carve(ws->reserve(sizing.used()));
+  Carver carve(ws->reserve(scratch_bytes<AttentionFwdScratch>(sh.B, sh.H, sh.Nq, sh.Nk)));
+  const AttentionFwdScratch s = AttentionFwdScratch::carve(carve, sh.B, sh.H, sh.Nq, sh.Nk);
   FwdArgs a;
-  a.row_attn = carve.take<double>(rows);
-  a.row_jac = carve.take<double>(rows);
-  set_attn_args(a, spec, sh, Q, K, V, key_mask, carve.take<int32_t>(sh.B * sh.Nk), stream);
+  a.row_attn = s.row_attn;
+  a.row_jac = s.row_jac;
+  set_attn_args(a, spec, sh, Q, K, V, key_mask, s.prefix, stream);
   a.O = O;
   a.lse = lse;
   a.norms = norms;
@@ -118,15 +114,12 @@ FwdArgs forward_args(const AttentionSpec& spec, const AttentionShape& sh, const 
 BwdArgs backward_args(const AttentionSpec& spec, const AttentionShape& sh, const void* Q, const void* K, const void* V,
                       const float* key_mask, const void* dO, const float* lse, void* dQ, void* dK, void* dV,
                       AttentionCudaWorkspace* ws, cudaStream_t stream) {
-  const int64_t rows = sh.B * sh.H * sh.Nq;
-  Carver sizing(nullptr);
-  sizing.take<float>(rows);
-  sizing.take<int32_t>(sh.B * sh.Nk);
-  Carver carve(ws->reserve(sizing.used()));
+  Carver carve(ws->reserve(scratch_bytes<AttentionBwdScratch>(sh.B, sh.H, sh.Nq, sh.Nk)));
+  const AttentionBwdScratch s = AttentionBwdScratch::carve(carve, sh.B, sh.H, sh.Nq, sh.Nk);
   const bool softmax = spec.act.activation == Activation::softmax;
   BwdArgs a;
-  float* dsum = carve.take<float>(rows);
-  set_attn_args(a, spec, sh, Q, K, V, key_mask, carve.take<int32_t>(sh.B * sh.Nk), stream);
+  float* dsum = s.dsum;
+  set_attn_args(a, spec, sh, Q, K, V, key_mask, s.prefix, stream);
   a.dO = dO;
   a.lse = softmax ? lse : nullptr;
   a.Dsum = softmax ? dsum : nullptr;
@@ -204,6 +197,10 @@ AttentionCudaWorkspace* attention_cuda_workspace_create() {
   // Plain FP32 GEMMs (no TF32): the materialising path is the oracle.
   ATTN_CUBLAS_CHECK(cublasSetMathMode(ws->cublas, CUBLAS_PEDANTIC_MATH));
   return ws;
+}
+
+void attention_cuda_workspace_reserve(AttentionCudaWorkspace* ws, size_t bytes) {
+  ws->reserve(bytes);
 }
 
 uint64_t attention_cuda_workspace_epoch(const AttentionCudaWorkspace* ws) {

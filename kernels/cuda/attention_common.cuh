@@ -8,6 +8,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device.cuh"
 #include "kernels/precision.h"
+#include "kernels/scratch.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -22,23 +23,8 @@
 
 namespace attnsweep::cuda {
 
-// Carves 256-byte aligned pieces out of one device allocation: first a sizing pass
-// (base == nullptr), then the real one.
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <class T>
-  T* take(size_t count) {
-    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
-    used_ += (count * sizeof(T) + 255) / 256 * 256;
-    return p;
-  }
-  size_t used() const { return used_; }
-
- private:
-  char* base_;
-  size_t used_ = 0;
-};
+// Carves the workspace (kernels/scratch.h: one layout per call, sized and carved by it).
+using ::attnsweep::Carver;
 
 }  // namespace attnsweep::cuda
 

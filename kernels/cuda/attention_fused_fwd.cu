@@ -9,7 +9,7 @@ using namespace cuda::fused;
 using cuda::FwdArgs;
 
 bool attention_cuda_fused_supported(const AttentionShape& sh) {
-  return sh.d == sh.dv && (sh.d == 16 || sh.d == 32 || sh.d == 64 || sh.d == 128);
+  return sh.d == sh.dv && attention_fused_head_width(sh.d);
 }
 
 void attention_forward_cuda(const AttentionSpec& spec, const AttentionShape& sh, CudaDType dtype, const void* Q,

@@ -189,16 +189,12 @@ void attention_forward_cuda_ref(const AttentionSpec& spec, const AttentionShape&
   if (sh.Nk == 0) throw std::invalid_argument("attention (CUDA ref): Nk == 0 is not supported");
   ATTN_CUBLAS_CHECK(cublasSetStream(ws->cublas, stream));
   const bool norms = spec.collect_norms && attn_fro && jac_fro;
-  cuda::Carver sizing(nullptr);
-  sizing.take<float>(BH * sh.Nq * sh.Nk);
-  sizing.take<double>(BH * sh.Nq);
-  sizing.take<double>(BH * sh.Nq);
-  sizing.take<int32_t>(sh.B * sh.Nk);
-  cuda::Carver carve(ws->reserve(sizing.used()));
-  float* S = carve.take<float>(BH * sh.Nq * sh.Nk);
-  double* row_attn = carve.take<double>(BH * sh.Nq);
-  double* row_jac = carve.take<double>(BH * sh.Nq);
-  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
+  Carver carve(ws->reserve(scratch_bytes<AttentionRefFwdScratch>(sh.B, sh.H, sh.Nq, sh.Nk)));
+  const AttentionRefFwdScratch s = AttentionRefFwdScratch::carve(carve, sh.B, sh.H, sh.Nq, sh.Nk);
+  float* S = s.S;
+  double* row_attn = s.row_attn;
+  double* row_jac = s.row_jac;
+  int32_t* prefix = s.prefix;
   const MaskInfo mask = make_mask(spec, sh, key_mask, prefix, stream);
 
   // S = Q K^T * scale   (B*H of [Nq,d] x [d,Nk])
@@ -224,14 +220,11 @@ void attention_backward_cuda_ref(const AttentionSpec& spec, const AttentionShape
   if (spec.act.activation == Activation::softmax && !lse)
     throw std::invalid_argument("attention backward (CUDA ref): softmax needs lse");
   ATTN_CUBLAS_CHECK(cublasSetStream(ws->cublas, stream));
-  cuda::Carver sizing(nullptr);
-  sizing.take<float>(BH * sh.Nq * sh.Nk);
-  sizing.take<float>(BH * sh.Nq * sh.Nk);
-  sizing.take<int32_t>(sh.B * sh.Nk);
-  cuda::Carver carve(ws->reserve(sizing.used()));
-  float* S = carve.take<float>(BH * sh.Nq * sh.Nk);
-  float* dP = carve.take<float>(BH * sh.Nq * sh.Nk);
-  int32_t* prefix = carve.take<int32_t>(sh.B * sh.Nk);
+  Carver carve(ws->reserve(scratch_bytes<AttentionRefBwdScratch>(sh.B, sh.H, sh.Nq, sh.Nk)));
+  const AttentionRefBwdScratch s = AttentionRefBwdScratch::carve(carve, sh.B, sh.H, sh.Nq, sh.Nk);
+  float* S = s.S;
+  float* dP = s.dP;
+  int32_t* prefix = s.prefix;
   const MaskInfo mask = make_mask(spec, sh, key_mask, prefix, stream);
   const float scale = score_scale(spec, sh);
   const int64_t sQ = sh.Nq * sh.d, sK = sh.Nk * sh.d, sV = sh.Nk * sh.dv, sO = sh.Nq * sh.dv, sS = sh.Nq * sh.Nk;

@@ -41,9 +41,11 @@ SOURCES = (".h", ".hpp", ".cpp", ".cu", ".cuh", ".in")
 # The floors of each room, lowest first (modules: a file's name without its extension).
 FLOORS = {
     "worker/model": [
-        ["backend"],                    # the ModelBackend concept and the CPU backend
-        ["model_layout", "backend_cuda"],  # the declared plan of buffers; the CUDA backend
-        ["model", "gpu_memory"],        # the model over a backend; the GPU memory estimate
+        ["backend"],          # the ModelBackend concept and the CPU backend
+        ["model_layout"],     # the model's declared buffers
+        ["device_memory"],    # the CUDA backend's declared buffers beside the model's
+        ["backend_cuda"],     # the CUDA backend
+        ["model", "gpu_memory"],  # the model over a backend; the GPU memory estimate
     ],
     "worker/training": [
         ["train_config", "prefetch", "progress", "cell_result"],

@@ -237,6 +237,9 @@ TEST(CudaModel, LossNormsAndGradientsMatchCpu) {
         EXPECT_LE(worst, 1e-4 * scale + 1e-12) << t.name << " (largest |grad| " << scale << ")";
       }
     }
+    // The backend's own buffers were allocated from their declared plan when the model was
+    // sized for B (worker/model/device_memory.h): the two steps grew none of them.
+    EXPECT_EQ(gpu.backend().unplanned_growths(), 0) << "outgrew backend_buffers' plan: " << gpu.backend().unplanned_buffers();
   }
 }
 

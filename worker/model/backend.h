@@ -68,6 +68,8 @@
 
 namespace attnsweep {
 
+struct ModelConfig;  // worker/model/model_layout.h
+
 // Batch inputs a backend stages to its device (one buffer each).
 enum InputSlot : int {
   kInputX = 0,
@@ -124,7 +126,7 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
                                 const AttentionShape& shape, const LayerForwardArgs& lfa, const LayerBackwardArgs& lba,
                                 const HeadBuffers& hb, const std::vector<B*>& replicas, typename B::Collective& coll,
                                 const std::vector<float*>& grads, const ReadoutShape& rs, ReadoutCell& rc,
-                                std::vector<ReadoutCell>& rcs, const StepGraphArgs& sga) {
+                                std::vector<ReadoutCell>& rcs, const StepGraphArgs& sga, const ModelConfig& mc) {
   // buffers and device
   { B::kEveryReplicaUpdates } -> std::convertible_to<bool>;
   { B::kPadding } -> std::convertible_to<bool>;
@@ -134,6 +136,7 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   be.allocate(fa, n);
   be.allocate(da, n);
   be.set_precision(Precision::fp32);
+  be.reserve(mc, n);
   be.bind();
   be.synchronize();
   be.zero(f, n);
@@ -221,6 +224,8 @@ class CpuBackend {
       throw DeterministicFailure(std::string("precision \"") + precision_name(p) +
                                  "\": the CPU trains in fp32 only; bf16 and tf32 need a CUDA device (--device cuda)");
   }
+  // Nothing beside the model's own buffers (the CPU's scratch is per call).
+  void reserve(const ModelConfig&, int64_t) {}
   void bind() {}
   void synchronize() {}
   template <class T>

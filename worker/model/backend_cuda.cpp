@@ -148,6 +148,54 @@ void CudaBackend::download(float* host, const float* src, int64_t n) {
   synchronize();
 }
 
+void CudaBackend::grow_staging(Staging& s, size_t bytes) {
+  ++epoch_;
+  synchronize();
+  if (s.pinned) cuda_check(cudaFreeHost(s.pinned), "cudaFreeHost");
+  s.pinned = nullptr;
+  s.bytes = 0;
+  cuda_check(cudaMallocHost(&s.pinned, bytes), "cudaMallocHost");
+  s.device.assign(device_, bytes);
+  s.bytes = bytes;
+  if (!s.copied) cuda_check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "cudaEventCreate");
+}
+
+void CudaBackend::reserve(const ModelConfig& cfg, int64_t B) {
+  bind();
+  reserved_ = false;  // what grows here is the plan
+  const BackendBuffers b = backend_buffers(cfg, B);
+  for (int i = 0; i < kNumInputSlots; ++i)
+    if (static_cast<size_t>(b.input[i]) > inputs_[i].bytes) grow_staging(inputs_[i], static_cast<size_t>(b.input[i]));
+  for (int i = 0; i < 2; ++i)
+    if (static_cast<size_t>(b.made[i]) > made_[i].bytes()) {
+      ++epoch_;
+      synchronize();
+      made_[i].assign(device_, static_cast<size_t>(b.made[i]));
+    }
+  for (int i = 0; i < kScratchSlots; ++i)
+    if (b.scratch[i] > 0) scratch(i, static_cast<size_t>(b.scratch[i]));
+  attention_cuda_workspace_reserve(ws_, static_cast<size_t>(b.workspace_request));
+  reserved_ = true;
+  ws_epoch_at_reserve_ = attention_cuda_workspace_epoch(ws_);
+}
+
+void CudaBackend::note_unplanned(const std::string& what, size_t had, size_t asked) {
+  ++unplanned_;
+  unplanned_what_ += (unplanned_what_.empty() ? "" : "; ") + what + ": " + std::to_string(asked) + " bytes asked, " +
+                     std::to_string(had) + " reserved";
+}
+
+int64_t CudaBackend::unplanned_growths() const {
+  return unplanned_ + (reserved_ ? static_cast<int64_t>(attention_cuda_workspace_epoch(ws_) - ws_epoch_at_reserve_) : 0);
+}
+
+std::string CudaBackend::unplanned_buffers() const {
+  std::string s = unplanned_what_;
+  if (reserved_ && attention_cuda_workspace_epoch(ws_) != ws_epoch_at_reserve_)
+    s += (s.empty() ? "" : "; ") + std::string("the workspace grew past its planned request");
+  return s;
+}
+
 const void* CudaBackend::input_bytes(InputSlot slot, const void* host, size_t bytes) {
   if (host == nullptr) return nullptr;
   Staging& s = inputs_[slot];
@@ -161,16 +209,9 @@ const void* CudaBackend::input_bytes(InputSlot slot, const void* host, size_t by
                  "cudaMemcpyAsync (batch to device, captured)");
     return s.device.get();
   }
-  if (bytes > s.bytes) {  // the first batch (or a larger one): grow, outside the steady state
-    ++epoch_;
-    synchronize();
-    if (s.pinned) cuda_check(cudaFreeHost(s.pinned), "cudaFreeHost");
-    s.pinned = nullptr;
-    s.bytes = 0;
-    cuda_check(cudaMallocHost(&s.pinned, bytes), "cudaMallocHost");
-    s.device.assign(device_, bytes);
-    s.bytes = bytes;
-    if (!s.copied) cuda_check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "cudaEventCreate");
+  if (bytes > s.bytes) {  // larger than reserved (a batch without ensure_batch): grow, outside the steady state
+    if (reserved_) note_unplanned("input slot " + std::to_string(slot), s.bytes, bytes);
+    grow_staging(s, bytes);
   } else if (s.copied) {
     // The previous copy out of the pinned buffer must be done before it is overwritten
     // (it was queued at the start of the previous forward: long finished in practice).
@@ -192,6 +233,7 @@ std::pair<const float*, const float*> CudaBackend::fill_batch(const int64_t* idx
     const size_t bytes = static_cast<size_t>(n[i]) * sizeof(float);
     if (bytes <= made_[i].bytes()) continue;
     if (mode_ != Mode::eager) throw std::logic_error("CudaBackend: a device-made batch grew inside a step graph");
+    if (reserved_) note_unplanned("device-made batch " + std::to_string(i), made_[i].bytes(), bytes);
     ++epoch_;
     synchronize();
     made_[i].assign(device_, bytes);
@@ -231,7 +273,8 @@ void* CudaBackend::scratch(int i, size_t bytes) {
   DeviceBytes& d = scratch_[i];
   if (bytes > d.bytes()) {
     if (mode_ != Mode::eager) throw std::logic_error("CudaBackend: scratch grew inside a step graph");
-    d.assign(device_, bytes + bytes / 4);  // zero-filled; waits for the device
+    if (reserved_) note_unplanned("scratch slot " + std::to_string(i), d.bytes(), bytes);
+    d.assign(device_, static_cast<size_t>(BackendBuffers::grown(static_cast<int64_t>(bytes))));  // zero-filled; waits
     ++epoch_;
   }
   return d.get();

@@ -30,6 +30,7 @@
 #include "kernels/ops_cuda.h"
 #include "kernels/readout_cuda.h"
 #include "worker/model/backend.h"
+#include "worker/model/device_memory.h"
 
 namespace attnsweep {
 
@@ -108,6 +109,14 @@ class CudaBackend {
   // (attention_cuda_fused_supported), else in float32.
   void set_precision(Precision p);
   Precision precision() const { return precision_; }
+  // Allocates the backend's own buffers for a batch of B rows of this model, as
+  // worker/model/device_memory.h declares them (staged inputs, a device-made batch, the
+  // bf16 copies and query rows' scratch, the workspace), so a step grows none of them.
+  void reserve(const ModelConfig& cfg, int64_t B);
+  // Buffers grown after reserve because a request exceeded the declared plan (the
+  // workspace's bf16 matmul copies, grown on demand, count too): 0 when the plan holds.
+  int64_t unplanned_growths() const;
+  std::string unplanned_buffers() const;  // which, with the bytes asked and reserved
   void bind();
   void synchronize();
   template <class T>
@@ -312,8 +321,15 @@ class CudaBackend {
   bool timing_ = false;
   std::vector<cudaEvent_t> events_;  // pairs (before, after) of the timed ops
   size_t events_used_ = 0;
-  static constexpr int kScratchSlots = 10;
+  static constexpr int kScratchSlots = BackendBuffers::kScratchSlots;
   DeviceBytes scratch_[kScratchSlots];
+  // Since reserve: buffers grown past the plan, and the workspace's epoch at the reserve.
+  bool reserved_ = false;
+  int64_t unplanned_ = 0;
+  std::string unplanned_what_;
+  void note_unplanned(const std::string& what, size_t had, size_t asked);
+  uint64_t ws_epoch_at_reserve_ = 0;
+
   cudaStream_t stream_ = nullptr;
   AttentionCudaWorkspace* ws_ = nullptr;
   struct Staging {
@@ -323,6 +339,8 @@ class CudaBackend {
     cudaEvent_t copied = nullptr;  // the last copy out of `pinned`
   };
   Staging inputs_[kNumInputSlots];
+  // Grows a staging slot (device and pinned) to `bytes`; eager mode only.
+  void grow_staging(Staging& s, size_t bytes);
   BatchFill fill_;
   cudaEvent_t order_ = nullptr;  // recorded on this stream for another backend's to wait on (wait_for)
   // This stream waits for what `other`'s stream has queued so far.

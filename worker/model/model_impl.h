@@ -129,6 +129,7 @@ void BasicModel<Backend>::ensure_batch(int64_t B) {
   B = std::max(B, cap_B_);
   const BatchLayout plan = batch_layout(cfg_, B, use);
   be_.bind();
+  be_.reserve(cfg_, B);  // the backend's own buffers for B rows (worker/model/device_memory.h)
   allocate_carved(be_, acts_mem_, a_, plan.acts, true);
   allocate_carved(be_, scratch_mem_, s_, plan.scratch, true);
   be_.allocate(norms_, plan.norms);

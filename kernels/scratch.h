@@ -1,0 +1,131 @@
+// The device scratch the CUDA kernels take from their workspace (AttentionCudaWorkspace),
+// and which attention path a shape takes, declared once as host code with no CUDA
+// header: each call's pieces are a layout carved from one allocation (a Carver: a sizing
+// pass over a null base gives the bytes, the real pass the pointers). The kernels
+// (kernels/cuda/) reserve and carve by these; the CUDA backend's declared memory
+// (worker/model/device_memory.h) sizes the workspace by the same functions.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace attnsweep {
+
+// Carves 256-byte aligned pieces out of one allocation: first a sizing pass (base ==
+// nullptr, every pointer null), then the real one.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <class T>
+  T* take(size_t count) {
+    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += (count * sizeof(T) + 255) / 256 * 256;
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+// The bytes of a scratch layout S for these arguments (S::carve's sizing pass).
+template <class S, class... A>
+size_t scratch_bytes(const A&... a) {
+  Carver sizing(nullptr);
+  S::carve(sizing, a...);
+  return sizing.used();
+}
+
+// The head widths the fused attention kernels take (attention_cuda_fused_supported: also
+// d == dv); other widths run the materialising path, which holds the score matrices.
+constexpr bool attention_fused_head_width(int64_t d) {
+  return d == 16 || d == 32 || d == 64 || d == 128;
+}
+
+// A fused or tensor-core attention forward (forward_args): per query row its two norm
+// sums, and the key mask's prefix counts.
+struct AttentionFwdScratch {
+  double *row_attn, *row_jac;
+  int32_t* prefix;
+  static AttentionFwdScratch carve(Carver& c, int64_t B, int64_t H, int64_t Nq, int64_t Nk) {
+    const auto rows = static_cast<size_t>(B * H * Nq);
+    AttentionFwdScratch s;
+    s.row_attn = c.take<double>(rows);
+    s.row_jac = c.take<double>(rows);
+    s.prefix = c.take<int32_t>(static_cast<size_t>(B * Nk));
+    return s;
+  }
+};
+
+// Its backward (backward_args): D_i = dO_i . O_i per query row, and the prefix counts.
+struct AttentionBwdScratch {
+  float* dsum;
+  int32_t* prefix;
+  static AttentionBwdScratch carve(Carver& c, int64_t B, int64_t H, int64_t Nq, int64_t Nk) {
+    AttentionBwdScratch s;
+    s.dsum = c.take<float>(static_cast<size_t>(B * H * Nq));
+    s.prefix = c.take<int32_t>(static_cast<size_t>(B * Nk));
+    return s;
+  }
+};
+
+// The materialising forward (attention_forward_cuda_ref): the score matrix, the norm sums
+// per row, the prefix counts.
+struct AttentionRefFwdScratch {
+  float* S;
+  double *row_attn, *row_jac;
+  int32_t* prefix;
+  static AttentionRefFwdScratch carve(Carver& c, int64_t B, int64_t H, int64_t Nq, int64_t Nk) {
+    const auto rows = static_cast<size_t>(B * H * Nq);
+    AttentionRefFwdScratch s;
+    s.S = c.take<float>(rows * static_cast<size_t>(Nk));
+    s.row_attn = c.take<double>(rows);
+    s.row_jac = c.take<double>(rows);
+    s.prefix = c.take<int32_t>(static_cast<size_t>(B * Nk));
+    return s;
+  }
+};
+
+// Its backward: the scores and dP, the prefix counts.
+struct AttentionRefBwdScratch {
+  float *S, *dP;
+  int32_t* prefix;
+  static AttentionRefBwdScratch carve(Carver& c, int64_t B, int64_t H, int64_t Nq, int64_t Nk) {
+    const auto scores = static_cast<size_t>(B * H * Nq * Nk);
+    AttentionRefBwdScratch s;
+    s.S = c.take<float>(scores);
+    s.dP = c.take<float>(scores);
+    s.prefix = c.take<int32_t>(static_cast<size_t>(B * Nk));
+    return s;
+  }
+};
+
+// The workspace of one attention call of B H heads, Nq x Nk, head width d, forward or
+// backward: the fused path's where it takes d, else the materialising path's.
+inline size_t attention_scratch_bytes(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d, bool backward) {
+  if (attention_fused_head_width(d))
+    return backward ? scratch_bytes<AttentionBwdScratch>(B, H, Nq, Nk) : scratch_bytes<AttentionFwdScratch>(B, H, Nq, Nk);
+  return backward ? scratch_bytes<AttentionRefBwdScratch>(B, H, Nq, Nk)
+                  : scratch_bytes<AttentionRefFwdScratch>(B, H, Nq, Nk);
+}
+
+// A column sum of N rows x C columns into `nout` outputs (launch_colsum, the bias and
+// LayerNorm gradients): float64 partials per chunk of rows, combined in chunk order; at
+// most 256 chunks of at least 64 rows, and at most 2^22 doubles of partials.
+struct ColsumChunks {
+  int64_t chunks = 0, chunk_rows = 0;
+  int64_t scratch_bytes(int64_t C, int64_t nout) const { return nout * chunks * C * int64_t{8}; }
+};
+inline ColsumChunks colsum_chunks(int64_t N, int64_t C, int64_t nout) {
+  if (N <= 0 || C <= 0) return {};
+  const int64_t max_chunks = std::clamp<int64_t>((int64_t{1} << 22) / (C * nout), 1, 256);
+  ColsumChunks c;
+  c.chunks = std::min<int64_t>((N + 63) / 64, max_chunks);
+  c.chunk_rows = (N + c.chunks - 1) / c.chunks;
+  c.chunks = (N + c.chunk_rows - 1) / c.chunk_rows;
+  return c;
+}
+
+}  // namespace attnsweep
