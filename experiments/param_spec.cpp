@@ -226,4 +226,3 @@ ActivationSpec activation_spec_of(const json& config) {
 }
 
 }  // namespace attnsweep
-

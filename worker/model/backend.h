@@ -17,7 +17,8 @@
 // - bind(): make this backend's device current in the calling thread (CUDA: cudaSetDevice);
 //   synchronize(): wait for the work queued so far (CUDA: the stream).
 // - every plain op with the CPU argument order, minus workspace and stream: those of
-//   kernels/op_list.h, and the losses' forwards and global_norm (hand-written on CUDA).
+//   kernels/op_list.h (their requirements generated from the list, ModelBackendPlainOps),
+//   and the losses' forwards and global_norm (hand-written on CUDA).
 // - the composite ops, where the backends differ in how, not in what: each names the op
 //   sequence it stands for, which is what a device backend runs; the CPU runs its fused
 //   version (the same values): matmul_residual_forward, matmul_gelu_forward,
@@ -114,17 +115,34 @@ struct LayerBuffers {
   }
 };
 
-// What BasicModel (worker/model/model.h) and BasicTrainer (worker/training/trainer.h) call on a backend.
-// Shapes and semantics of the plain ops: kernels/ops.h, kernels/model_ops.h,
-// kernels/attention.h; of the composites: CpuBackend below.
+// The plain ops' part of ModelBackend, from the op list (kernels/op_list.h): B has a member
+// `name` callable with the row's parameters (kernels/op_list.h plain_op_signature::name).
+#define ATTNSWEEP_PLAIN_OP_CALLABLE(name, params)                                       \
+  template <class Be, class Signature>                                                  \
+  constexpr bool plain_op_callable_##name = false;                                      \
+  template <class Be, class... P>                                                       \
+  constexpr bool plain_op_callable_##name<Be, void(P...)> = requires(Be & be, P... p) { \
+    be.name(p...);                                                                      \
+  };
+ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_PLAIN_OP_CALLABLE, ATTNSWEEP_PLAIN_OP_CALLABLE)
+#undef ATTNSWEEP_PLAIN_OP_CALLABLE
+#define ATTNSWEEP_PLAIN_OP_REQUIRED(name, params) plain_op_callable_##name<B, plain_op_signature::name>&&
 template <class B>
-concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, typename B::template Array<double>& da,
-                                float* f, const float* cf, double* d, const double* cd, const int32_t* ci, int64_t* ni,
-                                int64_t n, float s, bool flag, std::vector<float>& host, const AttentionSpec& spec,
-                                const AttentionShape& shape, const LayerForwardArgs& lfa, const LayerBackwardArgs& lba,
-                                const HeadBuffers& hb, const std::vector<B*>& replicas, typename B::Collective& coll,
-                                const std::vector<float*>& grads, const ReadoutShape& rs, ReadoutCell& rc,
-                                std::vector<ReadoutCell>& rcs, const StepGraphArgs& sga) {
+concept ModelBackendPlainOps = ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_PLAIN_OP_REQUIRED, ATTNSWEEP_PLAIN_OP_REQUIRED)
+true;
+#undef ATTNSWEEP_PLAIN_OP_REQUIRED
+
+// What BasicModel (worker/model/model.h) and BasicTrainer (worker/training/trainer.h) call on a backend.
+// Shapes and semantics of the plain ops: kernels/op_list.h; of the others: kernels/ops.h,
+// kernels/model_ops.h, kernels/attention.h; of the composites: CpuBackend below.
+template <class B>
+concept ModelBackend = ModelBackendPlainOps<B> &&
+    requires(B& be, typename B::template Array<float>& fa, typename B::template Array<double>& da, float* f,
+             const float* cf, double* d, const double* cd, const int32_t* ci, int64_t* ni, int64_t n, float s,
+             bool flag, std::vector<float>& host, const AttentionSpec& spec, const AttentionShape& shape,
+             const LayerForwardArgs& lfa, const LayerBackwardArgs& lba, const HeadBuffers& hb,
+             const std::vector<B*>& replicas, typename B::Collective& coll, const std::vector<float*>& grads,
+             const ReadoutShape& rs, ReadoutCell& rc, std::vector<ReadoutCell>& rcs, const StepGraphArgs& sga) {
   // buffers and device
   { B::kEveryReplicaUpdates } -> std::convertible_to<bool>;
   { B::kPadding } -> std::convertible_to<bool>;
@@ -145,20 +163,9 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   { be.fill_batch(ni, n, n, n) } -> std::same_as<std::pair<const float*, const float*>>;
   { be.to_host(cd, n) } -> std::same_as<const double*>;
   { be.host_view(cf, n, host) } -> std::same_as<const float*>;
-  // plain ops
-  be.matmul_forward(f, cf, cf, cf, n, n, n);
-  be.matmul_backward(f, f, f, cf, cf, cf, n, n, n);
-  be.layernorm_forward(f, f, f, cf, cf, cf, n, n);
-  be.layernorm_backward(f, f, f, cf, cf, cf, cf, cf, n, n);
-  be.residual_forward(f, cf, cf, n);
-  be.meanpool_forward(f, cf, n, n, n);
-  be.meanpool_backward(f, cf, n, n, n);
+  // the ops outside the op list (its plain ops: ModelBackendPlainOps)
   { be.softmax_crossentropy_forward(f, ni, cf, ci, n, n) } -> std::convertible_to<double>;
-  be.softmax_crossentropy_backward(f, cf, ci, s, n, n);
   { be.mse_forward(cf, cf, n) } -> std::convertible_to<double>;
-  be.mse_backward(f, cf, cf, s, n);
-  be.embedding_forward(f, ci, cf, cf, n, n, n);
-  be.embedding_backward(f, f, cf, ci, n, n, n);
   be.clip_gradients(f, n, 1.0);
   be.adamw_update(f, cf, f, f, n, s, s, s, s, s, n);
   be.sgd_update(f, cf, f, n, s, s, s);
@@ -166,17 +173,6 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
     be.graphed_step(n, sga, [] {})
     } -> std::same_as<std::optional<GraphedStep>>;
   { be.graphed_steps() } -> std::convertible_to<int64_t>;
-  be.tokens_forward(f, cf, cf, cf, n, n, n, n, n);
-  be.tokens_backward(f, f, f, cf, n, n, n, n, n);
-  be.cls_pool_forward(f, cf, n, n, n);
-  be.cls_pool_backward(f, cf, n, n, n);
-  be.masked_meanpool_forward(f, cf, cf, n, n, n);
-  be.masked_meanpool_backward(f, cf, cf, n, n, n);
-  be.readout_split(f, f, f, cf, n, n, n, n);
-  be.readout_merge(f, cf, cf, cf, n, n, n, n);
-  be.readout_pick(f, cf, n, n, n);
-  be.readout_pick_backward(f, cf, n, n, n);
-  be.scale_inplace(f, n, s);
   { be.global_norm(cf, n) } -> std::convertible_to<double>;
   be.attention_forward(spec, shape, cf, cf, cf, cf, f, f, d, d);
   be.attention_backward(spec, shape, cf, cf, cf, cf, cf, cf, cf, f, f, f);
@@ -198,8 +194,9 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   coll.allreduce_mean(grads, n);
 };
 
-// A member that forwards to the free function of the same name.
-#define ATTNSWEEP_CPU_OP(name)      \
+// A member that forwards to the free function of the same name (params: the op list's
+// row, unused here).
+#define ATTNSWEEP_CPU_OP(name, ...) \
   template <class... A>             \
   auto name(A... a) {               \
     return ::attnsweep::name(a...); \

@@ -70,14 +70,14 @@ class DeviceArray {
 };
 
 // Each op: skipped while staging a graph's inputs (begin_staging), timed when asked.
-#define ATTNSWEEP_CUDA_OP(name)                                                \
+#define ATTNSWEEP_CUDA_OP(name, ...)                                           \
   template <class... A>                                                        \
   auto name(A... a) {                                                          \
     if (mode_ == Mode::staging) return decltype(name##_cuda(a..., stream_))(); \
     const OpTimer timed(this);                                                 \
     return ::attnsweep::name##_cuda(a..., stream_);                            \
   }
-#define ATTNSWEEP_CUDA_OP_WS(name)                                                  \
+#define ATTNSWEEP_CUDA_OP_WS(name, ...)                                             \
   template <class... A>                                                             \
   auto name(A... a) {                                                               \
     if (mode_ == Mode::staging) return decltype(name##_cuda(a..., ws_, stream_))(); \

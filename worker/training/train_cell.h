@@ -29,9 +29,9 @@ TaskOutput train_cell_cuda(const TrainConfig& tc, const ModelConfig& mc, const j
 // ctx.device, for the message), or in a build without the CUDA backend.
 void check_cuda_devices(const std::string& device, int gpu, int64_t devices);
 
-// The lockstep loop over the members that arrived (CellGroup::run, worker/training/cell_group.h; the loop: worker/training/cell_group_loop.h):
-// on the CPU, or on the one CUDA device every member's ctx.device names. Each member's
-// output or error is set.
+// The lockstep loop over the members that arrived (CellGroup::run, worker/training/cell_group.h; the loop:
+// worker/training/cell_group_loop.h): on the CPU, or on the one CUDA device every member's ctx.device names. Each
+// member's output or error is set.
 void train_group(const std::vector<GroupMember>& members);
 // train_group on CUDA device `gpu` (worker/training/cuda_trainer.cpp); in a build without the CUDA
 // backend, every member's error says so.
