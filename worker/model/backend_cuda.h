@@ -252,8 +252,8 @@ class CudaBackend {
  private:
   const void* input_bytes(InputSlot slot, const void* host, size_t bytes);
   // With a key mask, on steps that collect norms: attn_fro / jac_fro (B, H) again from
-  // each sample's real query rows (the CPU's norms_of_real_queries, worker/model/backend.cpp):
-  // the kernels mask keys, not queries.
+  // each sample's real query rows (kernels/real_query_norms_cuda.h, with this backend's
+  // attention_forward and scratch slots 8 and 9): the kernels mask keys, not queries.
   void norms_of_real_queries(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
                              const HeadBuffers& heads, double* attn_fro, double* jac_fro);
   // Device scratch of at least `bytes` in slot i (grown, kept): the bf16 copies of the

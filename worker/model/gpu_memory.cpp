@@ -48,7 +48,7 @@ int64_t workspace_bytes(const ModelConfig& s, int64_t B) {
     need = std::max(need, 2 * BH * Nq * Nk * kFloat + B * Nk * kInt32);
   }
   if (!readout) {
-    // launch_colsum (kernels/cuda/ops.cu): partials of NOUT x chunks x OC doubles, at most
+    // launch_colsum (kernels/cuda/reduce.cuh): partials of NOUT x chunks x OC doubles, at most
     // 256 chunks of >= 64 rows and 2^22 doubles.
     const int64_t C = s.dim, T = s.seq(), F = s.mlp_ratio * s.dim;
     const int64_t K = s.head == Head::token_regress ? 1 : s.classes;
@@ -70,7 +70,7 @@ int64_t workspace_bytes(const ModelConfig& s, int64_t B) {
   return need + need / 4;
 }
 
-// Precision bf16 (kernels/cuda/ops.cu, worker/model/backend_cuda.cpp): the workspace keeps a
+// Precision bf16 (kernels/cuda/matmul.cu, worker/model/backend_cuda.cpp): the workspace keeps a
 // bfloat16 copy of each of a matmul's two inputs (each slot grown to the largest: at most
 // max(rows, weight rows) x the widest side), and the backend keeps eight bfloat16 copies
 // of the attention's operands where the fused kernels take the head width (Q, K, V, O, dO
