@@ -27,6 +27,7 @@
 #include "kernels/device.h"
 #include "tests/unit/trainer_test_util.h"
 #include "worker/training/cuda_trainer.h"
+#include "worker/training/train_cell.h"
 
 namespace attnsweep {
 namespace {
