@@ -66,6 +66,7 @@
 #include "kernels/ops.h"
 #include "kernels/precision.h"
 #include "kernels/readout.h"
+#include "worker/model/composite_list.h"
 
 namespace attnsweep {
 
@@ -132,6 +133,29 @@ concept ModelBackendPlainOps = ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_PLAIN_OP_REQUIRED, 
 true;
 #undef ATTNSWEEP_PLAIN_OP_REQUIRED
 
+// The composites' part of ModelBackend, from the composite list
+// (worker/model/composite_list.h): B has a member `name` callable with the row's parameters
+// that returns the row's type.
+namespace composite_signature {
+#define ATTNSWEEP_COMPOSITE_SIGNATURE(ret, name, params) using name = ret params;
+ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_COMPOSITE_SIGNATURE)
+#undef ATTNSWEEP_COMPOSITE_SIGNATURE
+}  // namespace composite_signature
+#define ATTNSWEEP_COMPOSITE_CALLABLE(ret, name, params)                               \
+  template <class Be, class Signature>                                                \
+  constexpr bool composite_callable_##name = false;                                   \
+  template <class Be, class R, class... P>                                            \
+  constexpr bool composite_callable_##name<Be, R(P...)> = requires(Be & be, P... p) { \
+    { be.name(p...) } -> std::same_as<R>;                                             \
+  };
+ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_COMPOSITE_CALLABLE)
+#undef ATTNSWEEP_COMPOSITE_CALLABLE
+#define ATTNSWEEP_COMPOSITE_REQUIRED(ret, name, params) composite_callable_##name<B, composite_signature::name>&&
+template <class B>
+concept ModelBackendComposites = ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_COMPOSITE_REQUIRED)
+true;
+#undef ATTNSWEEP_COMPOSITE_REQUIRED
+
 // What BasicModel (worker/model/model.h) and BasicTrainer (worker/training/trainer.h) call on a backend.
 // Shapes and semantics of the plain ops: kernels/op_list.h; of the others: kernels/ops.h,
 // kernels/model_ops.h, kernels/attention.h; of the composites: CpuBackend below.
@@ -176,17 +200,8 @@ concept ModelBackend = ModelBackendPlainOps<B> &&
   { be.global_norm(cf, n) } -> std::convertible_to<double>;
   be.attention_forward(spec, shape, cf, cf, cf, cf, f, f, d, d);
   be.attention_backward(spec, shape, cf, cf, cf, cf, cf, cf, cf, f, f, f);
-  // composites and per-layer hooks
-  be.matmul_residual_forward(f, cf, cf, cf, cf, n, n, n);
-  be.matmul_gelu_forward(f, f, cf, cf, cf, n, n, n);
-  be.matmul_backward_overwrite(f, f, f, cf, cf, cf, n, n, n);
-  be.gelu_matmul_backward(f, f, f, f, cf, cf, cf, cf, n, n, n);
-  be.attention_block_forward(spec, shape, cf, cf, hb, f, f, d, d);
-  be.attention_block_backward(spec, shape, cf, cf, hb, cf, cf, cf, hb, f);
-  { be.layer_forward_fused(spec, shape, n, cf, lfa) } -> std::same_as<bool>;
-  { be.layer_backward_fused(spec, shape, n, cf, lba) } -> std::same_as<bool>;
+  // the composites outside the composite list (its ops: ModelBackendComposites)
   { be.layer_buffers(spec, shape, n, flag) } -> std::same_as<LayerBuffers>;
-  { be.readout_fused(rs, cf, cf, rc, flag, flag) } -> std::same_as<bool>;
   { be.readout_together(replicas, rs, cf, cf, rcs, flag) } -> std::same_as<bool>;
   // replicas
   B::for_each_replica(n, [](int64_t) {});
@@ -274,56 +289,9 @@ class CpuBackend {
     attention_backward_cpu(spec, shape, q, k, v, key_mask, o, dout, lse, dq, dk, dv);
   }
 
-  // ---- composites (ModelBackend): on the CPU, the fused versions of kernels/ops.h ----
-  // out = inp @ weight^T + bias + resid (matmul_forward then residual_forward(out, out,
-  // resid)), each block of rows finished while in cache.
-  ATTNSWEEP_CPU_OP(matmul_residual_forward)
-  // pre = inp @ weight^T + bias, out = gelu(pre) (matmul_forward then gelu_forward).
-  ATTNSWEEP_CPU_OP(matmul_gelu_forward)
-  // dinp OVERWRITTEN = dout @ weight, dweight, dbias added (zero(dinp) then
-  // matmul_backward), without the zero-fill pass.
-  ATTNSWEEP_CPU_OP(matmul_backward_overwrite)
-  // The backward of the matmul after a GELU (inp = gelu(pre)), through the GELU: dpre (N, C)
-  // OVERWRITTEN = gelu'(pre) * (dout @ weight); dweight, dbias added. The unfused sequence
-  // is zero(dgelu), matmul_backward(dgelu, ...), zero(dpre), gelu_backward(dpre, pre,
-  // dgelu) with dgelu (N, C) scratch (LayerBuffers::gelu_grad); the CPU needs none (null).
-  void gelu_matmul_backward(float* dpre, float* /*dgelu*/, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC) {
-    ::attnsweep::gelu_matmul_backward(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
-  }
-  // A transformer layer's attention on its fused projection qkv (B, T, 3C), shape
-  // (B, H, T, T, hd, hd), key_mask (B, T) or null: the output as rows atty (B, T, C), heads
-  // side by side; lse (B, H, T); attn_fro, jac_fro (B, H). The unfused sequence is
-  // split_heads(qkv -> heads.q, k, v), attention_forward(... -> heads.o), heads_to_rows
-  // (heads.o -> atty); the CPU takes the packed path instead where it can
-  // (kernels/attention.h attention_packed_cpu_usable, no key mask; heads unused, null).
-  // With a key mask, the norms count the rows of real queries only (CPU).
-  void attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
-                               const float* qkv, const HeadBuffers& heads, float* atty, float* lse, double* attn_fro,
-                               double* jac_fro);
-  // Its backward from datty (B, T, C): dqkv (B, T, 3C) OVERWRITTEN. The unfused sequence is
-  // rows_to_heads(datty -> dheads.o), attention_backward(-> dheads.q, k, v), merge_heads.
-  void attention_block_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
-                                const float* qkv, const HeadBuffers& heads, const float* atty, const float* lse,
-                                const float* datty, const HeadBuffers& dheads, float* dqkv);
-  // The whole layer (kernels/ops.h layer_forward_fused_cpu / layer_backward_fused_cpu, per
-  // block of samples), when it is usable here and nothing is masked: returns whether it
-  // ran (the model runs the op sequence otherwise). The GELU's output is not kept
-  // (a.fch_gelu ignored): the backward recomputes it.
-  bool layer_forward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
-                           const LayerForwardArgs& a);
-  bool layer_backward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
-                            const LayerBackwardArgs& a);
-  // The read-out head's forward (and, train, backward) in its own algebra
-  // (kernels/readout.h; x [B, N, C], y [B]) instead of the op sequence of worker/model/model_impl.h's
-  // forward_readout / backward_readout, unless switched off (readout_algebra_enabled):
-  // returns whether it ran.
-  bool readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train,
-                     bool norms) {
-    if (!readout_algebra_enabled()) return false;
-    (train ? readout_train_cpu : readout_forward_cpu)(shape, x, y, std::span<ReadoutCell>(&cell, 1), norms);
-    return true;
-  }
+  // ---- composites (worker/model/composite_list.h): on the CPU, the fused versions of
+  // kernels/ops.h; defined below and in backend.cpp ----
+  ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_DECLARE_COMPOSITE)
   // Several models' read-outs on one batch (BasicModel::readout_together): cells[k] of
   // backends[k] (backends[0] this one), trained in one call of kernels/readout.h; false
   // when the algebra is switched off. Each cell's loss is set.
@@ -352,6 +320,33 @@ class CpuBackend {
 };
 
 #undef ATTNSWEEP_CPU_OP
+
+// The composites that are one call of a fused CPU function (the others: backend.cpp).
+inline void CpuBackend::matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
+                                                const float* resid, int64_t N, int64_t C, int64_t OC) {
+  ::attnsweep::matmul_residual_forward(out, inp, weight, bias, resid, N, C, OC);
+}
+inline void CpuBackend::matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
+                                            const float* bias, int64_t N, int64_t C, int64_t OC) {
+  ::attnsweep::matmul_gelu_forward(pre, out, inp, weight, bias, N, C, OC);
+}
+inline void CpuBackend::matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const float* dout,
+                                                  const float* inp, const float* weight, int64_t N, int64_t C,
+                                                  int64_t OC) {
+  ::attnsweep::matmul_backward_overwrite(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+// dgelu unused: the CPU's fused backward needs no scratch (null).
+inline void CpuBackend::gelu_matmul_backward(float* dpre, float* /*dgelu*/, float* dweight, float* dbias,
+                                             const float* dout, const float* inp, const float* pre, const float* weight,
+                                             int64_t N, int64_t C, int64_t OC) {
+  ::attnsweep::gelu_matmul_backward(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
+}
+inline bool CpuBackend::readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell,
+                                      bool train, bool norms) {
+  if (!readout_algebra_enabled()) return false;
+  (train ? readout_train_cpu : readout_forward_cpu)(shape, x, y, std::span<ReadoutCell>(&cell, 1), norms);
+  return true;
+}
 
 static_assert(ModelBackend<CpuBackend>);
 

@@ -30,6 +30,7 @@
 #include "kernels/ops_cuda.h"
 #include "kernels/readout_cuda.h"
 #include "worker/model/backend.h"
+#include "worker/model/composite_list.h"
 
 namespace attnsweep {
 
@@ -187,36 +188,11 @@ class CudaBackend {
                     float wd, int64_t t);
   void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float wd);
 
-  // ---- composites (ModelBackend; the CPU versions in worker/model/backend.h): the unfused
-  // op sequences, in backend_cuda.cpp ----
-  void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias, const float* resid,
-                               int64_t N, int64_t C, int64_t OC);
-  void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                           int64_t C, int64_t OC);
-  void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                 const float* weight, int64_t N, int64_t C, int64_t OC);
-  void gelu_matmul_backward(float* dpre, float* dgelu, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC);
-  void attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
-                               const float* qkv, const HeadBuffers& heads, float* atty, float* lse, double* attn_fro,
-                               double* jac_fro);
-  void attention_block_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
-                                const float* qkv, const HeadBuffers& heads, const float* atty, const float* lse,
-                                const float* datty, const HeadBuffers& dheads, float* dqkv);
-  // No fused layer on CUDA: the model runs the op sequence.
-  bool layer_forward_fused(const AttentionSpec&, const AttentionShape&, int64_t, const float*,
-                           const LayerForwardArgs&) {
-    return false;
-  }
-  bool layer_backward_fused(const AttentionSpec&, const AttentionShape&, int64_t, const float*,
-                            const LayerBackwardArgs&) {
-    return false;
-  }
-  // The read-out head in its own algebra (kernels/readout_cuda.h), unless switched off
-  // (readout_algebra_enabled) or the shape is not one it takes: returns whether it ran.
-  // In a step graph the loss goes to the step's scalars (as mse_forward's does).
-  bool readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train,
-                     bool norms);
+  // ---- composites (worker/model/composite_list.h): the unfused op sequences, in
+  // backend_cuda.cpp; no fused layer (below: the model runs the op sequence). The read-out
+  // head in its own algebra (kernels/readout_cuda.h) unless switched off or the shape is not
+  // one it takes; in a step graph its loss goes to the step's scalars (as mse_forward's does).
+  ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_DECLARE_COMPOSITE)
   // Several models' read-outs on one batch (BasicModel::readout_together; a group of cells):
   // cells[k] of backends[k] (backends[0] this one, all on this device), in one
   // readout_cuda on this stream and workspace, after what each other backend's stream
@@ -334,6 +310,16 @@ class CudaBackend {
 
 #undef ATTNSWEEP_CUDA_OP
 #undef ATTNSWEEP_CUDA_OP_WS
+
+// No fused layer on CUDA: the model runs the op sequence.
+inline bool CudaBackend::layer_forward_fused(const AttentionSpec&, const AttentionShape&, int64_t, const float*,
+                                             const LayerForwardArgs&) {
+  return false;
+}
+inline bool CudaBackend::layer_backward_fused(const AttentionSpec&, const AttentionShape&, int64_t, const float*,
+                                              const LayerBackwardArgs&) {
+  return false;
+}
 
 static_assert(ModelBackend<CudaBackend>);
 
