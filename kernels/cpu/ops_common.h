@@ -1,7 +1,7 @@
-// What the CPU op family files share (kernels/cpu/matmul.cpp, layernorm.cpp,
-// elementwise.cpp, pooling.cpp, losses.cpp, embedding.cpp, optimizer.cpp, model_ops.cpp:
-// one file per family of kernels/ops.h and kernels/model_ops.h, each beside the CUDA file
-// of the same name in kernels/cuda/). Internal to kernels/cpu.
+// What the CPU op family files of kernels/ops.h share (kernels/cpu/matmul.cpp,
+// layernorm.cpp, elementwise.cpp, pooling.cpp, losses.cpp, embedding.cpp, optimizer.cpp:
+// one file per family, each beside the CUDA file of the same name in kernels/cuda/;
+// kernels/CMakeLists.txt ATTNSWEEP_CPU_OP_FAMILIES). Internal to kernels/cpu.
 // Conventions of every family: row-parallel loops use OpenMP with static schedules; every
 // reduction across rows (dweight, dbias, dwte, ...) runs serially in row order, or in
 // fixed blocks of rows added in block order (LayerNorm, the fused layer), so that

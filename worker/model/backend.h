@@ -19,9 +19,11 @@
 // - every plain op with the CPU argument order, minus workspace and stream: those of
 //   kernels/op_list.h (their requirements generated from the list, ModelBackendPlainOps),
 //   and the losses' forwards and global_norm (hand-written on CUDA).
-// - the composite ops, where the backends differ in how, not in what: each names the op
-//   sequence it stands for, which is what a device backend runs; the CPU runs its fused
-//   version (the same values): matmul_residual_forward, matmul_gelu_forward,
+// - the composite ops (their signatures and what each stands for: the list
+//   worker/model/composite_list.h, which both backends declare them from; their
+//   requirements generated from it, ModelBackendComposites), where the backends differ in
+//   how, not in what: each names the op sequence it stands for, which is what a device
+//   backend runs; the CPU runs its fused version (the same values): matmul_residual_forward, matmul_gelu_forward,
 //   matmul_backward_overwrite, gelu_matmul_backward, attention_block_forward / _backward
 //   (CPU: the packed path on small heads), and the per-layer hooks layer_forward_fused /
 //   layer_backward_fused (CPU: the whole layer per block of samples; a device: never).
