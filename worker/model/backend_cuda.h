@@ -30,7 +30,6 @@
 #include "kernels/ops_cuda.h"
 #include "kernels/readout_cuda.h"
 #include "worker/model/backend.h"
-#include "worker/model/composite_list.h"
 
 namespace attnsweep {
 
@@ -188,7 +187,7 @@ class CudaBackend {
                     float wd, int64_t t);
   void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float wd);
 
-  // ---- composites (worker/model/composite_list.h): the unfused op sequences, in
+  // ---- composites (ATTNSWEEP_COMPOSITE_OPS, worker/model/backend.h): the unfused op sequences, in
   // backend_cuda.cpp; no fused layer (below: the model runs the op sequence). The read-out
   // head in its own algebra (kernels/readout_cuda.h) unless switched off or the shape is not
   // one it takes; in a step graph its loss goes to the step's scalars (as mse_forward's does).
