@@ -5,24 +5,24 @@
 //   gradient buffers once per step; a tensor used twice (residual) then sums its grads.
 // - every reduction runs in a fixed order (deterministic, independent of thread count);
 //   sums over many terms accumulate in float64.
-// CPU implementations in kernels/cpu/ops.cpp; the matmuls in kernels/cpu/gemm.cpp (AVX-512)
-// or OpenBLAS sgemm.
+// The plain ops (those both model backends forward one to one: matmul_forward,
+// matmul_backward, layernorm_*, gelu_*, residual_forward, meanpool_*, the losses'
+// backwards, embedding_*) are declared by their rows in the op list, kernels/op_list.h,
+// with their shapes; here the rest.
+// CPU implementations in one file per family, kernels/cpu/<family>.cpp (matmul, layernorm,
+// elementwise, pooling, losses, embedding, optimizer; kernels/cpu/ops_common.h), each
+// beside its CUDA twin kernels/cuda/<family>.cu; the matmuls in kernels/cpu/gemm.cpp
+// (AVX-512) or OpenBLAS sgemm; the fused layer in kernels/cpu/layer.cpp.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/attention.h"
+#include "kernels/op_list.h"
 
 namespace attnsweep {
 
-// out (N, OC) = inp (N, C) @ weight^T + bias;  weight (OC, C), bias (OC) or null.
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
-                    int64_t OC);
-// dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += colsum(dout).
-// dinp and dbias may be null (not wanted).
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int64_t C, int64_t OC);
-// The same with dinp OVERWRITTEN (dinp = dout @ weight; dinp not null, its old contents
+// matmul_backward (kernels/op_list.h) with dinp OVERWRITTEN (dinp = dout @ weight; dinp not null, its old contents
 // not read): no zero-fill pass before it. The same values as zeroing dinp then
 // matmul_backward (up to the sign of zeros). CPU only.
 void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -48,46 +48,17 @@ void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* 
 void gelu_matmul_backward(float* dpre, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC);
 
-// out (N, C) = (inp - mean) * rstd * weight + bias over the last axis; mean, rstd (N)
-// are saved for the backward. eps = 1e-5 (PyTorch's default).
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                       int64_t N, int64_t C);
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
-
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); n elements.
-void gelu_forward(float* out, const float* inp, int64_t n);
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
-
-// out (n) = inp1 + inp2.
-void residual_forward(float* out, const float* inp1, const float* inp2, int64_t n);
+// The backward of residual_forward (kernels/op_list.h): dinp1 += dout, dinp2 += dout.
 void residual_backward(float* dinp1, float* dinp2, const float* dout, int64_t n);
-
-// out (B, C) = mean over T of inp (B, T, C).
-void meanpool_forward(float* out, const float* inp, int64_t B, int64_t T, int64_t C);
-void meanpool_backward(float* dinp, const float* dout, int64_t B, int64_t T, int64_t C);
 
 // Softmax cross-entropy: probs (N, V) = softmax(logits (N, V)); returns the mean over N
 // of -log probs[i, targets[i]]; *n_correct (may be null) = rows whose argmax (first
 // maximum) is the target. targets in [0, V).
 double softmax_crossentropy_forward(float* probs, int64_t* n_correct, const float* logits, const int32_t* targets,
                                     int64_t N, int64_t V);
-// dlogits (N, V) += dloss * (probs - onehot(targets)) / N   (dloss: gradient of the mean loss).
-void softmax_crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss, int64_t N,
-                                   int64_t V);
 
 // Mean squared error over n elements: returns mean (pred - target)^2.
 double mse_forward(const float* pred, const float* target, int64_t n);
-// dpred (n) += dloss * 2 (pred - target) / n.
-void mse_backward(float* dpred, const float* pred, const float* target, float dloss, int64_t n);
-
-// Token embedding plus learned positions: out (B, T, C) = wte[ids[b, t]] + wpe[t];
-// wte (V, C), wpe (T, C) or null, ids (B, T) in [0, V).
-void embedding_forward(float* out, const int32_t* ids, const float* wte, const float* wpe, int64_t B, int64_t T,
-                       int64_t C);
-// dwte (V, C) += scatter of dout by ids, dwpe (T, C) += sum over b (either may be null).
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* ids, int64_t B, int64_t T,
-                        int64_t C);
 
 // Patch embedding = patchify + matmul_forward. patchify: img (B, Cin, Hh, W) -> patches
 // (B, (Hh/p)*(W/p), Cin*p*p), patches in row-major order, each flattened as (Cin, p, p)

@@ -16,17 +16,36 @@
 // - the two losses return host values: they copy the result back and synchronise the
 //   stream (cudaStreamSynchronize) before returning. Every other op is asynchronous.
 // Errors (CUDA or cuBLAS launch/config) throw std::runtime_error naming the call; matmul
-// dimensions above INT_MAX throw std::invalid_argument. Implementation: kernels/cuda/ops.cu.
+// dimensions above INT_MAX throw std::invalid_argument.
+// The plain ops (kernels/op_list.h: those both model backends forward one to one) are
+// declared here from their rows in that list, with their shapes there; below, the rest.
+// Implementation: one file per family, kernels/cuda/<family>.cu (matmul, layernorm,
+// elementwise, pooling, losses, embedding, optimizer; kernels/cuda/reduce.cuh), each beside
+// its CPU twin kernels/cpu/<family>.cpp.
 #pragma once
 
 #include "kernels/attention_cuda.h"
+#include "kernels/op_list.h"
 #include "kernels/precision.h"
+#include "kernels/scratch.h"  // CudaScalarSum
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
 namespace attnsweep {
+
+// The CUDA declarations of the plain ops (kernels/op_list.h): name_cuda(params..., stream),
+// or name_cuda(params..., ws, stream) for the rows entered as X_WS.
+#define ATTNSWEEP_CUDA_PARAMS(...) (__VA_ARGS__, cudaStream_t stream)
+#define ATTNSWEEP_CUDA_PARAMS_WS(...) (__VA_ARGS__, AttentionCudaWorkspace * ws, cudaStream_t stream)
+#define ATTNSWEEP_DECLARE_CUDA_OP(name, params) void name##_cuda ATTNSWEEP_CUDA_PARAMS params;
+#define ATTNSWEEP_DECLARE_CUDA_OP_WS(name, params) void name##_cuda ATTNSWEEP_CUDA_PARAMS_WS params;
+ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_DECLARE_CUDA_OP, ATTNSWEEP_DECLARE_CUDA_OP_WS)
+#undef ATTNSWEEP_DECLARE_CUDA_OP
+#undef ATTNSWEEP_DECLARE_CUDA_OP_WS
+#undef ATTNSWEEP_CUDA_PARAMS
+#undef ATTNSWEEP_CUDA_PARAMS_WS
 
 // The arithmetic of the matmul ops on this workspace (kernels/precision.h): fp32 (the
 // default: cuBLAS SGEMM in CUBLAS_PEDANTIC_MATH, bit for bit what it was), tf32 (the same
@@ -40,59 +59,18 @@ void cuda_workspace_set_precision(AttentionCudaWorkspace* ws, Precision p);
 void f32_to_bf16_cuda(void* dst, const float* src, int64_t n, cudaStream_t stream);
 void bf16_to_f32_cuda(float* dst, const void* src, int64_t n, cudaStream_t stream);
 
-// out (N, OC) = inp (N, C) @ weight^T + bias;  weight (OC, C), bias (OC) or null.
-void matmul_forward_cuda(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
-                         int64_t OC, AttentionCudaWorkspace* ws, cudaStream_t stream);
-// dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += colsum(dout).
-// dinp and dbias may be null.
-void matmul_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                          const float* weight, int64_t N, int64_t C, int64_t OC, AttentionCudaWorkspace* ws,
-                          cudaStream_t stream);
-
-// out (N, C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved. eps = 1e-5.
-void layernorm_forward_cuda(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                            const float* bias, int64_t N, int64_t C, cudaStream_t stream);
-// dinp (N, C) +=, dweight (C) +=, dbias (C) += (column sums: uses ws scratch).
-void layernorm_backward_cuda(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                             const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
-                             AttentionCudaWorkspace* ws, cudaStream_t stream);
-
-// GELU (tanh approximation), n elements; dinp += gelu'(inp) * dout.
-void gelu_forward_cuda(float* out, const float* inp, int64_t n, cudaStream_t stream);
-void gelu_backward_cuda(float* dinp, const float* inp, const float* dout, int64_t n, cudaStream_t stream);
-
-// out (n) = inp1 + inp2; dinp1 += dout, dinp2 += dout.
-void residual_forward_cuda(float* out, const float* inp1, const float* inp2, int64_t n, cudaStream_t stream);
+// dinp1 += dout, dinp2 += dout (residual_backward, ops.h).
 void residual_backward_cuda(float* dinp1, float* dinp2, const float* dout, int64_t n, cudaStream_t stream);
-
-// out (B, C) = mean over T of inp (B, T, C); dinp (B, T, C) += dout / T.
-void meanpool_forward_cuda(float* out, const float* inp, int64_t B, int64_t T, int64_t C, cudaStream_t stream);
-void meanpool_backward_cuda(float* dinp, const float* dout, int64_t B, int64_t T, int64_t C, cudaStream_t stream);
 
 // probs (N, V) = softmax(logits (N, V)); returns the mean loss; *n_correct (HOST pointer,
 // may be null) = rows whose first argmax is the target. targets (N) device, in [0, V).
 // Synchronises `stream` to return the loss.
 double softmax_crossentropy_forward_cuda(float* probs, int64_t* n_correct, const float* logits, const int32_t* targets,
                                          int64_t N, int64_t V, AttentionCudaWorkspace* ws, cudaStream_t stream);
-// dlogits (N, V) += dloss * (probs - onehot(targets)) / N.
-void softmax_crossentropy_backward_cuda(float* dlogits, const float* probs, const int32_t* targets, float dloss,
-                                        int64_t N, int64_t V, cudaStream_t stream);
 
-// Returns mean (pred - target)^2 over n (synchronises `stream`); dpred += dloss 2 (pred - target) / n.
+// Returns mean (pred - target)^2 over n (synchronises `stream`).
 double mse_forward_cuda(const float* pred, const float* target, int64_t n, AttentionCudaWorkspace* ws,
                         cudaStream_t stream);
-void mse_backward_cuda(float* dpred, const float* pred, const float* target, float dloss, int64_t n,
-                       cudaStream_t stream);
-
-// out (B, T, C) = wte[ids[b, t]] + wpe[t]; wpe may be null. ids (B, T) device, in [0, V).
-void embedding_forward_cuda(float* out, const int32_t* ids, const float* wte, const float* wpe, int64_t B, int64_t T,
-                            int64_t C, cudaStream_t stream);
-// dwte (V, C) += scatter of dout by ids, dwpe (T, C) += sum over b (either may be null).
-// Each dwte element is summed by one thread in token order (bit-identical to the CPU);
-// cost O(B T C) reads of ids per vocab partition, and a token id repeated k times costs
-// k serial adds: fine for the ids of a batch, slow for a batch of one repeated token.
-void embedding_backward_cuda(float* dwte, float* dwpe, const float* dout, const int32_t* ids, int64_t B, int64_t T,
-                             int64_t C, cudaStream_t stream);
 
 // img (B, Cin, Hh, W) -> patches (B, (Hh/p)*(W/p), Cin*p*p), layout as patchify (ops.h).
 void patchify_cuda(float* patches, const float* img, int64_t B, int64_t Cin, int64_t Hh, int64_t W, int64_t p,
@@ -113,11 +91,8 @@ void sgd_update_cuda(float* params, const float* grads, float* momentum_buf, int
 // kernels and sums; coef and the finiteness test in float64 on the device as on the host),
 // so a graphed step gives the bits of the same step launched op by op.
 
-// A float64 sum and a count (a loss's sum and its correct rows; a sum of squares).
-struct CudaScalarSum {
-  double sum;
-  long long count;
-};
+// CudaScalarSum (kernels/scratch.h): a float64 sum and a count (a loss's sum and its
+// correct rows; a sum of squares).
 
 struct CudaStepScalars {
   CudaScalarSum loss;     // written by the loss op: the sum of the per-row losses / squares

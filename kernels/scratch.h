@@ -111,6 +111,60 @@ inline size_t attention_scratch_bytes(int64_t B, int64_t H, int64_t Nq, int64_t 
                   : scratch_bytes<AttentionRefFwdScratch>(B, H, Nq, Nk);
 }
 
+// A float64 sum and a count, the result of a reduction on the device (the losses, the
+// global norm; kernels/ops_cuda.h).
+struct CudaScalarSum {
+  double sum;
+  long long count;
+};
+
+// Softmax cross-entropy over N rows (softmax_crossentropy_sum_cuda): each row's loss and
+// whether its argmax is the target; the forward that returns the mean to the host puts
+// its result after them.
+struct XentScratch {
+  double* row_loss;
+  int32_t* row_ok;
+  CudaScalarSum* result;
+  static XentScratch carve(Carver& c, int64_t N, bool with_result) {
+    XentScratch s;
+    s.row_loss = c.take<double>(static_cast<size_t>(N));
+    s.row_ok = c.take<int32_t>(static_cast<size_t>(N));
+    s.result = with_result ? c.take<CudaScalarSum>(1) : nullptr;
+    return s;
+  }
+};
+
+// A sum of squares (mse_forward, global_norm: sum_squares_cuda): one float64 partial per
+// block of the fixed partition, at most kMaxSumSquaresBlocks blocks, then (a call that
+// returns to the host) its result.
+inline constexpr int64_t kMaxSumSquaresBlocks = 1024;
+struct SumSquaresScratch {
+  double* partial;
+  CudaScalarSum* result;
+  static SumSquaresScratch carve(Carver& c, int64_t blocks, bool with_result) {
+    SumSquaresScratch s;
+    s.partial = c.take<double>(static_cast<size_t>(blocks));
+    s.result = with_result ? c.take<CudaScalarSum>(1) : nullptr;
+    return s;
+  }
+};
+
+// The read-out head in its own algebra (readout_cuda) for K cells of width C, H heads, on
+// B prompts: the prompts' gradient terms (train) and losses, then the K loss sums.
+struct ReadoutScratch {
+  float* gpart;
+  double* lpart;
+  CudaScalarSum* sums;
+  static ReadoutScratch carve(Carver& c, int64_t B, int64_t C, int64_t H, int64_t K, bool train) {
+    const int64_t hd = C / H, R = (2 * hd + 1) * C;
+    ReadoutScratch s;
+    s.gpart = c.take<float>(static_cast<size_t>(train ? K * B * R : 0));
+    s.lpart = c.take<double>(static_cast<size_t>(K * B));
+    s.sums = c.take<CudaScalarSum>(static_cast<size_t>(K));
+    return s;
+  }
+};
+
 // A column sum of N rows x C columns into `nout` outputs (launch_colsum, the bias and
 // LayerNorm gradients): float64 partials per chunk of rows, combined in chunk order; at
 // most 256 chunks of at least 64 rows, and at most 2^22 doubles of partials.

@@ -3,7 +3,7 @@
 // accumulators), the small weight packed once per call, the big activations read in
 // place. Every output element is one float32 FMA chain in a fixed k order computed by
 // one thread, so results do not depend on the thread count nor on the tiling.
-// Internal to kernels/cpu: ops.cpp dispatches here when gemm_avx512_usable() says so and
+// Internal to kernels/cpu: the matmuls (kernels/cpu/matmul.cpp) dispatch here when gemm_avx512_usable() says so and
 // falls back to OpenBLAS otherwise (CPUs without AVX-512, shapes outside the intended
 // range, or ATTNSWEEP_CPU_GEMM=openblas in the environment).
 #pragma once

@@ -1,8 +1,9 @@
 // The fused transformer layer of kernels/ops.h (layer_forward_fused_cpu,
 // layer_backward_fused_cpu): one layer's ops run per block of ~256 rows that stays in L2,
-// built from the row kernels of kernels/cpu/ops.cpp (kernels/cpu/rows.h), the serial GEMM
-// pieces of kernels/cpu/gemm.cpp and the packed attention of kernels/cpu/attention.cpp.
-// Its own file so that ops.cpp stays free of the attention (tests/fuzz builds ops.cpp
+// built from the row kernels of the op families (kernels/cpu/layernorm.cpp and
+// elementwise.cpp, through kernels/cpu/rows.h), the serial GEMM pieces of
+// kernels/cpu/gemm.cpp and the packed attention of kernels/cpu/attention.cpp. Its own
+// file so that the op family files stay free of the attention (tests/fuzz builds them
 // alone, with a clang that cannot build attention.cpp's multiversioned templates).
 #include <omp.h>
 

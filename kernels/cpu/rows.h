@@ -1,7 +1,7 @@
-// Row kernels of kernels/cpu/ops.cpp that kernels/cpu/layer.cpp (the fused transformer
-// layer) runs on its own blocks of rows. Internal to kernels/cpu. The *_rows epilogues
-// have cpu::RowEpilogue's signature (kernels/cpu/gemm.h): they finish output rows
-// [r0, r0 + rows) of a GEMM while those are in cache.
+// Row kernels of the op families (kernels/cpu/layernorm.cpp, elementwise.cpp) that kernels/cpu/layer.cpp (the fused
+// transformer layer) runs on its own blocks of rows. Internal to kernels/cpu. The *_rows epilogues have
+// cpu::RowEpilogue's signature (kernels/cpu/gemm.h): they finish output rows [r0, r0 + rows) of a GEMM while those are
+// in cache.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // AVX-512 counterparts of kernels/cpu/vec.h's helpers, for the kernels that write their
 // loops in intrinsics (kernels/cpu/attention.cpp's packed path, the GELU spans of
-// kernels/cpu/ops.cpp). Callers check for AVX-512 at run time before calling them.
+// kernels/cpu/elementwise.cpp, the LayerNorm rows of kernels/cpu/layernorm.cpp). Callers check for AVX-512 at run time
+// before calling them.
 #pragma once
 
 // GCC 12 warns inside the AVX-512 headers (their _mm512_undefined_* self-initialisation)

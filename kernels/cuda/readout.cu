@@ -324,14 +324,11 @@ void readout_cuda(const ReadoutShape& sh, const float* x, const float* y, Readou
                                 std::to_string(kReadoutCudaMaxCells) + " cells, 2 (N - 1) floats of shared memory)");
   const int64_t B = sh.B, C = sh.C, hd = C / sh.H, L = sh.N - 1, G = 3 * C * C, R = (2 * hd + 1) * C;
   // Scratch: the prompts' gradient terms and losses, then (no loss_sums) the K loss sums.
-  Carver sizing(nullptr);
-  sizing.take<float>(static_cast<size_t>(train ? K * B * R : 0));
-  sizing.take<double>(static_cast<size_t>(K * B));
-  sizing.take<CudaScalarSum>(static_cast<size_t>(K));
-  Carver carve(ws->reserve(sizing.used()));
-  float* gpart = carve.take<float>(static_cast<size_t>(train ? K * B * R : 0));
-  double* lpart = carve.take<double>(static_cast<size_t>(K * B));
-  CudaScalarSum* own_sums = carve.take<CudaScalarSum>(static_cast<size_t>(K));
+  Carver carve(ws->reserve(scratch_bytes<ReadoutScratch>(B, C, sh.H, K, train)));
+  const ReadoutScratch scratch = ReadoutScratch::carve(carve, B, C, sh.H, K, train);
+  float* gpart = scratch.gpart;
+  double* lpart = scratch.lpart;
+  CudaScalarSum* own_sums = scratch.sums;
   CudaScalarSum* sums = loss_sums != nullptr ? loss_sums : own_sums;
 
   PromptArgs pa{};

@@ -991,9 +991,9 @@ void check_readout_pick_backward() {
 
 // TEST(CrossBackendOps, <op>) for each op of kernels/op_list.h: an op without a
 // check_<op> above does not compile.
-#define ATTNSWEEP_CROSS_BACKEND_TEST(name) \
-  TEST(CrossBackendOps, name) {            \
-    check_##name();                        \
+#define ATTNSWEEP_CROSS_BACKEND_TEST(name, params) \
+  TEST(CrossBackendOps, name) {                    \
+    check_##name();                                \
   }
 ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_CROSS_BACKEND_TEST, ATTNSWEEP_CROSS_BACKEND_TEST)
 #undef ATTNSWEEP_CROSS_BACKEND_TEST
@@ -1036,7 +1036,7 @@ const OpCheck kOpChecks[] = {
     {"scale_inplace", check_scale_inplace},
 };
 
-#define ATTNSWEEP_OP_NAME(name) #name,
+#define ATTNSWEEP_OP_NAME(name, params) #name,
 constexpr const char* kPlainOpNames[] = {ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_OP_NAME, ATTNSWEEP_OP_NAME)};
 #undef ATTNSWEEP_OP_NAME
 constexpr size_t kNumPlainOps = std::size(kPlainOpNames);

@@ -3,8 +3,9 @@
 // all-reduce of CPU data-parallel replicas.
 #include "worker/model/backend.h"
 
-#include <algorithm>
-#include <cstring>
+#include "kernels/real_query_norms.h"
+
+#include <vector>
 
 namespace attnsweep {
 
@@ -21,39 +22,6 @@ bool attention_packed(const AttentionSpec& spec, const AttentionShape& shape, bo
   return !masked && attention_packed_cpu_usable(spec, shape);
 }
 
-// The kernel masks keys, not queries: the rows of padding queries are in its norms. On
-// logged steps only, the attention of each sample's real query rows (CLS and tokens) is
-// computed again for their norms, from q gathered into [1, H, n_b, hd]; attn_fro, jac_fro
-// (B, H) are overwritten. Self-attention, shape (B, H, T, T, hd, hd), key_mask (B, T).
-void norms_of_real_queries(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
-                           const float* q, const float* k, const float* v, double* attn_fro, double* jac_fro) {
-  const int64_t B = shape.B, H = shape.H, T = shape.Nq, hd = shape.d;
-  std::vector<float> qb, ob;
-  std::vector<int64_t> rows;
-  for (int64_t b = 0; b < B; ++b) {
-    rows.clear();
-    for (int64_t t = 0; t < T; ++t)
-      if (key_mask[b * T + t] != 0.0f) rows.push_back(t);
-    const int64_t n = static_cast<int64_t>(rows.size());
-    double* attn = attn_fro + b * H;
-    double* jac = jac_fro + b * H;
-    if (n == 0) {
-      std::fill(attn, attn + H, 0.0);
-      std::fill(jac, jac + H, 0.0);
-      continue;
-    }
-    qb.resize(static_cast<size_t>(H * n * hd));
-    ob.resize(qb.size());
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(qb.data() + (h * n + i) * hd, q + ((b * H + h) * T + rows[static_cast<size_t>(i)]) * hd,
-                    static_cast<size_t>(hd) * sizeof(float));
-    const AttentionShape one{1, H, n, T, hd, hd};
-    attention_forward_cpu(spec, one, qb.data(), k + b * H * T * hd, v + b * H * T * hd, key_mask + b * T, ob.data(),
-                          nullptr, attn, jac);
-  }
-}
-
 }  // namespace
 
 void CpuBackend::attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
@@ -67,7 +35,7 @@ void CpuBackend::attention_block_forward(const AttentionSpec& spec, const Attent
   split_heads(heads.q, heads.k, heads.v, qkv, B, T, H, hd);
   attention_forward_cpu(spec, shape, heads.q, heads.k, heads.v, key_mask, heads.o, lse, attn_fro, jac_fro);
   if (spec.collect_norms && key_mask != nullptr)
-    norms_of_real_queries(spec, shape, key_mask, heads.q, heads.k, heads.v, attn_fro, jac_fro);
+    norms_of_real_queries_cpu(spec, shape, key_mask, heads.q, heads.k, heads.v, attn_fro, jac_fro);
   heads_to_rows(atty, heads.o, B, T, H, hd);
 }
 

@@ -17,10 +17,13 @@
 // - bind(): make this backend's device current in the calling thread (CUDA: cudaSetDevice);
 //   synchronize(): wait for the work queued so far (CUDA: the stream).
 // - every plain op with the CPU argument order, minus workspace and stream: those of
-//   kernels/op_list.h, and the losses' forwards and global_norm (hand-written on CUDA).
-// - the composite ops, where the backends differ in how, not in what: each names the op
-//   sequence it stands for, which is what a device backend runs; the CPU runs its fused
-//   version (the same values): matmul_residual_forward, matmul_gelu_forward,
+//   kernels/op_list.h (their requirements generated from the list, ModelBackendPlainOps),
+//   and the losses' forwards and global_norm (hand-written on CUDA).
+// - the composite ops (their signatures and what each stands for: the list
+//   ATTNSWEEP_COMPOSITE_OPS, below, which both backends declare them from; their
+//   requirements generated from it, ModelBackendComposites), where the backends differ in
+//   how, not in what: each names the op sequence it stands for, which is what a device
+//   backend runs; the CPU runs its fused version (the same values): matmul_residual_forward, matmul_gelu_forward,
 //   matmul_backward_overwrite, gelu_matmul_backward, attention_block_forward / _backward
 //   (CPU: the packed path on small heads), and the per-layer hooks layer_forward_fused /
 //   layer_backward_fused (CPU: the whole layer per block of samples; a device: never).
@@ -116,17 +119,125 @@ struct LayerBuffers {
   }
 };
 
-// What BasicModel (worker/model/model.h) and BasicTrainer (worker/training/trainer.h) call on a backend.
-// Shapes and semantics of the plain ops: kernels/ops.h, kernels/model_ops.h,
-// kernels/attention.h; of the composites: CpuBackend below.
+// The plain ops' part of ModelBackend, from the op list (kernels/op_list.h): B has a member
+// `name` callable with the row's parameters (kernels/op_list.h plain_op_signature::name).
+#define ATTNSWEEP_PLAIN_OP_CALLABLE(name, params)                                       \
+  template <class Be, class Signature>                                                  \
+  constexpr bool plain_op_callable_##name = false;                                      \
+  template <class Be, class... P>                                                       \
+  constexpr bool plain_op_callable_##name<Be, void(P...)> = requires(Be & be, P... p) { \
+    be.name(p...);                                                                      \
+  };
+ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_PLAIN_OP_CALLABLE, ATTNSWEEP_PLAIN_OP_CALLABLE)
+#undef ATTNSWEEP_PLAIN_OP_CALLABLE
+#define ATTNSWEEP_PLAIN_OP_REQUIRED(name, params) plain_op_callable_##name<B, plain_op_signature::name>&&
 template <class B>
-concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, typename B::template Array<double>& da,
-                                float* f, const float* cf, double* d, const double* cd, const int32_t* ci, int64_t* ni,
-                                int64_t n, float s, bool flag, std::vector<float>& host, const AttentionSpec& spec,
-                                const AttentionShape& shape, const LayerForwardArgs& lfa, const LayerBackwardArgs& lba,
-                                const HeadBuffers& hb, const std::vector<B*>& replicas, typename B::Collective& coll,
-                                const std::vector<float*>& grads, const ReadoutShape& rs, ReadoutCell& rc,
-                                std::vector<ReadoutCell>& rcs, const StepGraphArgs& sga, const ModelConfig& mc) {
+concept ModelBackendPlainOps = ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_PLAIN_OP_REQUIRED, ATTNSWEEP_PLAIN_OP_REQUIRED)
+true;
+#undef ATTNSWEEP_PLAIN_OP_REQUIRED
+
+// The composite ops of a model backend: where the backends differ in how, not in what.
+// Each row names the op sequence the op stands for, which is what a device backend runs
+// (CudaBackend, worker/model/backend_cuda.cpp); the CPU runs its fused version, the same
+// values (CpuBackend, below and backend.cpp). Each row of the X-macro
+// ATTNSWEEP_COMPOSITE_OPS(X), X(return type, name, (params)), is the op's one signature:
+// from it come each backend's member declaration and the op's requirement in the concept
+// ModelBackend (ModelBackendComposites below); each backend defines the members.
+// Not here, because their parameters or their kind differ by backend: readout_together
+// (a vector of the backend's own type) and the static layer_buffers.
+#define ATTNSWEEP_COMPOSITE_OPS(X)                                                                                    \
+  /* out = inp @ weight^T + bias + resid (matmul_forward then residual_forward(out, out, resid));                     \
+     the CPU finishes each block of rows while it is in cache. */                                                     \
+  X(void, matmul_residual_forward,                                                                                    \
+    (float* out, const float* inp, const float* weight, const float* bias, const float* resid, int64_t N, int64_t C,  \
+     int64_t OC))                                                                                                     \
+  /* pre = inp @ weight^T + bias, out = gelu(pre) (matmul_forward then gelu_forward). */                              \
+  X(void, matmul_gelu_forward,                                                                                        \
+    (float* pre, float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,          \
+     int64_t OC))                                                                                                     \
+  /* dinp OVERWRITTEN = dout @ weight, dweight, dbias added (zero(dinp) then matmul_backward), without the            \
+     zero-fill pass on the CPU. */                                                                                    \
+  X(void, matmul_backward_overwrite,                                                                                  \
+    (float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight, int64_t N,  \
+     int64_t C, int64_t OC))                                                                                          \
+  /* The backward of the matmul after a GELU (inp = gelu(pre)), through the GELU: dpre (N, C) OVERWRITTEN =           \
+     gelu'(pre) * (dout @ weight); dweight, dbias added. The unfused sequence is zero(dgelu),                         \
+     matmul_backward(dgelu, ...), zero(dpre), gelu_backward(dpre, pre, dgelu) with dgelu (N, C) scratch               \
+     (LayerBuffers::gelu_grad); the CPU needs none (null). */                                                         \
+  X(void, gelu_matmul_backward,                                                                                       \
+    (float* dpre, float* dgelu, float* dweight, float* dbias, const float* dout, const float* inp, const float* pre,  \
+     const float* weight, int64_t N, int64_t C, int64_t OC))                                                          \
+  /* A transformer layer's attention on its fused projection qkv (B, T, 3C), shape (B, H, T, T, hd, hd), key_mask     \
+     (B, T) or null: the output as rows atty (B, T, C), heads side by side; lse (B, H, T); attn_fro, jac_fro (B, H).  \
+     The unfused sequence is split_heads(qkv -> heads.q, k, v), attention_forward(... -> heads.o),                    \
+     heads_to_rows(heads.o -> atty); the CPU takes the packed path instead where it can                               \
+     (kernels/attention.h attention_packed_cpu_usable, no key mask; heads unused, null). With a key mask, the norms   \
+     count the rows of real queries only (kernels/real_query_norms.h). */                                             \
+  X(void, attention_block_forward,                                                                                    \
+    (const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask, const float* qkv,                 \
+     const HeadBuffers& heads, float* atty, float* lse, double* attn_fro, double* jac_fro))                           \
+  /* Its backward from datty (B, T, C): dqkv (B, T, 3C) OVERWRITTEN. The unfused sequence is                          \
+     rows_to_heads(datty -> dheads.o), attention_backward(-> dheads.q, k, v), merge_heads. */                         \
+  X(void, attention_block_backward,                                                                                   \
+    (const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask, const float* qkv,                 \
+     const HeadBuffers& heads, const float* atty, const float* lse, const float* datty, const HeadBuffers& dheads,    \
+     float* dqkv))                                                                                                    \
+  /* The whole layer at once (CPU: kernels/ops.h layer_forward_fused_cpu / layer_backward_fused_cpu, per block of     \
+     samples, when it is usable there and nothing is masked; a device: never): returns whether it ran (the model runs \
+     the op sequence otherwise). The CPU does not keep the GELU's output (a.fch_gelu ignored): its backward           \
+     recomputes it. */                                                                                                \
+  X(bool, layer_forward_fused,                                                                                        \
+    (const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,                        \
+     const LayerForwardArgs& a))                                                                                      \
+  X(bool, layer_backward_fused,                                                                                       \
+    (const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,                        \
+     const LayerBackwardArgs& a))                                                                                     \
+  /* The read-out head's forward (and, train, backward) in its own algebra (kernels/readout.h on the CPU,             \
+     kernels/readout_cuda.h on CUDA; x [B, N, C], y [B]) instead of the op sequence of worker/model/model_impl.h's    \
+     forward_readout / backward_readout, unless switched off (readout_algebra_enabled) or the device does not take    \
+     the shape: returns whether it ran. */                                                                            \
+  X(bool, readout_fused,                                                                                              \
+    (const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train, bool norms))
+
+// A composite's member declaration: each backend declares its composites with
+// ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_DECLARE_COMPOSITE) in its class.
+#define ATTNSWEEP_DECLARE_COMPOSITE(ret, name, params) ret name params;
+
+// The composites' part of ModelBackend, from the composite list
+// (ATTNSWEEP_COMPOSITE_OPS above): B has a member `name` callable with the row's parameters
+// that returns the row's type.
+namespace composite_signature {
+#define ATTNSWEEP_COMPOSITE_SIGNATURE(ret, name, params) using name = ret params;
+ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_COMPOSITE_SIGNATURE)
+#undef ATTNSWEEP_COMPOSITE_SIGNATURE
+}  // namespace composite_signature
+#define ATTNSWEEP_COMPOSITE_CALLABLE(ret, name, params)                               \
+  template <class Be, class Signature>                                                \
+  constexpr bool composite_callable_##name = false;                                   \
+  template <class Be, class R, class... P>                                            \
+  constexpr bool composite_callable_##name<Be, R(P...)> = requires(Be & be, P... p) { \
+    { be.name(p...) } -> std::same_as<R>;                                             \
+  };
+ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_COMPOSITE_CALLABLE)
+#undef ATTNSWEEP_COMPOSITE_CALLABLE
+#define ATTNSWEEP_COMPOSITE_REQUIRED(ret, name, params) composite_callable_##name<B, composite_signature::name>&&
+template <class B>
+concept ModelBackendComposites = ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_COMPOSITE_REQUIRED)
+true;
+#undef ATTNSWEEP_COMPOSITE_REQUIRED
+
+// What BasicModel (worker/model/model.h) and BasicTrainer (worker/training/trainer.h) call on a backend.
+// Shapes and semantics of the plain ops: kernels/op_list.h; of the others: kernels/ops.h,
+// kernels/model_ops.h, kernels/attention.h; of the composites: CpuBackend below.
+template <class B>
+concept ModelBackend = ModelBackendPlainOps<B> &&
+    requires(B& be, typename B::template Array<float>& fa, typename B::template Array<double>& da, float* f,
+             const float* cf, double* d, const double* cd, const int32_t* ci, int64_t* ni, int64_t n, float s,
+             bool flag, std::vector<float>& host, const AttentionSpec& spec, const AttentionShape& shape,
+             const LayerForwardArgs& lfa, const LayerBackwardArgs& lba, const HeadBuffers& hb,
+             const std::vector<B*>& replicas, typename B::Collective& coll, const std::vector<float*>& grads,
+             const ReadoutShape& rs, ReadoutCell& rc, std::vector<ReadoutCell>& rcs, const StepGraphArgs& sga,
+             const ModelConfig& mc) {
   // buffers and device
   { B::kEveryReplicaUpdates } -> std::convertible_to<bool>;
   { B::kPadding } -> std::convertible_to<bool>;
@@ -148,20 +259,9 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   { be.fill_batch(ni, n, n, n) } -> std::same_as<std::pair<const float*, const float*>>;
   { be.to_host(cd, n) } -> std::same_as<const double*>;
   { be.host_view(cf, n, host) } -> std::same_as<const float*>;
-  // plain ops
-  be.matmul_forward(f, cf, cf, cf, n, n, n);
-  be.matmul_backward(f, f, f, cf, cf, cf, n, n, n);
-  be.layernorm_forward(f, f, f, cf, cf, cf, n, n);
-  be.layernorm_backward(f, f, f, cf, cf, cf, cf, cf, n, n);
-  be.residual_forward(f, cf, cf, n);
-  be.meanpool_forward(f, cf, n, n, n);
-  be.meanpool_backward(f, cf, n, n, n);
+  // the ops outside the op list (its plain ops: ModelBackendPlainOps)
   { be.softmax_crossentropy_forward(f, ni, cf, ci, n, n) } -> std::convertible_to<double>;
-  be.softmax_crossentropy_backward(f, cf, ci, s, n, n);
   { be.mse_forward(cf, cf, n) } -> std::convertible_to<double>;
-  be.mse_backward(f, cf, cf, s, n);
-  be.embedding_forward(f, ci, cf, cf, n, n, n);
-  be.embedding_backward(f, f, cf, ci, n, n, n);
   be.clip_gradients(f, n, 1.0);
   be.adamw_update(f, cf, f, f, n, s, s, s, s, s, n);
   be.sgd_update(f, cf, f, n, s, s, s);
@@ -169,31 +269,11 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
     be.graphed_step(n, sga, [] {})
     } -> std::same_as<std::optional<GraphedStep>>;
   { be.graphed_steps() } -> std::convertible_to<int64_t>;
-  be.tokens_forward(f, cf, cf, cf, n, n, n, n, n);
-  be.tokens_backward(f, f, f, cf, n, n, n, n, n);
-  be.cls_pool_forward(f, cf, n, n, n);
-  be.cls_pool_backward(f, cf, n, n, n);
-  be.masked_meanpool_forward(f, cf, cf, n, n, n);
-  be.masked_meanpool_backward(f, cf, cf, n, n, n);
-  be.readout_split(f, f, f, cf, n, n, n, n);
-  be.readout_merge(f, cf, cf, cf, n, n, n, n);
-  be.readout_pick(f, cf, n, n, n);
-  be.readout_pick_backward(f, cf, n, n, n);
-  be.scale_inplace(f, n, s);
   { be.global_norm(cf, n) } -> std::convertible_to<double>;
   be.attention_forward(spec, shape, cf, cf, cf, cf, f, f, d, d);
   be.attention_backward(spec, shape, cf, cf, cf, cf, cf, cf, cf, f, f, f);
-  // composites and per-layer hooks
-  be.matmul_residual_forward(f, cf, cf, cf, cf, n, n, n);
-  be.matmul_gelu_forward(f, f, cf, cf, cf, n, n, n);
-  be.matmul_backward_overwrite(f, f, f, cf, cf, cf, n, n, n);
-  be.gelu_matmul_backward(f, f, f, f, cf, cf, cf, cf, n, n, n);
-  be.attention_block_forward(spec, shape, cf, cf, hb, f, f, d, d);
-  be.attention_block_backward(spec, shape, cf, cf, hb, cf, cf, cf, hb, f);
-  { be.layer_forward_fused(spec, shape, n, cf, lfa) } -> std::same_as<bool>;
-  { be.layer_backward_fused(spec, shape, n, cf, lba) } -> std::same_as<bool>;
+  // the composites outside the composite list (its ops: ModelBackendComposites)
   { be.layer_buffers(spec, shape, n, flag) } -> std::same_as<LayerBuffers>;
-  { be.readout_fused(rs, cf, cf, rc, flag, flag) } -> std::same_as<bool>;
   { be.readout_together(replicas, rs, cf, cf, rcs, flag) } -> std::same_as<bool>;
   // replicas
   B::for_each_replica(n, [](int64_t) {});
@@ -201,8 +281,9 @@ concept ModelBackend = requires(B& be, typename B::template Array<float>& fa, ty
   coll.allreduce_mean(grads, n);
 };
 
-// A member that forwards to the free function of the same name.
-#define ATTNSWEEP_CPU_OP(name)      \
+// A member that forwards to the free function of the same name (params: the op list's
+// row, unused here).
+#define ATTNSWEEP_CPU_OP(name, ...) \
   template <class... A>             \
   auto name(A... a) {               \
     return ::attnsweep::name(a...); \
@@ -282,56 +363,9 @@ class CpuBackend {
     attention_backward_cpu(spec, shape, q, k, v, key_mask, o, dout, lse, dq, dk, dv);
   }
 
-  // ---- composites (ModelBackend): on the CPU, the fused versions of kernels/ops.h ----
-  // out = inp @ weight^T + bias + resid (matmul_forward then residual_forward(out, out,
-  // resid)), each block of rows finished while in cache.
-  ATTNSWEEP_CPU_OP(matmul_residual_forward)
-  // pre = inp @ weight^T + bias, out = gelu(pre) (matmul_forward then gelu_forward).
-  ATTNSWEEP_CPU_OP(matmul_gelu_forward)
-  // dinp OVERWRITTEN = dout @ weight, dweight, dbias added (zero(dinp) then
-  // matmul_backward), without the zero-fill pass.
-  ATTNSWEEP_CPU_OP(matmul_backward_overwrite)
-  // The backward of the matmul after a GELU (inp = gelu(pre)), through the GELU: dpre (N, C)
-  // OVERWRITTEN = gelu'(pre) * (dout @ weight); dweight, dbias added. The unfused sequence
-  // is zero(dgelu), matmul_backward(dgelu, ...), zero(dpre), gelu_backward(dpre, pre,
-  // dgelu) with dgelu (N, C) scratch (LayerBuffers::gelu_grad); the CPU needs none (null).
-  void gelu_matmul_backward(float* dpre, float* /*dgelu*/, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC) {
-    ::attnsweep::gelu_matmul_backward(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
-  }
-  // A transformer layer's attention on its fused projection qkv (B, T, 3C), shape
-  // (B, H, T, T, hd, hd), key_mask (B, T) or null: the output as rows atty (B, T, C), heads
-  // side by side; lse (B, H, T); attn_fro, jac_fro (B, H). The unfused sequence is
-  // split_heads(qkv -> heads.q, k, v), attention_forward(... -> heads.o), heads_to_rows
-  // (heads.o -> atty); the CPU takes the packed path instead where it can
-  // (kernels/attention.h attention_packed_cpu_usable, no key mask; heads unused, null).
-  // With a key mask, the norms count the rows of real queries only (CPU).
-  void attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
-                               const float* qkv, const HeadBuffers& heads, float* atty, float* lse, double* attn_fro,
-                               double* jac_fro);
-  // Its backward from datty (B, T, C): dqkv (B, T, 3C) OVERWRITTEN. The unfused sequence is
-  // rows_to_heads(datty -> dheads.o), attention_backward(-> dheads.q, k, v), merge_heads.
-  void attention_block_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
-                                const float* qkv, const HeadBuffers& heads, const float* atty, const float* lse,
-                                const float* datty, const HeadBuffers& dheads, float* dqkv);
-  // The whole layer (kernels/ops.h layer_forward_fused_cpu / layer_backward_fused_cpu, per
-  // block of samples), when it is usable here and nothing is masked: returns whether it
-  // ran (the model runs the op sequence otherwise). The GELU's output is not kept
-  // (a.fch_gelu ignored): the backward recomputes it.
-  bool layer_forward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
-                           const LayerForwardArgs& a);
-  bool layer_backward_fused(const AttentionSpec& spec, const AttentionShape& shape, int64_t F, const float* key_mask,
-                            const LayerBackwardArgs& a);
-  // The read-out head's forward (and, train, backward) in its own algebra
-  // (kernels/readout.h; x [B, N, C], y [B]) instead of the op sequence of worker/model/model_impl.h's
-  // forward_readout / backward_readout, unless switched off (readout_algebra_enabled):
-  // returns whether it ran.
-  bool readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train,
-                     bool norms) {
-    if (!readout_algebra_enabled()) return false;
-    (train ? readout_train_cpu : readout_forward_cpu)(shape, x, y, std::span<ReadoutCell>(&cell, 1), norms);
-    return true;
-  }
+  // ---- composites (ATTNSWEEP_COMPOSITE_OPS above): on the CPU, the fused versions of
+  // kernels/ops.h; defined below and in backend.cpp ----
+  ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_DECLARE_COMPOSITE)
   // Several models' read-outs on one batch (BasicModel::readout_together): cells[k] of
   // backends[k] (backends[0] this one), trained in one call of kernels/readout.h; false
   // when the algebra is switched off. Each cell's loss is set.
@@ -360,6 +394,33 @@ class CpuBackend {
 };
 
 #undef ATTNSWEEP_CPU_OP
+
+// The composites that are one call of a fused CPU function (the others: backend.cpp).
+inline void CpuBackend::matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias,
+                                                const float* resid, int64_t N, int64_t C, int64_t OC) {
+  ::attnsweep::matmul_residual_forward(out, inp, weight, bias, resid, N, C, OC);
+}
+inline void CpuBackend::matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
+                                            const float* bias, int64_t N, int64_t C, int64_t OC) {
+  ::attnsweep::matmul_gelu_forward(pre, out, inp, weight, bias, N, C, OC);
+}
+inline void CpuBackend::matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const float* dout,
+                                                  const float* inp, const float* weight, int64_t N, int64_t C,
+                                                  int64_t OC) {
+  ::attnsweep::matmul_backward_overwrite(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+// dgelu unused: the CPU's fused backward needs no scratch (null).
+inline void CpuBackend::gelu_matmul_backward(float* dpre, float* /*dgelu*/, float* dweight, float* dbias,
+                                             const float* dout, const float* inp, const float* pre, const float* weight,
+                                             int64_t N, int64_t C, int64_t OC) {
+  ::attnsweep::gelu_matmul_backward(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
+}
+inline bool CpuBackend::readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell,
+                                      bool train, bool norms) {
+  if (!readout_algebra_enabled()) return false;
+  (train ? readout_train_cpu : readout_forward_cpu)(shape, x, y, std::span<ReadoutCell>(&cell, 1), norms);
+  return true;
+}
 
 static_assert(ModelBackend<CpuBackend>);
 

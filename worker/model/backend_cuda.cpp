@@ -6,6 +6,8 @@
 
 #include "worker/model/backend_cuda.h"
 
+#include "kernels/real_query_norms_cuda.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -551,40 +553,16 @@ void CudaBackend::norms_of_real_queries(const AttentionSpec& spec, const Attenti
   const int64_t B = shape.B, H = shape.H, T = shape.Nq, hd = shape.d;
   std::vector<float> mask(static_cast<size_t>(B * T));
   download(mask.data(), key_mask, B * T);  // waits: logged steps only
-  std::vector<int32_t> rows;
-  std::vector<int64_t> first(static_cast<size_t>(B + 1), 0);
-  for (int64_t b = 0; b < B; ++b) {
-    first[static_cast<size_t>(b)] = static_cast<int64_t>(rows.size());
-    for (int64_t t = 0; t < T; ++t)
-      if (mask[static_cast<size_t>(b * T + t)] != 0.0f) rows.push_back(static_cast<int32_t>(t));
-  }
-  first[static_cast<size_t>(B)] = static_cast<int64_t>(rows.size());
-  auto* rows_dev = static_cast<int32_t*>(scratch(8, std::max<size_t>(1, rows.size()) * sizeof(int32_t)));
-  if (!rows.empty())
-    cuda_check(cudaMemcpyAsync(rows_dev, rows.data(), rows.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-               "cudaMemcpyAsync (query rows)");
-  // q rows, then o and lse of up to T rows per head.
-  const size_t q_floats = static_cast<size_t>(H * T * hd);
-  auto* buf = static_cast<float*>(scratch(9, (2 * q_floats + static_cast<size_t>(H * T)) * sizeof(float)));
-  float* qrows = buf;
-  float* orows = buf + q_floats;
-  float* lse = buf + 2 * q_floats;
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = first[static_cast<size_t>(b + 1)] - first[static_cast<size_t>(b)];
-    if (n == 0) {
-      cuda_check(cudaMemsetAsync(attn_fro + b * H, 0, static_cast<size_t>(H) * sizeof(double), stream_),
-                 "cudaMemsetAsync");
-      cuda_check(cudaMemsetAsync(jac_fro + b * H, 0, static_cast<size_t>(H) * sizeof(double), stream_),
-                 "cudaMemsetAsync");
-      continue;
-    }
-    gather_head_rows_cuda(qrows, heads.q + b * H * T * hd, rows_dev + first[static_cast<size_t>(b)], n, H, T, hd,
-                          stream_);
-    const AttentionShape one{1, H, n, T, hd, hd};
-    attention_forward(spec, one, qrows, heads.k + b * H * T * hd, heads.v + b * H * T * hd, key_mask + b * T, orows,
-                      lse, attn_fro + b * H, jac_fro + b * H);
-  }
-  synchronize();  // `rows` (host) is read by the copy above
+  const RealQueryRows rows = real_query_rows(mask.data(), B, T);
+  const auto n_rows = static_cast<int64_t>(rows.rows.size());
+  auto* rows_dev = static_cast<int32_t*>(scratch(8, static_cast<size_t>(real_query_rows_bytes(n_rows))));
+  auto* buf = static_cast<float*>(scratch(9, static_cast<size_t>(real_query_buf_bytes(H, T, hd))));
+  norms_of_real_queries_cuda(
+      spec, shape, key_mask, rows, heads.q, heads.k, heads.v, attn_fro, jac_fro, rows_dev, buf,
+      [this](const AttentionSpec& sp, const AttentionShape& sh, const float* q, const float* k, const float* v,
+             const float* mk, float* o, float* lse, double* af,
+             double* jf) { attention_forward(sp, sh, q, k, v, mk, o, lse, af, jf); },
+      stream_);
 }
 
 // ---- composites: each the op sequence its CPU version fuses -----------------------------

@@ -71,14 +71,14 @@ class DeviceArray {
 };
 
 // Each op: skipped while staging a graph's inputs (begin_staging), timed when asked.
-#define ATTNSWEEP_CUDA_OP(name)                                                \
+#define ATTNSWEEP_CUDA_OP(name, ...)                                           \
   template <class... A>                                                        \
   auto name(A... a) {                                                          \
     if (mode_ == Mode::staging) return decltype(name##_cuda(a..., stream_))(); \
     const OpTimer timed(this);                                                 \
     return ::attnsweep::name##_cuda(a..., stream_);                            \
   }
-#define ATTNSWEEP_CUDA_OP_WS(name)                                                  \
+#define ATTNSWEEP_CUDA_OP_WS(name, ...)                                             \
   template <class... A>                                                             \
   auto name(A... a) {                                                               \
     if (mode_ == Mode::staging) return decltype(name##_cuda(a..., ws_, stream_))(); \
@@ -196,36 +196,11 @@ class CudaBackend {
                     float wd, int64_t t);
   void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float wd);
 
-  // ---- composites (ModelBackend; the CPU versions in worker/model/backend.h): the unfused
-  // op sequences, in backend_cuda.cpp ----
-  void matmul_residual_forward(float* out, const float* inp, const float* weight, const float* bias, const float* resid,
-                               int64_t N, int64_t C, int64_t OC);
-  void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                           int64_t C, int64_t OC);
-  void matmul_backward_overwrite(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                 const float* weight, int64_t N, int64_t C, int64_t OC);
-  void gelu_matmul_backward(float* dpre, float* dgelu, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* pre, const float* weight, int64_t N, int64_t C, int64_t OC);
-  void attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
-                               const float* qkv, const HeadBuffers& heads, float* atty, float* lse, double* attn_fro,
-                               double* jac_fro);
-  void attention_block_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
-                                const float* qkv, const HeadBuffers& heads, const float* atty, const float* lse,
-                                const float* datty, const HeadBuffers& dheads, float* dqkv);
-  // No fused layer on CUDA: the model runs the op sequence.
-  bool layer_forward_fused(const AttentionSpec&, const AttentionShape&, int64_t, const float*,
-                           const LayerForwardArgs&) {
-    return false;
-  }
-  bool layer_backward_fused(const AttentionSpec&, const AttentionShape&, int64_t, const float*,
-                            const LayerBackwardArgs&) {
-    return false;
-  }
-  // The read-out head in its own algebra (kernels/readout_cuda.h), unless switched off
-  // (readout_algebra_enabled) or the shape is not one it takes: returns whether it ran.
-  // In a step graph the loss goes to the step's scalars (as mse_forward's does).
-  bool readout_fused(const ReadoutShape& shape, const float* x, const float* y, ReadoutCell& cell, bool train,
-                     bool norms);
+  // ---- composites (ATTNSWEEP_COMPOSITE_OPS, worker/model/backend.h): the unfused op sequences, in
+  // backend_cuda.cpp; no fused layer (below: the model runs the op sequence). The read-out
+  // head in its own algebra (kernels/readout_cuda.h) unless switched off or the shape is not
+  // one it takes; in a step graph its loss goes to the step's scalars (as mse_forward's does).
+  ATTNSWEEP_COMPOSITE_OPS(ATTNSWEEP_DECLARE_COMPOSITE)
   // Several models' read-outs on one batch (BasicModel::readout_together; a group of cells):
   // cells[k] of backends[k] (backends[0] this one, all on this device), in one
   // readout_cuda on this stream and workspace, after what each other backend's stream
@@ -261,8 +236,8 @@ class CudaBackend {
  private:
   const void* input_bytes(InputSlot slot, const void* host, size_t bytes);
   // With a key mask, on steps that collect norms: attn_fro / jac_fro (B, H) again from
-  // each sample's real query rows (the CPU's norms_of_real_queries, worker/model/backend.cpp):
-  // the kernels mask keys, not queries.
+  // each sample's real query rows (kernels/real_query_norms_cuda.h, with this backend's
+  // attention_forward and scratch slots 8 and 9): the kernels mask keys, not queries.
   void norms_of_real_queries(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
                              const HeadBuffers& heads, double* attn_fro, double* jac_fro);
   // Device scratch of at least `bytes` in slot i (grown, kept): the bf16 copies of the
@@ -352,6 +327,16 @@ class CudaBackend {
 
 #undef ATTNSWEEP_CUDA_OP
 #undef ATTNSWEEP_CUDA_OP_WS
+
+// No fused layer on CUDA: the model runs the op sequence.
+inline bool CudaBackend::layer_forward_fused(const AttentionSpec&, const AttentionShape&, int64_t, const float*,
+                                             const LayerForwardArgs&) {
+  return false;
+}
+inline bool CudaBackend::layer_backward_fused(const AttentionSpec&, const AttentionShape&, int64_t, const float*,
+                                              const LayerBackwardArgs&) {
+  return false;
+}
 
 static_assert(ModelBackend<CudaBackend>);
 

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 
+#include "kernels/real_query_norms.h"
 #include "kernels/scratch.h"
 
 namespace attnsweep {
 namespace {
 
-constexpr int64_t kFloat = 4, kDouble = 8, kInt32 = 4, kInt64 = 8, kBf16 = 2;
+constexpr int64_t kFloat = 4, kInt32 = 4, kInt64 = 8, kBf16 = 2;
 
 // The batch on the device (CudaBackend::input): x or the token ids, the targets, the key
 // mask; and, for float features and targets, a batch the device may make itself
@@ -49,8 +50,12 @@ int64_t workspace_request(const ModelConfig& s, int64_t B) {
                       colsum(B * s.tokens, C, 1), colsum(head_rows, K, 1)})
       need = std::max(need, b);
   }
-  need = std::max(need, B * (kDouble + kInt32) + 64);  // softmax cross-entropy per row
-  need = std::max(need, 1024 * kDouble + 64);          // sum of squares (global norm, MSE)
+  auto at_least = [&](size_t bytes) { need = std::max(need, static_cast<int64_t>(bytes)); };
+  if (s.head == Head::classify) at_least(scratch_bytes<XentScratch>(B, true));  // softmax cross-entropy
+  at_least(scratch_bytes<SumSquaresScratch>(kMaxSumSquaresBlocks, true));      // global norm, MSE
+  // The read-out in its own algebra (readout_cuda), one cell: a group's cells on one
+  // backend (BasicModel::readout_together) take K times its share and grow it.
+  if (readout) at_least(scratch_bytes<ReadoutScratch>(B, s.dim, s.heads, 1, true));
   return need;
 }
 
@@ -78,8 +83,8 @@ BackendBuffers backend_buffers(const ModelConfig& s, int64_t B) {
   // The masked norms (CudaBackend::norms_of_real_queries): the real query rows of every
   // sample (up to B T), then one sample's q and o rows and lse for every head.
   if (s.pad_id >= 0 && !readout) {
-    b.scratch[8] = std::max<int64_t>(1, B * T) * kInt32;
-    b.scratch[9] = (2 * H * T * hd + H * T) * kFloat;
+    b.scratch[8] = real_query_rows_bytes(B * T);
+    b.scratch[9] = real_query_buf_bytes(H, T, hd);
   }
   if (s.precision == Precision::bf16) {
     // The matmuls: a bfloat16 copy of each of its two inputs, each grown to the largest (at

@@ -25,7 +25,7 @@
 // sample does not depend on how much padding follows it; nor do attn_fro / jac_fro,
 // which count the rows of real queries only (padding rows never reach the loss).
 // Both backends pad: the norms of the real query rows are a per-sample gather and a
-// second attention call on logged steps (CpuBackend / CudaBackend::norms_of_real_queries).
+// second attention call on logged steps (kernels/real_query_norms.h).
 #pragma once
 
 #include <cstdint>
