@@ -106,7 +106,8 @@ struct AttentionRefBwdScratch {
 // backward: the fused path's where it takes d, else the materialising path's.
 inline size_t attention_scratch_bytes(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d, bool backward) {
   if (attention_fused_head_width(d))
-    return backward ? scratch_bytes<AttentionBwdScratch>(B, H, Nq, Nk) : scratch_bytes<AttentionFwdScratch>(B, H, Nq, Nk);
+    return backward ? scratch_bytes<AttentionBwdScratch>(B, H, Nq, Nk)
+                    : scratch_bytes<AttentionFwdScratch>(B, H, Nq, Nk);
   return backward ? scratch_bytes<AttentionRefBwdScratch>(B, H, Nq, Nk)
                   : scratch_bytes<AttentionRefFwdScratch>(B, H, Nq, Nk);
 }

@@ -322,7 +322,7 @@ void readout_cuda(const ReadoutShape& sh, const float* x, const float* y, Readou
                                 std::to_string(sh.C) + " H " + std::to_string(sh.H) + ", " + std::to_string(K) +
                                 " cells (expected N >= 2, 1 <= C <= 65, H dividing C, 1 to " +
                                 std::to_string(kReadoutCudaMaxCells) + " cells, 2 (N - 1) floats of shared memory)");
-  const int64_t B = sh.B, C = sh.C, hd = C / sh.H, L = sh.N - 1, G = 3 * C * C, R = (2 * hd + 1) * C;
+  const int64_t B = sh.B, C = sh.C, L = sh.N - 1, G = 3 * C * C;
   // Scratch: the prompts' gradient terms and losses, then (no loss_sums) the K loss sums.
   Carver carve(ws->reserve(scratch_bytes<ReadoutScratch>(B, C, sh.H, K, train)));
   const ReadoutScratch scratch = ReadoutScratch::carve(carve, B, C, sh.H, K, train);

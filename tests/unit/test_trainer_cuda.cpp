@@ -239,7 +239,8 @@ TEST(CudaModel, LossNormsAndGradientsMatchCpu) {
     }
     // The backend's own buffers were allocated from their declared plan when the model was
     // sized for B (worker/model/device_memory.h): the two steps grew none of them.
-    EXPECT_EQ(gpu.backend().unplanned_growths(), 0) << "outgrew backend_buffers' plan: " << gpu.backend().unplanned_buffers();
+    EXPECT_EQ(gpu.backend().unplanned_growths(), 0)
+        << "outgrew backend_buffers' plan: " << gpu.backend().unplanned_buffers();
   }
 }
 

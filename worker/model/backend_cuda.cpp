@@ -188,7 +188,8 @@ void CudaBackend::note_unplanned(const std::string& what, size_t had, size_t ask
 }
 
 int64_t CudaBackend::unplanned_growths() const {
-  return unplanned_ + (reserved_ ? static_cast<int64_t>(attention_cuda_workspace_epoch(ws_) - ws_epoch_at_reserve_) : 0);
+  return unplanned_ +
+         (reserved_ ? static_cast<int64_t>(attention_cuda_workspace_epoch(ws_) - ws_epoch_at_reserve_) : 0);
 }
 
 std::string CudaBackend::unplanned_buffers() const {

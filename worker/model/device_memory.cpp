@@ -45,14 +45,16 @@ int64_t workspace_request(const ModelConfig& s, int64_t B) {
     const int64_t C = s.dim, T = s.seq(), F = s.mlp_ratio * s.dim;
     const int64_t K = s.head == Head::token_regress ? 1 : s.classes;
     const int64_t head_rows = s.head == Head::token_regress ? B * s.tokens : B;
-    auto colsum = [](int64_t rows, int64_t oc, int64_t nout) { return colsum_chunks(rows, oc, nout).scratch_bytes(oc, nout); };
+    auto colsum = [](int64_t rows, int64_t oc, int64_t nout) {
+      return colsum_chunks(rows, oc, nout).scratch_bytes(oc, nout);
+    };
     for (int64_t b : {colsum(B * T, 3 * C, 1), colsum(B * T, C, 1), colsum(B * T, F, 1), colsum(B * T, C, 2),
                       colsum(B * s.tokens, C, 1), colsum(head_rows, K, 1)})
       need = std::max(need, b);
   }
   auto at_least = [&](size_t bytes) { need = std::max(need, static_cast<int64_t>(bytes)); };
   if (s.head == Head::classify) at_least(scratch_bytes<XentScratch>(B, true));  // softmax cross-entropy
-  at_least(scratch_bytes<SumSquaresScratch>(kMaxSumSquaresBlocks, true));      // global norm, MSE
+  at_least(scratch_bytes<SumSquaresScratch>(kMaxSumSquaresBlocks, true));       // global norm, MSE
   // The read-out in its own algebra (readout_cuda), one cell: a group's cells on one
   // backend (BasicModel::readout_together) take K times its share and grow it.
   if (readout) at_least(scratch_bytes<ReadoutScratch>(B, s.dim, s.heads, 1, true));
