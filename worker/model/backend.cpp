@@ -24,6 +24,18 @@ bool attention_packed(const AttentionSpec& spec, const AttentionShape& shape, bo
 
 }  // namespace
 
+void CpuBackend::attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q,
+                                   const float* k, const float* v, const float* key_mask, float* o, float* lse,
+                                   double* attn_fro, double* jac_fro) {
+  attention_forward_cpu(spec, shape, q, k, v, key_mask, o, lse, attn_fro, jac_fro);
+}
+
+void CpuBackend::attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q,
+                                    const float* k, const float* v, const float* key_mask, const float* o,
+                                    const float* dout, const float* lse, float* dq, float* dk, float* dv) {
+  attention_backward_cpu(spec, shape, q, k, v, key_mask, o, dout, lse, dq, dk, dv);
+}
+
 void CpuBackend::attention_block_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* key_mask,
                                          const float* qkv, const HeadBuffers& heads, float* atty, float* lse,
                                          double* attn_fro, double* jac_fro) {

@@ -146,6 +146,17 @@ true;
 // Not here, because their parameters or their kind differ by backend: readout_together
 // (a vector of the backend's own type) and the static layer_buffers.
 #define ATTNSWEEP_COMPOSITE_OPS(X)                                                                                    \
+  /* The attention on split heads (kernels/attention.h): q (B, H, Nq, d), k (B, H, Nk, d), v (B, H, Nk, dv),          \
+     key_mask (B, Nk) or null (padding); o (B, H, Nq, dv), lse (B, H, Nq), attn_fro and jac_fro (B, H) or null. The   \
+     CPU's kernel, or CUDA's fused kernels (the materialising path where they have no specialisation; with precision  \
+     bf16 on bfloat16 copies), float32 in and out either way. */                                                      \
+  X(void, attention_forward,                                                                                          \
+    (const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k, const float* v,          \
+     const float* key_mask, float* o, float* lse, double* attn_fro, double* jac_fro))                                 \
+  /* Its backward: dq, dk, dv (the shapes of q, k, v) from o, dout (the shape of o) and lse. */                       \
+  X(void, attention_backward,                                                                                         \
+    (const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k, const float* v,          \
+     const float* key_mask, const float* o, const float* dout, const float* lse, float* dq, float* dk, float* dv))    \
   /* out = inp @ weight^T + bias + resid (matmul_forward then residual_forward(out, out, resid));                     \
      the CPU finishes each block of rows while it is in cache. */                                                     \
   X(void, matmul_residual_forward,                                                                                    \
@@ -270,8 +281,6 @@ concept ModelBackend = ModelBackendPlainOps<B> &&
     } -> std::same_as<std::optional<GraphedStep>>;
   { be.graphed_steps() } -> std::convertible_to<int64_t>;
   { be.global_norm(cf, n) } -> std::convertible_to<double>;
-  be.attention_forward(spec, shape, cf, cf, cf, cf, f, f, d, d);
-  be.attention_backward(spec, shape, cf, cf, cf, cf, cf, cf, cf, f, f, f);
   // the composites outside the composite list (its ops: ModelBackendComposites)
   { be.layer_buffers(spec, shape, n, flag) } -> std::same_as<LayerBuffers>;
   { be.readout_together(replicas, rs, cf, cf, rcs, flag) } -> std::same_as<bool>;
@@ -350,18 +359,6 @@ class CpuBackend {
     return std::nullopt;
   }
   int64_t graphed_steps() const { return 0; }
-
-  // key_mask (B, Nk) or null (worker/model/model.h: padding).
-  void attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
-                         const float* v, const float* key_mask, float* o, float* lse, double* attn_fro,
-                         double* jac_fro) {
-    attention_forward_cpu(spec, shape, q, k, v, key_mask, o, lse, attn_fro, jac_fro);
-  }
-  void attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
-                          const float* v, const float* key_mask, const float* o, const float* dout, const float* lse,
-                          float* dq, float* dk, float* dv) {
-    attention_backward_cpu(spec, shape, q, k, v, key_mask, o, dout, lse, dq, dk, dv);
-  }
 
   // ---- composites (ATTNSWEEP_COMPOSITE_OPS above): on the CPU, the fused versions of
   // kernels/ops.h; defined below and in backend.cpp ----

@@ -149,16 +149,6 @@ class CudaBackend {
   // name_cuda(args..., ws_, stream) for those of the list's second kind.
   ATTNSWEEP_PLAIN_OPS(ATTNSWEEP_CUDA_OP, ATTNSWEEP_CUDA_OP_WS)
 
-  // The fused kernels (attention_cuda.h; they fall back to the materialising path where
-  // they have no specialisation), float32 or, with precision bf16, on bfloat16 copies
-  // (backend_cuda.cpp). key_mask (B, Nk) or null. Float32 in and out either way.
-  void attention_forward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
-                         const float* v, const float* key_mask, float* o, float* lse, double* attn_fro,
-                         double* jac_fro);
-  void attention_backward(const AttentionSpec& spec, const AttentionShape& shape, const float* q, const float* k,
-                          const float* v, const float* key_mask, const float* o, const float* dout, const float* lse,
-                          float* dq, float* dk, float* dv);
-
   // Kernel time, for bench/: with time_kernels(true) every op above records a CUDA event
   // before and after its work on the stream; take_kernel_ms() waits for the stream and
   // returns the summed time inside the ops since the last call (the step's kernel time,
