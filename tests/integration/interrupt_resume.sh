@@ -2,11 +2,18 @@
 # told to stop, the run exits 75; the next run resumes and finishes every cell once.
 source "$(dirname "$0")/lib.bash"
 cat > grid.json <<'JSON'
-{"name": "interrupt", "axes": {"task": ["synthetic"], "seed": [0,1,2,3,4,5,6,7,8,9,10,11]}, "fixed": {"seconds": 1.0}}
+{"name": "interrupt", "axes": {"task": ["synthetic"], "seed": [0,1,2,3,4,5,6,7,8,9,10,11]}, "fixed": {"seconds": 2.0}}
 JSON
 "$ATTNSWEEP" run grid.json --out out --workers 2 2>err.txt &
 pid=$!
-sleep 2.5
+# Stopped 1 s after a third cell started: two cells are done and two are half-way through
+# their 2 s, whatever the machine's speed (a fixed 2.5 s after the start caught none
+# mid-way under ASan, where the first four cells took 2.4 s). At most 120 s.
+for _ in $(seq 1200); do
+  [ -f out/events.jsonl ] && [ "$(grep -c '"started"' out/events.jsonl)" -ge 3 ] && break
+  sleep 0.1
+done
+sleep 1
 kill -TERM $pid
 set +e; wait $pid; rc=$?; set -e
 cat err.txt
@@ -54,7 +61,7 @@ check "a concurrent run on one directory exits 2" test "$RC" = 2
 check "and names the pid holding it ($ERR)" grep -q "pid $pid" <<<"$ERR"
 
 # A resume with a changed grid is refused without --force.
-sed 's/"seconds": 1.0/"seconds": 0.01/' grid.json > changed.json
+sed 's/"seconds": 2.0/"seconds": 0.01/' grid.json > changed.json
 run_rc "$ATTNSWEEP" run changed.json --out out --workers 2
 check "changed grid refused with exit 2" test "$RC" = 2
 check "the message says to use --force ($ERR)" grep -q -- "--force" <<<"$ERR"
