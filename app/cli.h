@@ -56,6 +56,7 @@ int cmd_submit(int argc, char** argv);          // app/cmd_run.cpp
 int cmd_train(int argc, char** argv);           // app/cmd_run.cpp
 int cmd_status(int argc, char** argv);          // app/cmd_run.cpp
 int cmd_aggregate(int argc, char** argv);       // app/cmd_aggregate.cpp
+int cmd_verdict(int argc, char** argv);         // app/cmd_verdict.cpp
 
 }  // namespace attnsweep::cli
 

@@ -21,6 +21,7 @@
 #include "experiments/result_schema.h"
 #include "results/aggregate.h"
 #include "results/report_script.h"
+#include "results/verdict_files.h"
 
 extern char** environ;
 
@@ -118,6 +119,21 @@ int cmd_report(int argc, char** argv) {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "attnsweep report: aggregate: %s\n", e.what());
       return kExitUsage;
+    }
+  }
+  // The grid's claims decided first (results/verdict.h): DIR/verdicts.csv, the page's first section.
+  {
+    const fs::path verdicts = root / "verdicts.csv";
+    try {
+      const DirVerdicts v = verdicts_of_dir(dir, "", kDefaultResamples);
+      if (!v.claims.empty()) {
+        write_verdicts_csv(verdicts.string(), v.verdicts);
+        std::printf("%zu claims decided -> %s\n", v.verdicts.size(), verdicts.c_str());
+      }
+    } catch (const std::exception& e) {
+      std::error_code ec;
+      fs::remove(verdicts, ec);  // no stale verdicts on the page
+      std::fprintf(stderr, "attnsweep report: verdict: %s (the page shows no verdicts)\n", e.what());
     }
   }
   std::fflush(stdout);

@@ -24,7 +24,8 @@ const char* kUsage =
     "  submit GRID.json --out DIR --nodes N --gpus-per-node G [...]   write DIR/job.sbatch, sbatch it\n"
     "  status DIR [--json]               done / diverged / failed / pending, ETA\n"
     "  aggregate DIR                     DIR/aggregate.h5 + DIR/summary.csv, log-log fits\n"
-    "  report DIR                        DIR/report.html: figures, final metrics, counts\n"
+    "  verdict DIR [--claims GRID.json]  each claim of the grid decided: DIR/verdicts.csv\n"
+    "  report DIR                        DIR/report.html: verdicts, figures, final metrics, counts\n"
     "  attention IN.h5 --out OUT.h5 ...  one attention forward + backward, for checking numerics\n"
     "  activations [--json]              the attention activations phi and what each takes\n"
     "  schema                            the grid format as a JSON Schema (draft 2020-12), for editors\n"
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
     if (cmd == "status") return cmd_status(argc - 1, argv + 1);
     if (cmd == "submit") return cmd_submit(argc - 1, argv + 1);
     if (cmd == "attention") return cmd_attention(argc - 1, argv + 1);
+    if (cmd == "verdict") return cmd_verdict(argc - 1, argv + 1);
     if (cmd == "report") return cmd_report(argc - 1, argv + 1);
     if (cmd == "activations") return cmd_activations(argc - 1, argv + 1);
     if (cmd == "schema") return cmd_schema(argc - 1, argv + 1);
@@ -65,7 +67,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string s = closest_match(cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit",
-                                            "report", "activations", "schema", "results-schema"});
+                                            "verdict", "report", "activations", "schema", "results-schema"});
   std::fprintf(stderr, "attnsweep: %s: unknown command%s (see attnsweep --help)\n", cmd.c_str(),
                s.empty() ? "" : (" (did you mean \"" + s + "\"?)").c_str());
   return kExitUsage;

@@ -23,7 +23,9 @@
 #include "experiments/command.h"
 #include "experiments/params.h"
 #include "experiments/registry.h"
+#include "experiments/result_schema.h"
 #include "kernels/activation.h"
+#include "results/table.h"
 
 namespace attnsweep {
 
@@ -354,8 +356,8 @@ std::string read_input(const std::string& path) {
   }
 }
 
-const std::vector<std::string> kTopLevelKeys = {"name",    "description", "axes",      "fixed",
-                                                "include", "exclude",     "resources", "command"};
+const std::vector<std::string> kTopLevelKeys = {"name",    "description", "axes",    "fixed", "include",
+                                                "exclude", "resources",   "command", "claims"};
 
 // The keys a command section declares (experiments/command.h), for validating the rest.
 std::optional<CommandSection> read_command(const json& section, const std::string& path, Problems& problems,
@@ -586,6 +588,7 @@ class GridReader {
     make_cells();
     if (problems_.empty() && grid_.cells.empty())
       problems_.add(excludes_.empty() ? "" : "exclude", "removes every cell; the grid has no cells left");
+    if (root_.contains("claims")) read_claims();
     problems_.throw_if_any();
     std::vector<std::string> ids;
     for (const auto& c : grid_.cells) ids.push_back(c.id);
@@ -613,6 +616,58 @@ class GridReader {
         problems_.add(key, "expected a string, got " + describe_value(to_plain(root_[key])));
       else if (std::string(key) == "name")
         grid_.name = root_[key].get<std::string>();
+    }
+  }
+
+  // The claims (results/claims.h): each well formed, naming keys and a metric the cells
+  // have, and testable by the cells (two groups with cells, two units or more, ...).
+  void read_claims() {
+    std::vector<std::pair<std::string, std::string>> found;
+    grid_.claims = parse_claims(to_plain(root_["claims"]), found);
+    for (const auto& [path, msg] : found) problems_.add(path, msg);
+    if (!problems_.empty()) return;  // the cells are not known well enough to test against
+    std::set<std::string> keys, tasks;
+    std::vector<ClaimCell> cells;
+    for (const Cell& c : grid_.cells) {
+      ClaimCell cell;
+      for (const auto& [k, v] : c.config.items()) {
+        keys.insert(k);
+        cell.values[k] = label_value(v);
+      }
+      tasks.insert(c.config.value("task", ""));
+      cells.push_back(std::move(cell));
+    }
+    const std::vector<std::string> key_list(keys.begin(), keys.end());
+    for (size_t i = 0; i < grid_.claims.size(); ++i) {
+      const Claim& claim = grid_.claims[i];
+      const std::string at = indexed("claims", i);
+      bool ok = true;
+      for (const auto& [path, key] : claim_keys(claim, i)) {
+        if (keys.count(key)) continue;
+        const std::string s = closest_match(key, key_list);
+        problems_.add(path,
+                      "no cell of this grid has the key " + key + (s.empty() ? "" : " (did you mean \"" + s + "\"?)"));
+        ok = false;
+      }
+      // The metric: a final metric of every task among the cells (a command task's are its own).
+      if (!tasks.count("command")) {
+        const ResultField* f = find_result_field(ResultKind::final_metric, claim.metric);
+        for (const std::string& t : tasks) {
+          if (f != nullptr && written_for(*f, t)) continue;
+          std::vector<std::string> names;
+          for (const ResultField& r : result_schema())
+            if (r.kind == ResultKind::final_metric && written_for(r, t)) names.push_back(r.name);
+          const std::string s = closest_match(claim.metric, names);
+          problems_.add(at + ".metric", claim.metric + " is no final metric of task " + t +
+                                            (s.empty() ? "" : " (did you mean \"" + s + "\"?)"));
+          ok = false;
+          break;
+        }
+      }
+      if (!ok) continue;
+      const ClaimData d = claim_data(claim, cells, key_list);
+      if (std::string why = untestable_reason(claim, d); !why.empty())
+        problems_.add(at, "this grid cannot test the claim \"" + claim.id + "\": " + why);
     }
   }
 

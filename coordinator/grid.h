@@ -10,6 +10,7 @@
 
 #include "coordinator/input_error.h"
 #include "experiments/params.h"
+#include "results/claims.h"
 
 namespace attnsweep {
 
@@ -45,6 +46,7 @@ struct Grid {
   std::vector<Cell> cells;             // in expansion order, duplicates merged
   std::string hash;                    // hash over the sorted cell ids (independent of formatting)
   std::vector<std::string> overrides;  // the command line's key=value words, as given
+  std::vector<Claim> claims;           // declared in the grid (`claims`), each testable by its cells
 };
 
 Grid load_grid(const std::string& path);  // throws InputError

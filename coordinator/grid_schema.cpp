@@ -117,6 +117,7 @@ json grid_json_schema() {
           {"keys", {{"type", "object"}}}}},
         {"required", json::array({"argv"})},
         {"additionalProperties", false}}},
+      {"claims", claims_json_schema()},
   };
   props["axes"]["description"] = "key: [values]; the grid is the product of the axes";
   props["fixed"]["description"] = "key: value, set in every cell";

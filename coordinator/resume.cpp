@@ -9,6 +9,7 @@
 #include "base/utc_time.h"
 #include "results/cell_file.h"
 #include "results/run_manifest.h"
+#include "results/verdict_files.h"
 
 namespace attnsweep {
 namespace fs = std::filesystem;
@@ -17,8 +18,8 @@ using json = nlohmann::json;
 std::vector<std::pair<size_t, CellStatus>> prepare_dir(const Grid& grid, const RunOptions& opt, RunDir& rd) {
   rd.open_and_lock();
   const std::string manifest = rd.dir() + "/manifest.json";
+  json old;
   if (fs::exists(manifest)) {
-    json old;
     try {
       old = json::parse(read_text(manifest));
     } catch (const std::exception& e) {
@@ -49,6 +50,19 @@ std::vector<std::pair<size_t, CellStatus>> prepare_dir(const Grid& grid, const R
   json m = {{"grid", grid.source},         {"grid_file", grid.file},     {"grid_name", grid.name},
             {"grid_hash", grid.hash},      {"cells", grid.cells.size()}, {"attnsweep_version", ATTNSWEEP_VERSION},
             {"overrides", grid.overrides}, {"written", iso_utc_now()},   {kManifestCellIds, ids}};
+  // When the claims were declared (results/verdict.h): kept while they stay the same, else
+  // now, with how many of the grid's cells had finished by then (0: before the run).
+  const json claims = grid.source.value("claims", json());
+  if (!claims.is_null()) {
+    const json old_grid = old.is_object() ? old.value("grid", json::object()) : json::object();
+    if (old_grid.is_object() && old_grid.value("claims", json()) == claims && old.contains(kManifestClaimsDeclared)) {
+      m[kManifestClaimsDeclared] = old[kManifestClaimsDeclared];
+    } else {
+      int64_t done = 0;
+      for (const std::string& id : ids) done += fs::exists(rd.dir() + "/runs/" + id + ".h5");
+      m[kManifestClaimsDeclared] = {{"written", iso_utc_now()}, {"cells_done", done}};
+    }
+  }
   atomic_write_text(manifest, m.dump(2) + "\n");
 
   // Temporaries of a run that was killed (we hold the lock: no writer is alive).

@@ -191,7 +191,7 @@ const TaskDef& listops_task() {
     // The data's sizes and seed are the data's alone, so that cells with different
     // `seed` or `init_seed` share one test set; the generator's defaults are LRA's.
     d.keys = {boolean_key("cls", true, "classify from a learned CLS token instead of the mean over tokens"),
-              integer_key("data_seed", 0, kNoBound, 0, "seed of the generated train and test samples"),
+              seed_following_key("data_seed", "seed of the generated train and test samples"),
               integer_key("n_train", 1, 1e9, 96000, "training samples (LRA: 96000)"),
               integer_key("n_test", 1, 1e9, 2000, "test samples, fixed per data_seed (LRA: 2000)"),
               integer_key("depth", 1, 64, 10, "most nested operators of a ListOps expression"),

@@ -79,6 +79,11 @@ ParamSpec integer_key(std::string name, double min, double max, json default_val
   s.max = max;
   return s;
 }
+ParamSpec seed_following_key(std::string name, std::string description) {
+  ParamSpec s = integer_key(std::move(name), 0, kNoBound, 0, std::move(description) + " (default: the cell's seed)");
+  s.default_value = [](const json& cfg) { return cfg.contains("seed") ? cfg.at("seed") : json(0); };
+  return s;
+}
 ParamSpec number_key(std::string name, double min, double max, json default_value, std::string description) {
   ParamSpec s = integer_key(std::move(name), min, max, std::move(default_value), std::move(description));
   s.type = ParamType::number;

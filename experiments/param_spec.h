@@ -74,6 +74,10 @@ ParamSpec integer_key(std::string name, double min, double max, json default_val
 ParamSpec number_key(std::string name, double min, double max, json default_value, std::string description);
 ParamSpec string_key(std::string name, std::vector<std::string> choices, json default_value, std::string description);
 ParamSpec boolean_key(std::string name, json default_value, std::string description);
+// A seed key (init_seed, data_seed) whose default is the cell's `seed`: one seed axis
+// varies the initialisation, the data order and the data together, so that replicates
+// differ in every source of variation; a grid that sets the key splits them on purpose.
+ParamSpec seed_following_key(std::string name, std::string description);
 
 // What a valid value of `spec` looks like: "an integer in 1..16", "one of softmax, ...".
 std::string describe_expected(const ParamSpec& spec);

@@ -171,7 +171,7 @@ const TaskDef& pde_task() {
     d.max_prompt_length = 8192;
     d.model = TaskModel::transformer;
     d.target = TaskTarget::per_token;
-    d.keys = {integer_key("data_seed", 0, kNoBound, 0, "seed of the generated train and test samples"),
+    d.keys = {seed_following_key("data_seed", "seed of the generated train and test samples"),
               integer_key("n_train", 1, 1e9, 1000, "training samples"),
               integer_key("n_test", 1, 1e9, 200, "test samples, fixed per data_seed"),
               number_key("nu", 0.01, 100, 0.1, "viscosity of Burgers' equation u_t + u u_x = nu u_xx"),

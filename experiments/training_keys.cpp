@@ -11,11 +11,10 @@ namespace {
 // The key's default for the cell's task: the task's own (TaskDef::training_defaults) or
 // the common one.
 ParamSpec training_key(ParamSpec s) {
-  json common = s.default_value ? s.default_value(json::object()) : json();
-  s.default_value = [name = s.name, common = std::move(common)](const json& cfg) {
+  s.default_value = [name = s.name, common = s.default_value](const json& cfg) {
     if (const TaskDef* t = task_of(cfg))
       if (auto it = t->training_defaults.find(name); it != t->training_defaults.end()) return it->second;
-    return common;
+    return common ? common(cfg) : json();
   };
   return s;
 }
@@ -44,9 +43,10 @@ std::vector<ParamSpec> make_training_specs() {
         std::tuple{"log_every", 1.0, 1e9, 50, "steps between rows of /train and /norms"},
         std::tuple{"eval_every", 0.0, 1e9, 500, "steps between test-split evaluations (0: only at the end)"},
         std::tuple{"eval_batches", 0.0, 1e9, 0, "batches of the test split per evaluation (0: all of it)"},
-        std::tuple{"checkpoint_every", 0.0, 1e9, 0, "steps between checkpoints (0: only when stopped by a signal)"},
-        std::tuple{"init_seed", 0.0, kNoBound, 0, "seed of the initial weights (separate from seed: paired runs)"}})
+        std::tuple{"checkpoint_every", 0.0, 1e9, 0, "steps between checkpoints (0: only when stopped by a signal)"}})
     v.push_back(training_key(integer_key(name, lo, hi, def, what)));
+  v.push_back(training_key(
+      seed_following_key("init_seed", "seed of the initial weights; set apart from seed for paired runs")));
   ParamSpec devices =
       integer_key("devices", 1, 64, 1, "devices (GPUs, or CPU devices) this cell trains on, data-parallel");
   // Every device takes batch / devices rows of the step's batch (worker/training/trainer.h).

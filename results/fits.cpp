@@ -2,8 +2,6 @@
 // per group of cells and the /fits group.
 #include "results/fits.h"
 
-#include <boost/math/distributions/students_t.hpp>
-
 #include <cmath>
 #include <limits>
 #include <map>
@@ -18,11 +16,6 @@
 
 namespace attnsweep {
 namespace {}  // namespace
-
-double student_t_quantile(double p, double dof) {
-  if (!(p > 0 && p < 1) || !(dof > 0)) return kNaN;
-  return boost::math::quantile(boost::math::students_t_distribution<double>(dof), p);
-}
 
 Fit fit_loglog(const std::vector<double>& x, const std::vector<double>& y) {
   Fit f;

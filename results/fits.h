@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "results/h5.h"
+#include "results/stats.h"  // student_t_quantile
 
 namespace attnsweep {
 
@@ -26,7 +27,6 @@ struct Fit {
 Fit fit_loglog(const std::vector<double>& x, const std::vector<double>& y);
 
 // Quantile of Student's t distribution with `dof` degrees of freedom (0 < p < 1).
-double student_t_quantile(double p, double dof);
 
 namespace aggregation {
 

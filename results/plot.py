@@ -839,9 +839,50 @@ tbody tr:nth-child(even) { background:#fafbfc; }
 tbody tr:hover { background:#eef3fb; }
 .pm { color:var(--muted); } .bad { color:#b3261e; }
 .note { color:var(--muted); font-size:13px; }
+.verdict { font-weight:600; } .verdict.ok { color:#1a7f37; } .verdict.bad { color:#cf222e; } .verdict.warn { color:#9a6700; }
 ul.skipped { font: 12.5px/1.5 ui-monospace, "DejaVu Sans Mono", monospace; color:#7a4b00; }
 footer { color:var(--muted); font-size:12px; padding:18px 0 30px; border-top:1px solid var(--line); }
 """
+
+
+def verdicts_section(dirname, manifest):
+    """The grid's claims decided by `attnsweep verdict` (DIR/verdicts.csv, written by report
+    just before): one row a claim, the verdict word as the rule gave it."""
+    path = os.path.join(dirname, "verdicts.csv")
+    if not (isinstance(manifest.get("grid"), dict) and manifest["grid"].get("claims")) or not os.path.exists(path):
+        return []
+    import csv
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        return []
+
+    def num(t):
+        try:
+            v = float(t)
+        except ValueError:
+            return "—"
+        return f"{v:+.4g}"
+
+    cls = {"supported": "ok", "contradicted": "bad", "unresolved": "warn"}
+    out = ["<h2>Claims and verdicts</h2><p class=\"note\">Each claim declared in the grid, decided by "
+           "<code>attnsweep verdict</code>'s rule (docs/verdicts.md): the estimate over every unit, its 95 % "
+           "interval by a bootstrap over units (widened for few units), and the verdict word: supported, "
+           "contradicted, unresolved (the interval spans the claim's threshold, margin or tolerance) or not "
+           "testable. Declared " + html.escape(rows[0].get("declared", "")) + ".</p>",
+           "<div class=\"card\"><table><thead><tr>" + "".join(
+               f"<th>{h}</th>" for h in ("claim", "statement", "metric", "target", "units", "estimate [95 %]",
+                                         "verdict", "why / warnings")) + "</tr></thead><tbody>"]
+    for r in rows:
+        word = r.get("verdict", "")
+        why = "; ".join(x for x in (r.get("reason", ""), r.get("warnings", "")) if x)
+        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
+            f"<code>{html.escape(r.get('claim', ''))}</code>", html.escape(r.get("statement", "")),
+            html.escape(r.get("metric", "")), html.escape(r.get("target", "")), html.escape(r.get("units", "")),
+            f"{num(r.get('estimate', ''))} [{num(r.get('ci_lo', ''))}, {num(r.get('ci_hi', ''))}]",
+            f'<span class="verdict {cls.get(word, "")}">{html.escape(word)}</span>', html.escape(why))) + "</tr>")
+    out.append("</tbody></table></div>")
+    return out
 
 
 def main():
@@ -894,6 +935,7 @@ def main():
                  + stat(diverged, "diverged", "warn" if diverged else "") + stat(len(failed), "failed", "bad" if failed else "")
                  + (stat(pending, "pending") if pending else "") + stat(len(rep.figures), "figures") + "</div>")
     parts.append("</div></header><main><div class=\"wrap\">")
+    parts.extend(verdicts_section(dirname, manifest))
     if not rep.figures:
         parts.append('<p class="note">No figure applies to these cells yet (no prompt-length axis, metrics or '
                      'trajectories that the report knows how to plot).</p>')

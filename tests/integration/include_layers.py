@@ -65,10 +65,11 @@ FLOORS = {
         ["sweep"],
     ],
     "results": [
-        ["h5", "aggregate_options", "run_manifest", "report_script", "plot_script"],  # plot_script.h.in: the report's script, generated
+        ["h5", "aggregate_options", "run_manifest", "report_script", "plot_script", "stats"],  # plot_script.h.in: the report's script, generated
         ["cell_file", "table"],
-        ["aggregate_rows", "best_scale", "cell_reader"],
-        ["fits"],
+        ["aggregate_rows", "best_scale", "cell_reader", "claims"],
+        ["fits", "verdict"],
+        ["verdict_files"],
         ["aggregate_index", "paired"],
         ["aggregate"],
     ],

@@ -50,7 +50,7 @@ assert isinstance(r["loss"], float) and r["steps_per_s"] > 0 and r["attempt"] ==
 PY
 id=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["running_cells"][0]["cell_id"])' status.json)
 check "status: the running cell's step, loss and rate" \
-  grep -Eq "^  running $id \(seed=[01]\): step [0-9]+/1000000000, loss [-0-9.e+]+, [0-9.e+]+ steps/s$" status.txt
+  grep -Eq "^  running $id \(init_seed=[01] seed=[01]\): step [0-9]+/1000000000, loss [-0-9.e+]+, [0-9.e+]+ steps/s$" status.txt
 check "status: an ETA in seconds before any cell finished" grep -Eq "cells/s, ETA [0-9]+ s" status.txt
 check "the cell's log has a progress line" \
   grep -Eq "^attnsweep progress: cell $id step [0-9]+/1000000000, loss [-0-9.e+]+, [0-9.e+]+ steps/s$" out/logs/$id.log
