@@ -76,7 +76,6 @@ SummaryTable read_summary_csv(const std::string& path) {
   return t;
 }
 
-
 DirVerdicts verdicts_of_dir(const std::string& dir, const std::string& claims_file, int resamples) {
   DirVerdicts out;
   auto read_json = [](const std::string& path) {
@@ -177,7 +176,8 @@ std::string verdicts_text(const std::vector<Verdict>& v) {
   std::string s;
   for (const Verdict& x : v) {
     s += x.id + ": " + x.word;
-    if (std::isfinite(x.estimate)) s += "  " + signed_number(x.estimate) + " [" + signed_number(x.lo) + ", " + signed_number(x.hi) + "]";
+    if (std::isfinite(x.estimate))
+      s += "  " + signed_number(x.estimate) + " [" + signed_number(x.lo) + ", " + signed_number(x.hi) + "]";
     s += "  (" + x.target + "; " + std::to_string(x.units) + " units)";
     if (std::isfinite(x.p_a_greater)) s += "  P(a > b) " + format_number(std::round(x.p_a_greater * 100) / 100);
     s += "\n";
@@ -197,7 +197,9 @@ std::string verdicts_markdown(const std::vector<Verdict>& v) {
       "| claim | paper's statement | paper's setting | this run | estimate [95 % interval] | verdict |\n"
       "|---|---|---|---|---|---|\n";
   for (const Verdict& x : v) {
-    std::string est = std::isfinite(x.estimate) ? signed_number(x.estimate) + " [" + signed_number(x.lo) + ", " + signed_number(x.hi) + "]" : "—";
+    std::string est = std::isfinite(x.estimate)
+                          ? signed_number(x.estimate) + " [" + signed_number(x.lo) + ", " + signed_number(x.hi) + "]"
+                          : "—";
     est += " (" + x.metric + "; " + x.target + ")";
     std::string word = "**" + x.word + "**";
     if (!x.reason.empty()) word += ": " + x.reason;
@@ -207,6 +209,5 @@ std::string verdicts_markdown(const std::vector<Verdict>& v) {
   }
   return s;
 }
-
 
 }  // namespace attnsweep

@@ -13,7 +13,6 @@ namespace attnsweep {
 // DIR/summary.csv: RFC 4180 CSV with a header line. Throws std::runtime_error naming the file and line.
 SummaryTable read_summary_csv(const std::string& path);
 
-
 // The claims of a run directory decided: those of DIR/manifest.json's grid (declared
 // before the run when the manifest's claims_declared says no cell had finished), or, with
 // `claims_file`, the `claims` list of that grid file (declared after the run, and said
