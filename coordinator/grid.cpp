@@ -26,6 +26,7 @@
 #include "experiments/result_schema.h"
 #include "kernels/activation.h"
 #include "results/table.h"
+#include "results/trajectory_metric.h"
 
 namespace attnsweep {
 
@@ -649,8 +650,27 @@ class GridReader {
                       "no cell of this grid has the key " + key + (s.empty() ? "" : " (did you mean \"" + s + "\"?)"));
         ok = false;
       }
-      // The metric: a final metric of every task among the cells (a command task's are its own).
-      if (!tasks.count("command")) {
+      // The metric: a final metric of every task among the cells (a command task's are its
+      // own), or a statistic of a [T, L, H] trajectory the task writes (results/trajectory_metric.h).
+      std::string problem;
+      if (const auto tm = parse_trajectory_metric(claim.metric, &problem)) {
+        const ResultField* f = find_result_field(ResultKind::dataset, tm->path);
+        for (const std::string& t : tasks)
+          if (f == nullptr || !written_for(*f, t) || f->shape.size() != 3) {
+            problems_.add(at + ".metric", tm->path + " is no [T, L, H] trajectory of task " + t);
+            ok = false;
+            break;
+          }
+        for (const Cell& cell : grid_.cells)
+          if (ok && cell.config.contains("layers") && cell.config["layers"].get<int64_t>() < tm->layer) {
+            problems_.add(at + ".metric", "layer " + std::to_string(tm->layer) + " is beyond the cells' layers (" +
+                                              cell.config["layers"].dump() + ")");
+            ok = false;
+          }
+      } else if (!problem.empty()) {
+        problems_.add(at + ".metric", problem);
+        ok = false;
+      } else if (!tasks.count("command")) {
         const ResultField* f = find_result_field(ResultKind::final_metric, claim.metric);
         for (const std::string& t : tasks) {
           if (f != nullptr && written_for(*f, t)) continue;

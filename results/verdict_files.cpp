@@ -1,5 +1,6 @@
 #include "results/verdict_files.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <stdexcept>
 
 #include "results/table.h"
+#include "results/trajectory_metric.h"
 
 namespace attnsweep {
 using json = nlohmann::json;
@@ -118,7 +120,26 @@ DirVerdicts verdicts_of_dir(const std::string& dir, const std::string& claims_fi
       msg += (msg.empty() ? "" : "\n") + out.claims_source + ": " + path + ": " + text;
     throw std::runtime_error(msg);
   }
-  const SummaryTable table = read_summary_csv(dir + "/summary.csv");
+  SummaryTable table = read_summary_csv(dir + "/summary.csv");
+  // Trajectory metrics (results/trajectory_metric.h): a column from each cell's file.
+  for (const Claim& c : out.claims) {
+    std::string problem;
+    const auto tm = parse_trajectory_metric(c.metric, &problem);
+    if (!tm || std::find(table.columns.begin(), table.columns.end(), c.metric) != table.columns.end()) continue;
+    table.columns.push_back(c.metric);
+    for (ClaimCell& row : table.rows) {
+      double v = NAN;
+      const std::string path = dir + "/runs/" + row.get("cell_id") + ".h5";
+      if (!row.get("cell_id").empty() && std::filesystem::exists(path)) {
+        try {
+          v = trajectory_metric_value(h5::File::open_read(path), *tm);
+        } catch (const std::exception&) {
+          v = NAN;  // an unreadable file: the cell has no value (aggregate names such files)
+        }
+      }
+      row.values[c.metric] = std::isfinite(v) ? format_number(v) : "";
+    }
+  }
   // The parameters: the keys of DIR's cell files where it has them, else the registry's.
   std::set<std::string> keys;
   std::error_code ec;

@@ -66,7 +66,7 @@ FLOORS = {
     ],
     "results": [
         ["h5", "aggregate_options", "run_manifest", "report_script", "plot_script", "stats"],  # plot_script.h.in: the report's script, generated
-        ["cell_file", "table"],
+        ["cell_file", "table", "trajectory_metric"],
         ["aggregate_rows", "best_scale", "cell_reader", "claims"],
         ["fits", "verdict"],
         ["verdict_files"],

@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "coordinator/grid.h"
 #include "results/stats.h"
 #include "results/table.h"
+#include "results/trajectory_metric.h"
 #include "results/verdict.h"
 
 namespace attnsweep {
@@ -250,6 +253,58 @@ TEST(Verdict, MissingGroupOrOneUnitIsNotTestable) {
 TEST(Verdict, SmallSampleWideningIsStudentsAtTheMean) {
   EXPECT_NEAR(small_sample_widening(3), std::sqrt(1.5) * 4.302653 / 1.959964, 1e-5);
   EXPECT_NEAR(small_sample_widening(1000), 1.0, 2e-3);
+}
+
+// late: the mean over heads and the last quarter of the rows; growth: log of that over
+// the quarter before; both of one layer of a [T, L, H] trajectory.
+TEST(TrajectoryMetric, LateAndGrowthOfOneLayer) {
+  const std::string path = (std::filesystem::temp_directory_path() / "attnsweep-traj-test.h5").string();
+  {
+    h5::File f = h5::File::create(path);
+    std::vector<float> v;  // T 8, L 2, H 2: layer 1 = t + h, layer 2 = 10 (flat)
+    for (int t = 0; t < 8; ++t)
+      for (int l = 0; l < 2; ++l)
+        for (int h = 0; h < 2; ++h) v.push_back(l == 0 ? static_cast<float>(t + h) : 10.0f);
+    f.write_dataset<float>("/norms/attn_fro", {8, 2, 2}, v, "test");
+  }
+  const h5::File f = h5::File::open_read(path);
+  std::string problem;
+  auto late1 = parse_trajectory_metric("late:norms/attn_fro:layer1", &problem);
+  ASSERT_TRUE(late1) << problem;
+  EXPECT_EQ(late1->path, "/norms/attn_fro");
+  // rows 6, 7 (the last quarter of 8), heads 0, 1: (6 + 7 + 7 + 8) / 4
+  EXPECT_DOUBLE_EQ(trajectory_metric_value(f, *late1), 7.0);
+  // rows 4, 5 before it: mean 5; growth log(7 / 5)
+  EXPECT_NEAR(trajectory_metric_value(f, *parse_trajectory_metric("growth:norms/attn_fro:layer1", &problem)),
+              std::log(7.0 / 5.0), 1e-12);
+  EXPECT_DOUBLE_EQ(trajectory_metric_value(f, *parse_trajectory_metric("growth:norms/attn_fro:layer2", &problem)), 0.0);
+  EXPECT_TRUE(std::isnan(trajectory_metric_value(f, *parse_trajectory_metric("late:norms/attn_fro:layer3", &problem))));
+  EXPECT_TRUE(std::isnan(trajectory_metric_value(f, *parse_trajectory_metric("late:norms/jac_fro:layer1", &problem))));
+  EXPECT_FALSE(parse_trajectory_metric("test_accuracy", &problem));
+  EXPECT_TRUE(problem.empty());
+  EXPECT_FALSE(parse_trajectory_metric("late:norms/attn_fro", &problem));
+  EXPECT_NE(problem.find("expected late:<dataset>:layer<k>"), std::string::npos) << problem;
+  std::remove(path.c_str());
+}
+
+TEST(Claims, GridChecksATrajectoryMetric) {
+  const std::string grid = R"({"axes": {"task": ["image"], "activation": ["softmax", "poly"], "seed": [0, 1]},
+    "fixed": {"prompt_length": 16, "degree": 3, "scale": "inv_sqrt_n", "steps": 10, "layers": 2},
+    "claims": [{"id": "deep", "statement": "s", "kind": "difference", "metric": "late:norms/attn_fro:layer3",
+                "a": {"activation": "poly"}, "b": {"activation": "softmax"}, "pair_by": ["seed"], "direction": "a > b"},
+               {"id": "none", "statement": "s", "kind": "difference", "metric": "late:norms/phi:layer1",
+                "a": {"activation": "poly"}, "b": {"activation": "softmax"}, "pair_by": ["seed"], "direction": "a > b"}]})";
+  try {
+    parse_grid(grid, "g.json");
+    FAIL() << "expected the metrics refused";
+  } catch (const InputError& e) {
+    std::string all;
+    for (const std::string& l : e.problems) all += l + "\n";
+    EXPECT_NE(all.find("g.json: claims[0].metric: layer 3 is beyond the cells' layers (2)"), std::string::npos) << all;
+    EXPECT_NE(all.find("g.json: claims[1].metric: /norms/phi is no [T, L, H] trajectory of task image"),
+              std::string::npos)
+        << all;
+  }
 }
 
 TEST(Claims, ParseNamesEveryProblem) {
