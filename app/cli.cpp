@@ -22,8 +22,14 @@ bool parse(const std::string& cmd, int argc, char** argv, const po::options_desc
     std::vector<std::string> known;
     for (const auto& o : desc.options()) known.push_back("--" + o->long_name());
     const std::string s = closest_match(name, known);
-    std::fprintf(stderr, "attnsweep %s: %s: unknown option%s\n", cmd.c_str(), name.c_str(),
-                 s.empty() ? "" : (" (did you mean " + s + "?)").c_str());
+    if (name == "-m" || name == "--multirun")
+      std::fprintf(stderr,
+                   "attnsweep %s: %s: unknown option; no flag is needed to sweep: every axis of the grid and every "
+                   "key=a,b override is swept (Hydra's -m is what attnsweep always does)\n",
+                   cmd.c_str(), name.c_str());
+    else
+      std::fprintf(stderr, "attnsweep %s: %s: unknown option%s\n", cmd.c_str(), name.c_str(),
+                   s.empty() ? "" : (" (did you mean " + s + "?)").c_str());
   } catch (const po::too_many_positional_options_error&) {
     std::fprintf(stderr, "attnsweep %s: too many arguments (see attnsweep %s --help)\n", cmd.c_str(), cmd.c_str());
   } catch (const po::error& e) {

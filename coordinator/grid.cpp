@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <unordered_set>
 
@@ -458,7 +459,34 @@ std::string grid_text_with_overrides(const std::string& path, const std::vector<
                          key + "\"");
       continue;
     }
-    const std::vector<std::string> parts = split_values(value);
+    std::vector<std::string> parts = split_values(value);
+    // range(a,b[,step]) (Python's: b excluded) and [a,b,...] sweep too: no key takes a list.
+    static const std::regex range_re(R"(range\(\s*(-?\d+)\s*,\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?\))");
+    std::smatch m;
+    if (std::regex_match(value, m, range_re)) {
+      const long long a = std::stoll(m[1].str()), b = std::stoll(m[2].str()),
+                      step = m[3].matched ? std::stoll(m[3].str()) : 1;
+      if (step == 0 || (b - a) / step > 100000 || (step > 0 ? a >= b : a <= b)) {
+        problems.push_back("override \"" + word +
+                           "\": range(a,b[,step]) is empty or too long (Python's range: b excluded, step not 0)");
+        continue;
+      }
+      parts.clear();
+      for (long long x = a; step > 0 ? x < b : x > b; x += step) parts.push_back(std::to_string(x));
+      if (parts.size() == 1) parts.push_back(parts[0]);  // an axis of one value: as key=a
+    } else if (value.size() >= 2 && value.front() == '[' && value.back() == ']') {
+      const ordered_json list = override_value(value);
+      if (list.is_array() && !list.empty()) {
+        parts.clear();
+        for (const auto& x : list) parts.push_back(x.dump());
+        if (parts.size() == 1) parts.push_back(parts[0]);
+      }
+    } else if (value.rfind("range(", 0) == 0) {
+      problems.push_back("override \"" + word +
+                         "\": expected range(a,b) or range(a,b,step) with integers; the grammar: key=value, key=a,b,c, "
+                         "key=[a,b,c], key=range(a,b[,step])");
+      continue;
+    }
     if (parts.size() > 1) {
       ordered_json axis = ordered_json::array();
       for (const std::string& p : parts) axis.push_back(override_value(p));
@@ -539,6 +567,23 @@ Grid load_grid(const std::string& path, const std::vector<std::string>& override
   Grid g;
   try {
     g = parse_grid(grid_text_with_overrides(path, overrides), path);
+    // A key no cell takes would be dropped from every cell: refused, unless asked for with
+    // a leading + (Hydra's +key=value). Like Hydra's struct mode.
+    std::set<std::string> keys;
+    for (const Cell& c : g.cells)
+      for (const auto& [k, v] : c.config.items()) keys.insert(k);
+    const std::vector<std::string> key_list(keys.begin(), keys.end());
+    std::vector<std::string> problems;
+    for (const std::string& word : overrides) {
+      if (word.empty() || word[0] == '+' || word.rfind("resources.", 0) == 0) continue;
+      const std::string key = word.substr(0, word.find('='));
+      if (keys.count(key)) continue;
+      const std::string s = closest_match(key, key_list);
+      problems.push_back(path + ": override \"" + word + "\": no cell of this grid takes " + key +
+                         (s.empty() ? "" : " (did you mean \"" + s + "\"?)") + "; +" + word +
+                         " sets it anyway (it is then dropped where it does not apply)");
+    }
+    if (!problems.empty()) throw InputError(problems);
   } catch (InputError& e) {
     std::string words;
     for (const std::string& o : overrides) words += " " + o;

@@ -288,9 +288,12 @@ class LocalSlots {
       r.reason = "interrupted by a signal";
     } else {
       r.outcome = s.stopped ? CellStatus::interrupted : CellStatus::failed;
-      r.reason = describe_exit(e);
+      // The cell's child (attnsweep train) exits 1 or 65 with the cause in its log: the
+      // cause is the reason (it names the program's own exit code, for a command cell);
+      // the child's code is attnsweep's, not the program's.
+      r.reason = "attnsweep train " + describe_exit(e);
       if (e.exited && (e.code == 1 || e.code == kExitFailedNoRetry))
-        if (const std::string why = failure_from_log(paths_.log(s.a.id)); !why.empty()) r.reason += ": " + why;
+        if (const std::string why = failure_from_log(paths_.log(s.a.id)); !why.empty()) r.reason = why;
       if (e.exited && e.code == kExitFailedNoRetry) {
         r.retry = false;
         r.reason += " (not retried: another attempt would fail the same way)";

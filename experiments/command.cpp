@@ -509,10 +509,19 @@ TaskOutput run_command(const json& config, const TaskContext& ctx) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   TaskOutput out;
-  if (killed || (e.exited && e.code == kExitInterrupted) || (stop_signal != 0 && !e.exited)) {
+  // Interrupted only when a stop was asked for (a signal to us or to the group, which
+  // may have reached the program before this loop saw it). An exit 75 of the program's
+  // own (EX_TEMPFAIL, which ordinary programs return) is a failed attempt: retried with
+  // back-off like a crash and counted, never an endless resume.
+  const bool stopping = stop_signal != 0 || ctx.stop_requested();
+  if (killed || (stopping && ((e.exited && e.code == kExitInterrupted) || !e.exited))) {
     out.status = CellStatus::interrupted;
     return out;
   }
+  if (e.exited && e.code == kExitInterrupted)
+    throw std::runtime_error("the program " + json(argv.at(0)).dump() +
+                             " exited 75 (EX_TEMPFAIL) though no stop was asked for: a failed attempt (75 means "
+                             "\"interrupted, resumable\" only after attnsweep's SIGTERM or SIGUSR1)");
   if (!e.exited || e.code != 0)
     throw std::runtime_error("the program " + json(argv.at(0)).dump() + " ended: " + describe_exit(e) +
                              " (its output is above in this log)");

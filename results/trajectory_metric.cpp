@@ -12,8 +12,10 @@ std::optional<TrajectoryMetric> parse_trajectory_metric(const std::string& name,
   static const std::regex re("(late|growth):([A-Za-z0-9_/]+):layer([0-9]+)");
   std::smatch m;
   if (!std::regex_match(name, m, re) || std::stoi(m[3].str()) < 1) {
-    *problem = "expected late:<dataset>:layer<k> or growth:<dataset>:layer<k> (k >= 1, e.g. "
-               "late:norms/attn_fro:layer4), got \"" + name + "\"";
+    *problem =
+        "expected late:<dataset>:layer<k> or growth:<dataset>:layer<k> (k >= 1, e.g. "
+        "late:norms/attn_fro:layer4), got \"" +
+        name + "\"";
     return std::nullopt;
   }
   TrajectoryMetric t;

@@ -73,3 +73,25 @@ check "no result was written" test -z "$(ls ign/runs)"
 touch behave
 run_rc timeout 120 "$ATTNSWEEP" run ignore.json --out ign --workers 1
 check "the rerun completes it (rc $RC: $ERR)" test "$RC" = 0 -a "$(ls ign/runs/*.h5 | wc -l)" = 1
+
+# A program that exits 75 by itself (EX_TEMPFAIL, no stop asked for): a failed attempt,
+# retried with back-off and counted, the run ending in bounded time with the cell failed
+# and the program's own exit code named; before, it was resumed as "interrupted" forever.
+cat > exit75.json <<JSON
+{"name": "own-exit75",
+ "command": {"argv": ["$PY", "$PROG", "exit75"], "keys": {"lr": "number"}},
+ "axes": {"task": ["command"]}, "fixed": {"lr": 0.1}, "resources": {"retries": 2}}
+JSON
+run_rc timeout 120 "$ATTNSWEEP" run exit75.json --out e75 --workers 1 --backoff-s 0.1
+check "the run ends, the cell failed: exit 1 (got $RC: $ERR)" test "$RC" = 1
+check "three attempts, then failed, naming the program's 75" $PY - e75 <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1] + "/events.jsonl")]
+started = [e for e in ev if e["event"] == "started"]
+failed = [e for e in ev if e["event"] == "failed"]
+assert len(started) == 3, started
+assert len(failed) == 1 and "exited 75 (EX_TEMPFAIL) though no stop was asked for" in failed[0]["reason"], failed
+assert "exit code 65" not in failed[0]["reason"] and "interrupted" not in [e["event"] for e in ev], ev
+PY
+check "the exit-0-without-final failure names no exit code of attnsweep's" \
+  bash -c "! grep -q 'exit code 65' out/events.jsonl"

@@ -31,6 +31,8 @@ if mode == "malformed":
         f.write('{"step": 1, "loss": 0.5\n')
     cell.final(test_loss=0.5)
     sys.exit(0)
+if mode == "exit75":
+    sys.exit(75)  # EX_TEMPFAIL of its own, no signal: a failed attempt, not an interruption
 if mode == "nofinal":
     for s in range(steps):
         cell.log(s, loss=1.0 / (s + 1))

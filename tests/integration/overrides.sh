@@ -78,3 +78,22 @@ starts = [e for e in ev if e['event'] == 'started']
 assert len(starts) == 2, starts"
 check "and run says why: $ERR" grep -q "bf16 and tf32 need a CUDA device" <<<"$ERR"
 echo "overrides: plan, validation, run, manifest, resume and the refusal checked"
+
+# A key no cell takes is refused, naming it (Hydra's struct mode), unless asked for with +;
+# range(a,b[,step]) and [a,b] sweep; -m gets a hint that sweeps need no flag.
+run_rc "$ATTNSWEEP" plan "$SRC/experiments/grids/image_smoke.json" n_train=1000
+check "n_train=1000 on an image grid exits 2 (got $RC)" test "$RC" = 2
+check "it names the key: $ERR" grep -q 'override "n_train=1000": no cell of this grid takes n_train' <<<"$ERR"
+run_rc "$ATTNSWEEP" plan g.json sampels=3
+check "a misspelt key gets a did-you-mean: $ERR" grep -q 'sampels: unknown key (did you mean "samples"?)' <<<"$ERR"
+run_rc "$ATTNSWEEP" plan "$SRC/experiments/grids/image_smoke.json" +n_train=1000
+check "+n_train=1000 is taken on purpose (rc $RC: $ERR)" test "$RC" = 0
+run_rc plan_json 'seed=range(0,3)' 'samples=[2,4]'
+check "range(0,3) and [2,4] sweep (rc $RC: $ERR)" $PY -c "
+import json, sys; cells = [c['config'] for c in json.loads(sys.argv[1])['cells']]
+assert sorted({c['seed'] for c in cells}) == [0, 1, 2] and sorted({c['samples'] for c in cells}) == [2, 4], cells
+assert len(cells) == 2 * 3 * 2, len(cells)" "$OUT"
+run_rc "$ATTNSWEEP" plan g.json 'seed=range(3'
+check "a malformed range says the grammar: $ERR" grep -q "key=range(a,b\[,step\])" <<<"$ERR"
+run_rc "$ATTNSWEEP" plan g.json -m
+check "-m: sweeps need no flag: $ERR" grep -q "no flag is needed to sweep" <<<"$ERR"
