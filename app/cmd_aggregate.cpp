@@ -1,7 +1,12 @@
 // aggregate: a run directory's cells into aggregate.h5, summary.csv and the fits.
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -18,12 +23,14 @@ int cmd_aggregate(int argc, char** argv) {
   po::options_description desc("options");
   desc.add_options()("help,h", "this help")("dir", po::value(&dir)->required(), "results directory")(
       "fit-min-n", po::value(&opt.fit_min_n), "fit only cells with prompt_length >= this")(
-      "fit-max-n", po::value(&opt.fit_max_n), "fit only cells with prompt_length <= this");
+      "fit-max-n", po::value(&opt.fit_max_n), "fit only cells with prompt_length <= this")(
+      "out-dir", po::value(&opt.out_dir),
+      "write aggregate.h5 and the CSV files to this folder (made if missing) instead of DIR: for a read-only DIR");
   po::positional_options_description pos;
   pos.add("dir", 1);
   po::variables_map vm;
   if (!parse("aggregate", argc, argv, desc, pos, vm)) return kExitUsage;
-  if (help(vm, "attnsweep aggregate DIR [--fit-min-n N] [--fit-max-n N]", desc)) return kExitOk;
+  if (help(vm, "attnsweep aggregate DIR [--fit-min-n N] [--fit-max-n N] [--out-dir OUT]", desc)) return kExitOk;
   if (vm.count("fit-min-n") && !in_range("aggregate", "--fit-min-n", opt.fit_min_n, 0, INT64_MAX)) return kExitUsage;
   if (vm.count("fit-max-n") && !in_range("aggregate", "--fit-max-n", opt.fit_max_n, 0, INT64_MAX)) return kExitUsage;
   if (opt.fit_min_n > opt.fit_max_n) {
@@ -31,11 +38,25 @@ int cmd_aggregate(int argc, char** argv) {
                  static_cast<long long>(opt.fit_min_n), static_cast<long long>(opt.fit_max_n));
     return kExitUsage;
   }
+  // Where the outputs go must be writable: one line and exit 1 (an output that cannot be
+  // written), before any HDF5 call could print its own error stack.
+  {
+    const std::string out = opt.out_dir.empty() ? dir : opt.out_dir;
+    std::error_code ec;
+    if (!opt.out_dir.empty()) std::filesystem::create_directories(out, ec);
+    if (std::filesystem::is_directory(out, ec) && ::access(out.c_str(), W_OK) != 0) {
+      std::fprintf(stderr, "attnsweep aggregate: %s: not writable (%s)%s\n", out.c_str(), std::strerror(errno),
+                   opt.out_dir.empty() ? "; write the aggregate elsewhere with --out-dir OUT" : "");
+      return 1;
+    }
+  }
   AggregateResult r;
   try {
     r = aggregate_dir(dir, opt);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "attnsweep aggregate: %s\n", e.what());
+    std::string what = e.what();
+    if (const size_t nl = what.find('\n'); nl != std::string::npos) what = what.substr(0, nl);  // one line
+    std::fprintf(stderr, "attnsweep aggregate: %s\n", what.c_str());
     return kExitUsage;
   }
   for (const std::string& s : r.skipped) std::fprintf(stderr, "attnsweep aggregate: skipped %s\n", s.c_str());

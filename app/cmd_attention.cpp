@@ -1,7 +1,7 @@
 // attnsweep attention IN.h5 --out OUT.h5 --activation A [--degree P] [--scale S]
 //                    [--causal] [--device cpu|cuda]
 // One attention call, forward (+ backward when IN.h5 has `do`), for checking the kernels
-// against other implementations (tests/integration/attention_torch.py). contract.md:
+// against other implementations (tests/integration/attention_torch.py). docs/command-line.md:
 // reads q [B,H,Nq,d], k [B,H,Nk,d], v [B,H,Nk,dv], optional do [B,H,Nq,dv] and
 // key_mask [B,Nk] (1 = attend, 0 = padding), float32 or float64; writes o, dq, dk, dv
 // (with do), attn_fro and jac_fro [B,H], float32. Exit 2 on bad usage or input (nothing

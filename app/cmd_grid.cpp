@@ -26,7 +26,8 @@ int cmd_plan(int argc, char** argv) {
   std::string grid_path;
   int cells_per_gpu = 0, fuse = 0, workers = 0;
   std::vector<std::string> overrides;
-  desc.add_options()("help,h", "this help")("json", "print the cells as one JSON array")(
+  desc.add_options()("help,h", "this help")(
+      "json", "print the grid as one JSON object: name, grid_hash and cells (id, config, est_cost_s, group ...)")(
       "workers", po::value(&workers),
       "CPU slots to estimate the wall time for, as run --workers K (default: the machine's cores)")(
       "fuse", po::value(&fuse),

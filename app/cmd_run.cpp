@@ -117,8 +117,7 @@ int cmd_submit(int argc, char** argv) {
       "time", po::value(&opt.time)->default_value("24:00:00"), "wall-time limit of each job (HH:MM:SS or D-HH:MM:SS)")(
       "partition", po::value(&opt.partition), "Slurm partition")("account", po::value(&opt.account), "Slurm account")(
       "cpus-per-gpu", po::value(&opt.cpus_per_gpu)->default_value(8), "CPU cores per GPU")(
-      "cpus-per-node", po::value(&opt.cpus_per_node)->default_value(0),
-      "CPU slots per node with --gpus-per-node 0 (default 2)")(
+      "cpus-per-node", po::value(&opt.cpus_per_node), "CPU slots per node with --gpus-per-node 0 (default 2)")(
       "grace-s", po::value(&opt.grace_s)->default_value(120),
       "seconds of warning before the time limit (--signal=B:USR1@grace)")(
       "mpi", po::value(&opt.mpi)->default_value("pmix"), "srun --mpi plugin")(

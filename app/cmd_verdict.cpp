@@ -49,7 +49,7 @@ int cmd_verdict(int argc, char** argv) {
     write_verdicts_csv(out, r.verdicts);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnsweep verdict: %s (--csv FILE writes elsewhere)\n", e.what());
-    return kExitUsage;
+    return 1;  // an output that could not be written
   }
   const std::string text = vm.count("markdown") ? verdicts_markdown(r.verdicts) : verdicts_text(r.verdicts);
   std::fputs(text.c_str(), stdout);

@@ -1,4 +1,4 @@
-// attnsweep: one binary, one subcommand per verb of contract.md. Thin: parsing of the
+// attnsweep: one binary, one subcommand per verb of docs/command-line.md. Thin: parsing of the
 // command line in app/ (app/cli.h, one file per group of subcommands), the work in
 // coordinator/, worker/ and results/.
 #include <cstdio>

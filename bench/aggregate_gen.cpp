@@ -1,4 +1,4 @@
-// Writes a fake *trained* sweep in the per-cell schema of contract.md, fast: for
+// Writes a fake *trained* sweep in the per-cell schema of docs/results-schema.md, fast: for
 // bench/aggregate.sh (10,000 cells x 1,000 logged steps x 4 layers x 4 heads) and for
 // tests/integration/report.sh (a small one to draw the training figures from).
 //

@@ -2,7 +2,7 @@
 # Build, on the build machine, the binaries bench/gpu-check.sh runs on the GPU machine,
 # and pack them with the shared libraries they load into .gpubin/ (in .gitignore), so
 # that the GPU machine, which has none of our Debian packages and little time, does not
-# have to build (shared/device/README.md). gpu-check.sh falls back to building there
+# have to build. gpu-check.sh falls back to building there
 # (with .devdeps carried) when a bundled binary does not load.
 #   bash bench/gpu-bundle.sh            (BUILD_DIR, default build-gpu; sm_90)
 # Then carry .gpubin (and .devdeps for the fallback) in the device call.

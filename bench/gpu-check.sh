@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check of the CUDA trainer and attention kernels, one script
-# (shared/device/README.md). On the build machine first: `bash bench/gpu-bundle.sh`
+# On the build machine first: `bash bench/gpu-bundle.sh`
 # (binaries + their libraries in .gpubin/) and `../shared/device/stage-deps.sh`
 # (.devdeps/, for the fallback build). On the GPU machine, from the project root, with
 # .gpubin and .devdeps carried:

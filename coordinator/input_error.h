@@ -1,5 +1,5 @@
 // Bad input (a grid, a cell config, an override, a command line value): the error the
-// CLI prints one line a problem and exits 2 for (contract.md). Below every reader of
+// CLI prints one line a problem and exits 2 for (docs/command-line.md#exit-codes). Below every reader of
 // input in coordinator/ (json_text, grid, the CLI's checks).
 #pragma once
 

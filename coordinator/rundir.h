@@ -1,4 +1,4 @@
-// The results directory's bookkeeping (contract.md "Results directory"): manifest,
+// The results directory's bookkeeping (docs/results-schema.md, the run directory): manifest,
 // lock, status.json, events.jsonl, and the cell files handed to the children.
 #pragma once
 

@@ -9,7 +9,7 @@
 
 namespace attnsweep {
 
-// Returns the exit code of contract.md: 0, 1 (failed cells), 2 (bad input), 75 (signal).
+// Returns the exit code of docs/command-line.md: 0, 1 (failed cells), 2 (bad input), 75 (signal).
 int run_sweep(const Grid& grid, const RunOptions& opt);
 
 // True when this process was started by mpirun / srun (it then initialises MPI).

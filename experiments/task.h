@@ -122,7 +122,7 @@ TaskOutput run_synthetic(const json& config, const TaskContext& ctx);
 // The grid's own program (experiments/command.h).
 TaskOutput run_command(const json& config, const TaskContext& ctx);
 
-// contract.md's exit code of a run or cell interrupted by a signal, resumable.
+// docs/command-line.md's exit code of a run or cell interrupted by a signal, resumable.
 inline constexpr int kExitInterrupted = 75;
 // `attnsweep train`'s exit code for a failure another attempt would repeat (a command
 // cell's malformed metrics line): the cell fails without its retries.

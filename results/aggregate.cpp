@@ -292,7 +292,12 @@ class TrajectoryPass {
 class Aggregation {
  public:
   Aggregation(const std::string& dir, const AggregateOptions& opt)
-      : dir_(dir), opt_(opt), root_(dir), runs_(root_ / "runs"), out_path_((root_ / "aggregate.h5").string()) {}
+      : dir_(dir),
+        opt_(opt),
+        root_(dir),
+        runs_(root_ / "runs"),
+        out_root_(opt.out_dir.empty() ? root_ : fs::path(opt.out_dir)),
+        out_path_((out_root_ / "aggregate.h5").string()) {}
 
   AggregateResult run() {
     list_files();
@@ -314,7 +319,7 @@ class Aggregation {
     // Rewrite nothing but the small CSV, and mark aggregate.h5 as up to date.
     const bool same = unchanged();
     if (!same) write_aggregate();
-    write_csv((root_ / "summary.csv").string(), cols_, rows_.size());
+    write_csv((out_root_ / "summary.csv").string(), cols_, rows_.size());
     write_analyses_csv();
     if (same) touch(out_path_);
     return std::move(result_);
@@ -512,7 +517,8 @@ class Aggregation {
   // scales (a stale one goes).
   void write_analyses_csv() {
     std::error_code ec;
-    const std::string paired_csv = (root_ / "paired.csv").string(), best_csv = (root_ / "best_scale.csv").string();
+    const std::string paired_csv = (out_root_ / "paired.csv").string(),
+                      best_csv = (out_root_ / "best_scale.csv").string();
     if (!result_.paired.empty())
       write_paired(paired_csv, result_.paired);
     else
@@ -526,6 +532,7 @@ class Aggregation {
   const std::string dir_;
   const AggregateOptions& opt_;
   const fs::path root_, runs_;
+  const fs::path out_root_;  // where aggregate.h5 and the CSV files go: DIR, or opt.out_dir
   const std::string out_path_;
   std::vector<std::string> names_, paths_;
   std::vector<Stamp> stamps_;

@@ -4,12 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace attnsweep {
 
 struct AggregateOptions {
   int64_t fit_min_n = 0;  // fit only cells with prompt_length in [min, max]
   int64_t fit_max_n = INT64_MAX;
+  // Where aggregate.h5, summary.csv, paired.csv and best_scale.csv go ("": DIR itself;
+  // another folder for a DIR that is read-only). It must exist.
+  std::string out_dir;
   // Reuse the rows of files unchanged (same size and mtime) since the previous
   // aggregate.h5 (its /index) instead of reopening them.
   bool reuse_previous = true;

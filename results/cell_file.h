@@ -1,4 +1,4 @@
-// One HDF5 file per cell (contract.md "Per-cell result file"): written by the child
+// One HDF5 file per cell (docs/results-schema.md, a result file): written by the child
 // that ran the cell, to a temporary name, flushed, fsync'd and renamed, so a file
 // under runs/ exists only when complete.
 #pragma once

@@ -1,4 +1,4 @@
-// Our thin RAII layer over the HDF5 C API (style.md, "HighFive"): move-only handles,
+// Our thin RAII layer over the HDF5 C API (in the manner of HighFive): move-only handles,
 // each C call wrapped once, and HDF5's error stack turned into one h5::Error that says
 // which file, which object and what failed:
 //   "runs/ab12.h5:/train/loss: cannot write dataset: <HDF5's reasons, innermost first>"

@@ -13,7 +13,7 @@
 //   not testable   the cells cannot decide it, with what is missing (a group without
 //                  cells, one unit, a best value at the grid's edge: censored)
 // `attnsweep verdict DIR` writes DIR/verdicts.csv and prints the table; `report` shows it
-// first; `verdict --markdown` is what docs/results-paperA.md and -paperB.md hold.
+// first; `verdict --markdown` is what docs/results-paperA.md and docs/results-paperB.md hold.
 #pragma once
 
 #include <cmath>

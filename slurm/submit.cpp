@@ -58,6 +58,39 @@ bool valid_slurm_time(std::string t) {
   return parts <= 2;
 }
 
+// Seconds of a valid Slurm time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+long long slurm_time_seconds(std::string t) {
+  long long days = -1;
+  if (const size_t dash = t.find('-'); dash != std::string::npos) {
+    days = std::stoll(t.substr(0, dash));
+    t = t.substr(dash + 1);
+  }
+  std::vector<long long> v;
+  for (size_t start = 0;;) {
+    const size_t colon = t.find(':', start);
+    v.push_back(std::stoll(t.substr(start, colon == std::string::npos ? std::string::npos : colon - start)));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (days >= 0) {  // D-HH, D-HH:MM, D-HH:MM:SS
+    while (v.size() < 3) v.push_back(0);
+    return ((days * 24 + v[0]) * 60 + v[1]) * 60 + v[2];
+  }
+  if (v.size() == 1) return v[0] * 60;         // MM
+  if (v.size() == 2) return v[0] * 60 + v[1];  // MM:SS
+  return (v[0] * 60 + v[1]) * 60 + v[2];       // HH:MM:SS
+}
+
+// sbatch options that take no value (the rest need one: --qos=high, not --qos).
+bool sbatch_flag_only(const std::string& name) {
+  static const std::vector<std::string> flags = {
+      "--exclusive", "--hold", "--contiguous",    "--overcommit", "-O",          "--spread-job", "--use-min-nodes",
+      "--no-kill",   "-k",     "--oversubscribe", "-s",           "--test-only", "--reboot",     "--wait",
+      "-W",          "--nice", "--ignore-pbs",    "--parsable",   "--quiet",     "-Q",           "--verbose",
+      "-v"};
+  return std::find(flags.begin(), flags.end(), name) != flags.end();
+}
+
 bool valid_slurm_name(const std::string& s) {
   return !s.empty() &&
          s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,-") == std::string::npos;
@@ -83,6 +116,8 @@ std::string sbatch_option_problem(const std::string& opt, int gpus_per_node) {
       {{"--signal", "--requeue", "--no-requeue"}, "the script's own warning signal and requeue (use --grace-s)"}};
   for (const auto& [names, why] : owned)
     if (std::find(names.begin(), names.end(), name) != names.end()) return "set by the job script: " + why;
+  if (opt.find_first_of("= ") == std::string::npos && !sbatch_flag_only(name))
+    return "expected a value: " + name + "=VALUE (as --sbatch=" + name + "=VALUE)";
   // --gres=gpu:TYPE:N or --gpus=TYPE:N names the node's GPUs: N must be --gpus-per-node.
   if (name == "--gres" && opt.find("gpu") != std::string::npos) {
     const std::string spec = opt.substr(opt.find_first_of("= ") + 1);
@@ -111,7 +146,12 @@ std::vector<std::string> validate(const SubmitOptions& o) {
   if (o.cpus_per_node < 0)
     p.push_back("--cpus-per-node: expected an integer >= 1, got " + std::to_string(o.cpus_per_node));
   if (o.grace_s < 1) p.push_back("--grace-s: expected an integer >= 1, got " + std::to_string(o.grace_s));
-  if (!valid_slurm_time(o.time)) p.push_back("--time: expected HH:MM:SS or D-HH:MM:SS, got \"" + o.time + "\"");
+  if (!valid_slurm_time(o.time)) {
+    p.push_back("--time: expected HH:MM:SS or D-HH:MM:SS, got \"" + o.time + "\"");
+  } else if (const long long s = slurm_time_seconds(o.time); s <= o.grace_s) {
+    p.push_back("--time " + o.time + ": Slurm reads it as " + std::to_string(s) + " s, not more than --grace-s " +
+                std::to_string(o.grace_s) + " (the warning signal before the limit); give HH:MM:SS, e.g. 01:00:00");
+  }
   if (!o.partition.empty() && !valid_slurm_name(o.partition))
     p.push_back("--partition: expected a partition name, got \"" + o.partition + "\"");
   if (!o.account.empty() && !valid_slurm_name(o.account))
@@ -204,6 +244,10 @@ std::string render_sbatch(const SubmitOptions& o, const std::string& exe, const 
 
 int submit(const SubmitOptions& o) {
   std::vector<std::string> problems = validate(o);
+  if (problems.empty() && o.time.find('-') == std::string::npos && std::count(o.time.begin(), o.time.end(), ':') < 2)
+    std::fprintf(stderr,
+                 "attnsweep submit: note: --time %s is %lld min in Slurm's MM or MM:SS form (HH:MM:SS for hours)\n",
+                 o.time.c_str(), slurm_time_seconds(o.time) / 60);
   Grid grid;
   try {
     grid = load_grid(o.grid_file, o.overrides);
@@ -248,8 +292,8 @@ int submit(const SubmitOptions& o) {
     try {
       if (load_grid(grid_copy).hash != grid.hash) {
         std::fprintf(stderr,
-                     "attnsweep submit: %s holds a different grid (%s); use another --out, or run with --force "
-                     "after replacing it\n",
+                     "attnsweep submit: %s holds a different grid (%s): use another --out (submit does not "
+                     "replace a directory's grid: its finished cells belong to that grid)\n",
                      o.out_dir.c_str(), grid_copy.c_str());
         return 2;
       }

@@ -5,7 +5,7 @@
 # headless Chromium renders the pages, and the screenshots must not be blank and must
 # show as many <img> as the script made figures. Bad files in runs/ are skipped and
 # listed; a second aggregate rereads nothing; the loading snippet of docs/results-schema.md
-# (contract.md's h5py/pandas one, extended) runs on an aggregate; a Python without
+# (docs/results-schema.md's h5py/pandas one) runs on an aggregate; a Python without
 # matplotlib gives exit 2 naming the Debian packages.
 # SKIPPED (77) only when Chromium is missing and cannot be installed.
 source "$(dirname "$0")/lib.bash"
@@ -251,7 +251,7 @@ labels = [l for panel in json.loads(sys.argv[1])['legends'] for l in panel]
 assert 'softmax, steps=20 (1 seed)' in labels and 'softmax, steps=40 (3 seeds)' in labels, labels
 assert not any('(1 seeds)' in l for l in labels), labels" "$LEG"
 
-# The loading snippet of docs/results-schema.md (contract.md's, extended) on this aggregate.
+# The loading snippet of docs/results-schema.md  on this aggregate.
 $PY -c "import pandas" 2>/dev/null || fail "pandas is missing for $PY (Debian: python3-pandas; scripts/deps.sh installs it)"
 awk '/^## Loading/ { on = 1 } on && /^```python/ { grab = 1; next } grab && /^```/ { exit } grab { print }' \
   "$SRC/docs/results-schema.md" | sed "s#DIR/#$WORK/im/#g" > snippet.py

@@ -65,6 +65,18 @@ run_rc "$ATTNSWEEP" submit tiny.json --out opts4 --nodes 1 --gpus-per-node 4 --t
   --sbatch=--gres=gpu:h100:4 --sbatch=--mem=64G
 check "--gres names the GPUs instead of --gpus-per-node" bash -c \
   "grep -qx '#SBATCH --gres=gpu:h100:4' opts4/job.sbatch && grep -qx '#SBATCH --mem=64G' opts4/job.sbatch && ! grep -q '^#SBATCH --gpus-per-node' opts4/job.sbatch"
+# A time limit Slurm reads as shorter than the warning signal, an option without its
+# value, and the help's defaults (#52).
+run_rc "$ATTNSWEEP" submit tiny.json --out opts5 --nodes 1 --gpus-per-node 0 --time 1:00 --dry-run
+check "--time 1:00 (60 s, not more than --grace-s 120) is refused (rc $RC: $ERR)" \
+  grep -q -- "--time 1:00: Slurm reads it as 60 s, not more than --grace-s 120" <<<"$ERR"
+run_rc "$ATTNSWEEP" submit tiny.json --out opts5 --nodes 1 --gpus-per-node 0 --time 25:00 --dry-run
+check "--time 25:00 is taken (rc $RC: $ERR)" test "$RC" = 0
+check "with a note that it is 25 min: $ERR" grep -q "is 25 min in Slurm" <<<"$ERR"
+run_rc "$ATTNSWEEP" submit tiny.json --out opts6 --nodes 1 --gpus-per-node 0 --time 00:10:00 --dry-run --sbatch=--qos
+check "--sbatch=--qos without a value is refused (rc $RC: $ERR)" grep -q -- "--qos: expected a value: --qos=VALUE" <<<"$ERR"
+"$ATTNSWEEP" submit --help >submit_help.txt
+check "submit --help shows no (=0) default beside --cpus-per-node's (default 2)" bash -c "! grep -q 'cpus-per-node arg (=0)' submit_help.txt"
 
 # 2. Preemption: USR1 mid-run -> exit 75 -> requeue -> resume -> each cell finished once.
 cat > long.json <<'JSON'

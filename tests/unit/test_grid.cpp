@@ -151,7 +151,7 @@ TEST(Grid, ExcludeKeyAbsentFromCellDoesNotMatch) {
 }
 
 TEST(Grid, ContractExampleDropsDegreeAndScaleForSoftmax) {
-  // contract.md's example, on the norm probe (the image task is not implemented yet).
+  // docs/grid-format.md's example, on the norm probe (the image task is not implemented yet).
   Grid g = parse_grid(R"({
     "name": "probe-poly",
     "axes": {"task": ["norm_probe"], "activation": ["softmax", "poly", "relu"], "degree": [1, 3],
@@ -536,7 +536,7 @@ TEST(Params, TableIsConsistent) {
   }
   EXPECT_EQ(find_param("nope"), nullptr);
   EXPECT_EQ(find_task("nope"), nullptr);
-  // task_names() is the registry's order; the tasks contract.md names are among them (a
+  // task_names() is the registry's order; the tasks docs/grid-format.md names are among them (a
   // new task adds to the list and changes nothing here: docs/adding-a-task.md).
   std::vector<std::string> registered;
   for (const TaskDef* task : task_registry()) registered.push_back(task->name);

@@ -20,7 +20,7 @@ struct RunCellOptions {
   int threads = 1;
   int attempt = 1;
   const std::atomic<int>* stop = nullptr;  // set by a signal handler: stop at the next step
-  // Training state of an interrupted cell (contract.md DIR/checkpoints/): resumed from
+  // Training state of an interrupted cell (docs/results-schema.md: DIR/checkpoints/): resumed from
   // when valid, written on a stop and every checkpoint_every steps, removed once the
   // result file is written. "" = no checkpoints.
   std::string checkpoint;
