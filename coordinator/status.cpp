@@ -65,6 +65,14 @@ std::string fmt_number(double x) {
   return buf;
 }
 
+// H:MM:SS.
+std::string duration_text(double s) {
+  const long long t = std::llround(std::max(0.0, s));
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", t / 3600, (t / 60) % 60, t % 60);
+  return buf;
+}
+
 }  // namespace
 
 int print_status(const std::string& dir, bool as_json) {
@@ -125,11 +133,21 @@ int print_status(const std::string& dir, bool as_json) {
               {"failed_cells", failed},
               {"lost_ranks", st.contains("lost_ranks") ? st["lost_ranks"] : json::array()},
               {"results_not_in_grid", not_in_grid}};
+  // What status.json holds of the run itself, passed on as it is (docs/command-line.md:
+  // --json adds to status.json, never leaves out).
+  for (const char* k :
+       {"started", "updated", "elapsed_s", "elapsed_total_s", "host", "pid", "ranks", "done_before_this_run"})
+    if (st.contains(k)) out[k] = st[k];
   if (as_json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
   std::printf("%s: grid %s, %s\n", dir.c_str(), out["grid"].get<std::string>().c_str(), state.c_str());
+  if (out.contains("elapsed_total_s") || out.contains("elapsed_s")) {
+    const double all = out.value("elapsed_total_s", out.value("elapsed_s", 0.0)), now = out.value("elapsed_s", 0.0);
+    std::printf("  elapsed %s over every run of this directory (the last run: %s, started %s)\n",
+                duration_text(all).c_str(), duration_text(now).c_str(), out.value("started", std::string("?")).c_str());
+  }
   std::printf("  %zu cells: %zu complete, %zu diverged, %zu failed, %zu running, %zu pending\n", total, complete,
               diverged, failed.size(), running, pending);
   if (not_in_grid > 0)

@@ -81,6 +81,17 @@ class Coordinator {
 
   int run() {
     t0_ = now_s();
+    // The earlier runs' time on this directory (status.json before this run rewrites it):
+    // elapsed_total_s adds this run's to it.
+    try {
+      const std::string path = rd_.dir() + "/status.json";
+      if (std::filesystem::exists(path)) {
+        const json old = json::parse(read_text(path));
+        prior_elapsed_ = old.value("elapsed_total_s", old.value("elapsed_s", 0.0));
+      }
+    } catch (const std::exception&) {
+      prior_elapsed_ = 0;  // an unreadable status: this run's time only
+    }
     last_line_ = t0_;
     live_ = Liveness(world_, live_.timeout_s(), t0_);
     rd_.append_event({{"event", "sweep_started"},
@@ -397,6 +408,7 @@ class Coordinator {
                  {"started", started_iso_},
                  {"updated", iso_utc_now()},
                  {"elapsed_s", elapsed},
+                 {"elapsed_total_s", prior_elapsed_ + elapsed},
                  {"rate_cells_per_s", rate},
                  {"eta_s", std::isfinite(eta) ? json(eta) : json(nullptr)},
                  {"ranks", world_},
@@ -451,6 +463,7 @@ class Coordinator {
   double work_done_ = 0;  // the costs of the cells finished in this run
   Work work_;             // as of the last status
   double t0_ = 0, last_status_ = -1e9, last_line_ = 0;
+  double prior_elapsed_ = 0;  // seconds of the earlier runs on this directory
   std::string started_iso_ = iso_utc_now();
 };
 

@@ -73,3 +73,24 @@ run_rc "$ATTNSWEEP" report out
 check "report exits 0 ($ERR)" test "$RC" = 0
 check "the report's failed cell is named by its swept keys" \
   grep -Eq "<li>[0-9a-f]+ \(crash_attempts=99 seed=99\): " out/report.html
+
+# Elapsed time over every run of the directory (#52): a second run adds its time to the
+# first's; `status --json` passes on status.json's own fields (it only adds to them).
+cat > two.json <<'J'
+{"axes": {"task": ["synthetic"], "seed": [0, 1]}, "fixed": {"seconds": 1}}
+J
+"$ATTNSWEEP" run two.json --out t2 --workers 1 >/dev/null 2>&1
+first=$($PY -c "import json; print(json.load(open('t2/status.json'))['elapsed_total_s'])")
+"$ATTNSWEEP" run two.json --out t2 --workers 1 >/dev/null 2>&1
+check "status --json: the run's own fields and the elapsed time over both runs" $PY - "$first" <<PY
+import json, subprocess, sys
+first = float(sys.argv[1])
+d = json.loads(subprocess.run(["$ATTNSWEEP", "status", "t2", "--json"], capture_output=True, check=True, text=True).stdout)
+for k in ("elapsed_s", "elapsed_total_s", "started", "updated", "host", "pid", "ranks", "done_before_this_run"):
+    assert k in d, (k, sorted(d))
+assert first >= 2.0, first  # two 1-s cells, one slot
+assert d["elapsed_total_s"] >= first + d["elapsed_s"] - 1e-6 and d["done_before_this_run"] == 2, d
+print("    elapsed", d["elapsed_s"], "total", d["elapsed_total_s"])
+PY
+"$ATTNSWEEP" status t2 >t2.txt
+check "status's text says the elapsed time" grep -Eq "^  elapsed [0-9]+:[0-9]{2}:[0-9]{2} over every run" t2.txt
