@@ -83,7 +83,16 @@ std::vector<std::pair<size_t, CellStatus>> prepare_dir(const Grid& grid, const R
     }
     if (!same) atomic_write_text(cell_path, text, /*durable=*/false);
     const std::string result = rd.runs(c.id);
-    if (!opt.resume || !fs::exists(result)) continue;
+    if (!opt.resume) {
+      // --no-resume: every cell from its start, its checkpoint (a command cell's metrics
+      // lines and attempt time too: the files named after its checkpoint) gone.
+      const std::string ckpt = fs::path(rd.checkpoint(c.id)).filename().string();
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(rd.dir() + "/checkpoints", ec))
+        if (e.path().filename().string().rfind(ckpt, 0) == 0) fs::remove_all(e.path(), ec);
+      continue;
+    }
+    if (!fs::exists(result)) continue;
     std::string why;
     if (cell_file_valid(result, c.id, &why)) {
       const CellSummary s = read_cell_summary(result);

@@ -184,6 +184,11 @@ std::string check_argv(const std::vector<std::string>& argv, const json& cfg) {
         argv[i],
         [&](const std::string& key, std::string* v, std::string* why) {
           if (cfg.contains(key)) return *v = as_text(cfg[key]), true;
+          if (key == "args" && argv[i] == "{args}") return true;  // every key as --key=value (command_argv)
+          if (key == "args") {
+            *why = "{args} stands alone as an argument (it becomes one --key=value argument per key)";
+            return false;
+          }
           *why = "{" + key + "} is not a key of the cell";
           if (auto m = closest_match(key, config_keys(cfg)); !m.empty()) *why += " (did you mean " + m + "?)";
           *why += "; its keys: declare it under command.keys";
@@ -261,21 +266,66 @@ double metric_value(const json& v, const std::string& where, const std::string& 
   return v.get<double>();
 }
 
+// A metric name: letters, digits and _, in parts joined by / (W&B's train/loss); each
+// part a name, so that /train/<name> is a dataset path of the result file.
 void check_name(const std::string& name, const std::string& where) {
-  if (!is_identifier(name))
-    throw DeterministicFailure(where + ": " + json(name).dump() + ": expected a metric name of letters, digits and _");
+  size_t start = 0;
+  for (;;) {
+    const size_t slash = name.find('/', start);
+    if (!is_identifier(name.substr(start, slash == std::string::npos ? std::string::npos : slash - start)))
+      throw DeterministicFailure(
+          where + ": " + json(name).dump() +
+          ": expected a metric name of letters, digits and _, in parts joined by / (train/loss)");
+    if (slash == std::string::npos) return;
+    start = slash + 1;
+  }
 }
+
+// Python's json.dumps writes NaN, Infinity and -Infinity for the non-finite floats: JSON
+// has no such tokens, so they are read as null (a missing value), the rest as JSON.
+json parse_metrics_json(const std::string& line) {
+  json rec = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!rec.is_discarded()) return rec;
+  std::string fixed;
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (c == '"' && (i == 0 || line[i - 1] != '\\')) quoted = !quoted;
+    if (!quoted) {
+      bool replaced = false;
+      for (const char* tok : {"-Infinity", "Infinity", "NaN"})
+        if (line.compare(i, std::strlen(tok), tok) == 0) {
+          fixed += "null";
+          i += std::strlen(tok) - 1;
+          replaced = true;
+          break;
+        }
+      if (replaced) continue;
+    }
+    fixed += c;
+  }
+  return json::parse(fixed);  // throws: not JSON even so
+}
+
+// One metrics line into m (its step's record, or the final record); a blank line is
+// skipped. Throws DeterministicFailure naming `where` (FILE:LINE) on a malformed line.
+void read_metrics_line(const std::string& line, const std::string& where, Metrics& m);
 
 Metrics read_metrics(const std::string& path) {
   Metrics m;
   std::ifstream f(path);
   std::string line;
-  for (int64_t lineno = 1; std::getline(f, line); ++lineno) {
-    const std::string where = path + ":" + std::to_string(lineno);
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+  for (int64_t lineno = 1; std::getline(f, line); ++lineno)
+    read_metrics_line(line, path + ":" + std::to_string(lineno), m);
+  return m;
+}
+
+void read_metrics_line(const std::string& line, const std::string& where, Metrics& m) {
+  {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) return;
     json rec;
     try {
-      rec = json::parse(line);
+      rec = parse_metrics_json(line);
     } catch (const std::exception&) {
       throw DeterministicFailure(where + ": not a JSON line: " + describe_value(json(line)) +
                                  "; expected {\"step\": N, \"loss\": ...} or {\"final\": {...}}");
@@ -291,7 +341,7 @@ Metrics read_metrics(const std::string& path) {
         fin[it.key()] = metric_value(it.value(), where, it.key());
       }
       m.final = std::move(fin);
-      continue;
+      return;
     }
     if (!rec.contains("step") || !rec["step"].is_number_integer() || rec["step"].get<int64_t>() < 0)
       throw DeterministicFailure(where + ": \"step\": expected an integer >= 0, got " +
@@ -304,7 +354,6 @@ Metrics read_metrics(const std::string& path) {
     }
     m.steps[rec["step"].get<int64_t>()] = std::move(values);
   }
-  return m;
 }
 
 TaskOutput output_of(const Metrics& m) {
@@ -394,6 +443,14 @@ std::vector<std::string> command_argv(const json& config) {
   if (const std::string why = check_argv(s->argv, config); !why.empty()) throw std::runtime_error("command." + why);
   std::vector<std::string> out;
   for (const std::string& a : s->argv) {
+    // {args} alone (and no key named args): every key of the cell the program takes (its
+    // declared keys and seed) as --key=value, in key order, as argparse and Hydra read them.
+    if (a == "{args}" && !config.contains("args")) {
+      for (auto it = config.begin(); it != config.end(); ++it)
+        if (it.key() != "command" && it.key() != "grace_s" && it.key() != "task")
+          out.push_back("--" + it.key() + "=" + as_text(it.value()));
+      continue;
+    }
     std::string problem;
     out.push_back(substitute(
         a,
@@ -408,39 +465,68 @@ std::vector<std::string> command_argv(const json& config) {
 
 namespace {
 
-// The program's progress as it runs: the metrics lines appended since the last look, the
-// last one with a step and a loss told to ctx.report_progress (the cell's `steps`, when it
-// has that key, as its total). A torn or malformed line is left to read_metrics.
+// The program's metrics lines as it runs: each complete line appended since the last look
+// checked as read_metrics checks it (so a malformed line stops the cell at once, not after
+// the whole run), and the last one with a step and a loss told to ctx.report_progress (the
+// cell's `steps`, when it has that key, as its total).
 class MetricsTail {
  public:
   MetricsTail(std::string path, const json& config)
       : path_(std::move(path)),
         steps_(config.contains("steps") && config["steps"].is_number_integer() ? config["steps"].get<int64_t>() : 0) {}
-  void look(const TaskContext& ctx) {
+  // "" while every line is well formed, else the first problem (FILE:LINE: why).
+  std::string look(const TaskContext& ctx) {
     std::ifstream f(path_, std::ios::binary);
-    if (!f || !f.seekg(offset_)) return;
+    if (!f || !f.seekg(offset_)) return "";
     std::string line;
     int64_t step = -1;
     double loss = 0;
     while (std::getline(f, line) && !f.eof()) {  // complete lines only: the last may be half-written
       offset_ += static_cast<std::streamoff>(line.size() + 1);
-      const json rec = json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() && rec.contains("loss") &&
-          rec["loss"].is_number())
-        step = rec["step"].get<int64_t>(), loss = rec["loss"].get<double>();
+      ++lineno_;
+      Metrics one;
+      try {
+        read_metrics_line(line, path_ + ":" + std::to_string(lineno_), one);
+      } catch (const DeterministicFailure& e) {
+        return e.what();
+      }
+      if (!one.steps.empty()) {
+        const auto& [s, values] = *one.steps.begin();
+        if (auto it = values.find("loss"); it != values.end() && std::isfinite(it->second)) step = s, loss = it->second;
+      }
     }
     if (step >= 0) ctx.report_progress(step + 1, steps_, loss);
+    return "";
   }
 
  private:
   std::string path_;
   int64_t steps_;
   std::streamoff offset_ = 0;
+  int64_t lineno_ = 0;
 };
 
 }  // namespace
 
+TaskOutput run_command_attempt(const json& config, const TaskContext& ctx);
+
+// A failure that would repeat (a malformed metrics line, no final record) leaves no
+// checkpoint and no metrics lines behind: the fixed program then starts afresh instead of
+// resuming into the old lines (docs/own-code.md, "retrying a failed cell").
 TaskOutput run_command(const json& config, const TaskContext& ctx) {
+  try {
+    return run_command_attempt(config, ctx);
+  } catch (const DeterministicFailure&) {
+    if (!ctx.checkpoint_path.empty()) {
+      std::error_code ec;
+      fs::remove_all(ctx.checkpoint_path, ec);
+      fs::remove(ctx.checkpoint_path + kCommandMetricsSuffix, ec);
+    }
+    throw;
+  }
+}
+
+TaskOutput run_command_attempt(const json& config, const TaskContext& ctx) {
   const std::vector<std::string> argv = command_argv(config);
   const double grace_s = config.at("grace_s").get<double>();
   ScratchDir scratch(ctx.checkpoint_path);
@@ -454,6 +540,12 @@ TaskOutput run_command(const json& config, const TaskContext& ctx) {
       ctx.checkpoint_path.empty() ? (scratch.path() / "checkpoint").string() : ctx.checkpoint_path;
   const std::string metrics = ctx.checkpoint_path.empty() ? (scratch.path() / "metrics.jsonl").string()
                                                           : ctx.checkpoint_path + kCommandMetricsSuffix;
+  // The cell's own output folder, kept (weights, plots): DIR/outputs/<cell id> under `run`
+  // (beside DIR/checkpoints/), else in the scratch directory (removed with it).
+  const fs::path output_dir = !ctx.checkpoint_path.empty() && !ctx.cell_id.empty()
+                                  ? fs::path(ctx.checkpoint_path).parent_path().parent_path() / "outputs" / ctx.cell_id
+                                  : scratch.path() / "outputs";
+  fs::create_directories(output_dir);
   const bool resuming = fs::exists(checkpoint);
   if (!resuming) write_file(metrics, "");  // from scratch: no lines of an earlier attempt
   std::printf("attnsweep: %s program: %s\n", resuming ? "resuming the" : "starting the", json(argv).dump().c_str());
@@ -467,6 +559,8 @@ TaskOutput run_command(const json& config, const TaskContext& ctx) {
                {"ATTNSWEEP_METRICS", metrics},
                {"ATTNSWEEP_CHECKPOINT", checkpoint},
                {"ATTNSWEEP_SCRATCH", scratch.path().string()},
+               {"ATTNSWEEP_OUTPUT_DIR", output_dir.string()},
+               {"ATTNSWEEP_CELL_ID", ctx.cell_id},
                {"ATTNSWEEP_DEVICE", ctx.device},
                {"ATTNSWEEP_THREADS", std::to_string(ctx.threads)},
                {"ATTNSWEEP_ATTEMPT", std::to_string(ctx.attempt)},
@@ -488,7 +582,11 @@ TaskOutput run_command(const json& config, const TaskContext& ctx) {
     e = reap_child(pid);
     if (e.pid == pid) break;
     if (clock::now() >= next_look) {
-      tail.look(ctx);
+      if (const std::string bad = tail.look(ctx); !bad.empty()) {
+        ::kill(pid, SIGKILL);  // it would only log more on a record that cannot be read
+        while (reap_child(pid).pid != pid) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        throw DeterministicFailure(bad + " (the program was stopped at this line)");
+      }
       next_look = clock::now() + std::chrono::milliseconds(500);
     }
     if (ctx.stop_requested() && stop_signal == 0) {

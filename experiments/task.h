@@ -48,7 +48,9 @@ struct TaskContext {
   const std::atomic<int>* stop = nullptr;  // nonzero: a signal asked us to stop
   bool stop_requested() const { return stop && stop->load() != 0; }
   // Where a training task keeps its checkpoint ("" = none: a stop ends without one).
+  // Under `run` it is DIR/checkpoints/<cell id>.ckpt.
   std::string checkpoint_path;
+  std::string cell_id;  // the cell's id ("" when not known)
   // Told after each training step: the steps done, the cell's steps and that step's
   // loss (the worker reports them every few seconds: worker/training/progress.h). May be empty.
   std::function<void(int64_t step, int64_t steps, double loss)> progress;

@@ -95,3 +95,52 @@ assert "exit code 65" not in failed[0]["reason"] and "interrupted" not in [e["ev
 PY
 check "the exit-0-without-final failure names no exit code of attnsweep's" \
   bash -c "! grep -q 'exit code 65' out/events.jsonl"
+
+# A malformed metrics line stops the cell at once (not after the program's whole run),
+# naming the line; the failure leaves no checkpoint or metrics lines, so the fixed program
+# reruns afresh; --no-resume starts a cell's program afresh too (#52).
+cat > bad.json <<JSON
+{"name": "own-bad",
+ "command": {"argv": ["$PY", "$PROG", "badname"], "keys": {"lr": "number"}},
+ "axes": {"task": ["command"]}, "fixed": {"lr": 0.1}}
+JSON
+t0=$(date +%s)
+run_rc timeout 100 "$ATTNSWEEP" run bad.json --out bad --workers 1
+t1=$(date +%s)
+check "the bad line fails the cell (rc $RC: $ERR)" test "$RC" = 1
+check "within seconds of the line, not after the program's 120 s (took $((t1 - t0)) s)" test $((t1 - t0)) -lt 60
+check "the reason names the file, the line and the name" \
+  grep -q '"event":"failed".*metrics.jsonl:1: \\"val-loss\\": expected a metric name.*stopped at this line' bad/events.jsonl
+check "no checkpoint or metrics lines are left" test -z "$(ls bad/checkpoints)"
+touch fixed
+run_rc timeout 100 "$ATTNSWEEP" run bad.json --out bad --workers 1
+check "the fixed program completes the cell on a rerun (rc $RC: $ERR)" test "$RC" = 0 -a "$(ls bad/runs/*.h5 | wc -l)" = 1
+id=$(basename bad/runs/*.h5 .h5)
+echo '[5, 0.5]' > "bad/checkpoints/$id.ckpt"
+echo '{"step": 7, "val-loss": 1}' > "bad/checkpoints/$id.ckpt.metrics.jsonl"
+run_rc timeout 100 "$ATTNSWEEP" run bad.json --out bad --workers 1 --no-resume
+check "--no-resume recomputes it afresh (rc $RC: $ERR)" test "$RC" = 0
+check "--no-resume: the program started, not resumed" bash -c "tail -5 bad/logs/$id.log | grep -q 'starting the program'"
+
+# What W&B / Hydra / submitit users expect (#5): ATTNSWEEP_OUTPUT_DIR (DIR/outputs/ID,
+# kept), ATTNSWEEP_CELL_ID, {args} as --key=value, metric names with /, NaN.
+cat > outs.json <<JSON
+{"name": "own-outputs",
+ "command": {"argv": ["$PY", "$PROG", "outputs", "{args}"], "keys": {"lr": "number", "name": "string"}},
+ "axes": {"task": ["command"], "lr": [0.1, 0.2]}, "fixed": {"name": "a b"}}
+JSON
+run_rc timeout 100 "$ATTNSWEEP" run outs.json --out outs --workers 2
+check "the cells complete (rc $RC: $ERR)" test "$RC" = 0
+"$ATTNSWEEP" aggregate outs >/dev/null
+check "outputs kept under DIR/outputs/ID, with the id and the keys as --key=value" $PY - outs <<'PY'
+import csv, os, sys
+d = sys.argv[1]
+ids = sorted(f[:-3] for f in os.listdir(d + "/runs"))
+assert sorted(os.listdir(d + "/outputs")) == ids, (os.listdir(d + "/outputs"), ids)
+for i in ids:
+    words = open(f"{d}/outputs/{i}/weights.txt").read().split(" ", 1)
+    assert words[0] == i, words
+    assert words[1].strip() in ("--lr=0.1 --name=a b --seed=0", "--lr=0.2 --name=a b --seed=0"), words
+rows = list(csv.DictReader(open(d + "/summary.csv")))
+assert all(r["test/accuracy"] == "0.75" and r["test/loss"] == "" for r in rows), rows
+PY

@@ -31,6 +31,25 @@ if mode == "malformed":
         f.write('{"step": 1, "loss": 0.5\n')
     cell.final(test_loss=0.5)
     sys.exit(0)
+if mode == "badname":
+    # W&B's val-loss spelling at step 0, then a long "training" (until fixed: a marker file).
+    if not os.path.exists(os.path.join(os.environ["OUT_DIR"], "fixed")):
+        with open(os.environ["ATTNSWEEP_METRICS"], "a") as f:
+            f.write('{"step": 0, "val-loss": 1.0}\n')
+        time.sleep(120)
+    cell.log(0, loss=1.0)
+    cell.final(test_loss=0.5)
+    sys.exit(0)
+if mode == "outputs":
+    # What a W&B / Hydra user expects: an output folder that is kept, the cell's id, its
+    # keys as --key=value ({args}), metric names with /, and json.dumps' NaN.
+    out = os.environ["ATTNSWEEP_OUTPUT_DIR"]
+    with open(os.path.join(out, "weights.txt"), "w") as f:
+        f.write(os.environ["ATTNSWEEP_CELL_ID"] + " " + " ".join(sys.argv[2:]) + "\n")
+    with open(os.environ["ATTNSWEEP_METRICS"], "a") as f:
+        f.write(json.dumps({"step": 0, "train/loss": 1.0, "val/loss": float("nan")}) + "\n")
+        f.write(json.dumps({"final": {"test/accuracy": 0.75, "test/loss": float("nan")}}) + "\n")
+    sys.exit(0)
 if mode == "exit75":
     sys.exit(75)  # EX_TEMPFAIL of its own, no signal: a failed attempt, not an interruption
 if mode == "nofinal":

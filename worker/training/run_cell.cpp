@@ -67,6 +67,7 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
   ctx.attempt = opt.attempt;
   ctx.stop = opt.stop;
   ctx.checkpoint_path = opt.checkpoint;
+  ctx.cell_id = cell_id;
   ctx.train = opt.train ? opt.train : train_cell;
   ProgressReporter progress(cell_id, opt.attempt, opt.progress);
   ctx.progress = [&progress](int64_t step, int64_t steps, double loss) { progress(step, steps, loss); };
