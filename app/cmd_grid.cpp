@@ -129,6 +129,14 @@ int cmd_plan(int argc, char** argv) {
   std::printf("%zu cells (grid %s, estimated %.0f CPU-slot seconds, about %.0f s of wall time on %d CPU slots%s%s%s)\n",
               grid.cells.size(), grid.name.c_str(), plan.total_cost_s, wall, workers, at_load.c_str(), fused.c_str(),
               gpu.c_str());
+  // Where the figure is a guess: a program of the user's own that attnsweep cannot time.
+  size_t commands = 0;
+  for (const Cell& c : grid.cells) commands += c.config.value("task", "") == "command";
+  if (commands > 0 && grid.resources.cost_s < 0)
+    std::printf(
+        "note: the %zu command cell%s count 60 s each, a guess: attnsweep cannot time your program; declare "
+        "resources.cost_s (the seconds one cell takes) for a real estimate\n",
+        commands, commands == 1 ? "" : "s");
   return kExitOk;
 }
 

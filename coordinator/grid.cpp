@@ -230,6 +230,7 @@ Resources read_resources(const ordered_json& obj, Problems& problems) {
     if (key == "cells_per_gpu") r.cells_per_gpu = v.get<int>();
     if (key == "gpu_memory_gib") r.gpu_memory_gib = v.get<double>();
     if (key == "fuse") r.fuse = v.get<int>();
+    if (key == "cost_s") r.cost_s = v.get<double>();
   }
   return r;
 }
@@ -374,7 +375,7 @@ std::optional<CommandSection> read_command(const json& section, const std::strin
 
 const std::vector<ParamSpec>& resource_specs() {
   static const std::vector<ParamSpec> specs = [] {
-    std::vector<ParamSpec> v(7);
+    std::vector<ParamSpec> v(8);
     v[0].name = "gpus_per_cell", v[0].type = ParamType::integer, v[0].min = 1, v[0].max = 1024;
     v[1].name = "timeout_s", v[1].type = ParamType::number, v[1].min = 0;
     v[2].name = "retries", v[2].type = ParamType::integer, v[2].min = 0, v[2].max = 100;
@@ -394,6 +395,10 @@ const std::vector<ParamSpec>& resource_specs() {
         "only in init_seed, init_std, seed, activation, degree, scale, lr) share one child process on a slot, "
         "and those of one data seed share every batch; results are those of each cell alone. 1: one cell a "
         "process. Default: on CPU slots the task's (icl_regression 16), on GPU slots 1; run --fuse overrides it";
+    v[7].name = "cost_s", v[7].type = ParamType::number, v[7].min = 0;
+    v[7].description =
+        "seconds one cell takes on one CPU slot, as you know it (a command cell's program: attnsweep cannot tell); "
+        "plan and run's ETA use it instead of their own estimate";
     return v;
   }();
   return specs;
@@ -817,6 +822,7 @@ class GridReader {
     Cell c;
     c.id = sha256_hex(canon).substr(0, 16);
     c.est_cost_s = estimate_cost_s(*cfg);
+    if (grid_.resources.cost_s >= 0) c.est_cost_s = grid_.resources.cost_s;
     c.config = std::move(*cfg);
     grid_.cells.push_back(std::move(c));
   }

@@ -30,6 +30,7 @@ struct Resources {
   int cells_per_gpu = 1;      // K cells (child processes) share each GPU; ignored on CPU slots
   double gpu_memory_gib = 0;  // memory of one GPU that K cells must fit in (0: the visible GPU's)
   int fuse = 0;               // cells per group (coordinator/fusion.h); 0: not given (the task's default)
+  double cost_s = -1;         // a cell's declared CPU-slot seconds (-1: not given; plan's own estimate)
 };
 
 struct Cell {

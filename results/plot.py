@@ -757,8 +757,10 @@ class Report:
         axes[0][0].set_ylabel("training loss")
         legend_outside(axes[0][-1])
         fig.tight_layout()
+        per_n = ("one panel per prompt length N (up to four)" if ns != [None]
+                 else "one panel for all cells (they have no prompt length)")
         self.add("Training loss",
-                 "Training loss against step for each activation, one panel per prompt length N (up to four); "
+                 "Training loss against step for each activation, " + per_n + "; "
                  "line = mean over seeds, band = range over seeds. Diverged cells end where their loss became "
                  "non-finite. From " + self.budget(shown) + ".", fig,
                  {"legends": [[t for t in ax.get_legend_handles_labels()[1]] for ax in axes[0]]})
@@ -910,7 +912,15 @@ def main():
     pending = max(0, total - complete - diverged - len(failed))
     grid = manifest.get("grid_name") or os.path.basename(os.path.abspath(dirname))
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    const = ", ".join(f"{k}={value_text(v)}" for k, v in groups.constant)
+    def constant_text(k, v):
+        # a command cell's `command` is the whole section as JSON: its program line says it
+        if k == "command":
+            try:
+                return "command=" + " ".join(json.loads(v)["argv"])
+            except (ValueError, KeyError, TypeError):
+                pass
+        return f"{k}={value_text(v)}"
+    const = ", ".join(constant_text(k, v) for k, v in groups.constant)
 
     def stat(n, label, cls=""):
         return f'<div class="stat {cls}"><b>{n}</b><span>{label}</span></div>'

@@ -40,7 +40,12 @@ with h5py.File(sys.argv[1]) as f:
     p = {k: (f["paired"][k].asstr()[()] if f["paired"][k].dtype.kind == "O" else f["paired"][k][()]) for k in f["paired"]}
     sel = p["metric"] == "test_accuracy"
     assert sel.sum() == 2 and (p["pairs"][sel] == 2).all(), p  # one row per lr, 2 seeds each
-    assert set(p["a"][sel]) == {"activation=softmax"} and set(p["b"][sel]) == {"activation=relu"}, p
+    assert set(p["a"][sel]) == {"activation=softmax"} and set(p["b"][sel]) == {"activation=relu scale=inv_n"}, p
+PY
+check "labels follow the registry's notation: relu(S)/N is ReLU/N (#52)" $PY - out/summary.csv <<'PY'
+import csv, sys
+labels = {r["activation"]: r["label"] for r in csv.DictReader(open(sys.argv[1]))}
+assert labels == {"softmax": "softmax", "relu": "ReLU/N"}, labels
 PY
 
 run_rc mpirun -np 2 "$ATTNSWEEP" run ci.json --out mpi --workers 1 --threads 1 --retries 0

@@ -97,3 +97,12 @@ run_rc "$ATTNSWEEP" plan g.json 'seed=range(3'
 check "a malformed range says the grammar: $ERR" grep -q "key=range(a,b\[,step\])" <<<"$ERR"
 run_rc "$ATTNSWEEP" plan g.json -m
 check "-m: sweeps need no flag: $ERR" grep -q "no flag is needed to sweep" <<<"$ERR"
+
+# plan's cost of command cells (#52): a guess it says is one, or the grid's resources.cost_s.
+cat > cmd.json <<'J'
+{"command": {"argv": ["true"]}, "axes": {"task": ["command"], "seed": [0, 1, 2]}}
+J
+run_rc "$ATTNSWEEP" plan cmd.json
+check "plan says the command cells' cost is a guess: $OUT" grep -q "note: the 3 command cells count 60 s each, a guess" <<<"$OUT"
+run_rc "$ATTNSWEEP" plan cmd.json resources.cost_s=7
+check "resources.cost_s is the estimate: $OUT" bash -c "grep -q 'estimated 21 CPU-slot seconds' <<<\"\$1\" && ! grep -q 'a guess' <<<\"\$1\"" _ "$OUT"
