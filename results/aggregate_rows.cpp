@@ -114,7 +114,9 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
         if (v.is_null()) v = "none";
     std::string name = taken.count(key) ? "config." + key : key;  // never shadow a fixed column
     taken.insert(name);
-    cols.push_back(json_column(name, "config parameter " + key, values));
+    Column c = json_column(name, "config parameter " + key, values);
+    c.missing_csv = kNotApplicable;  // summary.csv only: aggregate.h5's /cells keeps NaN / ""
+    cols.push_back(std::move(c));
   }
   for (const std::string& key : metric_keys) {
     Column c{Column::Float,

@@ -42,8 +42,8 @@ std::string label_value(const nlohmann::json& v) {
 std::string Column::csv(size_t i) const {
   switch (type) {
     case Int: return std::to_string(ints[i]);
-    case Float: return format_number(floats[i]);
-    case String: return strings[i];
+    case Float: return std::isnan(floats[i]) && !missing_csv.empty() ? missing_csv : format_number(floats[i]);
+    case String: return strings[i].empty() && !missing_csv.empty() ? missing_csv : strings[i];
   }
   return {};
 }

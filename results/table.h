@@ -21,6 +21,11 @@ namespace attnsweep {
 // without enough points.
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// summary.csv's value of a parameter that does not apply to a cell (degree beside softmax,
+// scale beside sigmoid): one representation, a word pandas keeps as a group key. It is
+// also scale's name for "unscaled", which is what a scale that does not apply means.
+inline constexpr const char* kNotApplicable = "none";
+
 // Shortest text that reads back as the same double ("0.001", "3", "1e-05"); "" for NaN.
 std::string format_number(double v);
 
@@ -70,6 +75,10 @@ struct Column {
   std::vector<int64_t> ints;
   std::vector<double> floats;
   std::vector<std::string> strings;
+  // What the CSV writes for a missing value ("" by default). summary.csv's parameter
+  // columns write kNotApplicable: a default pandas groupby on the grid's keys keeps a
+  // cell whose key does not apply (degree beside softmax), which an empty field (NaN) drops.
+  std::string missing_csv;
 
   std::string csv(size_t i) const;
 };

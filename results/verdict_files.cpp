@@ -75,6 +75,30 @@ SummaryTable read_summary_csv(const std::string& path) {
     for (size_t c = 0; c < t.columns.size(); ++c) cell.values[t.columns[c]] = records[r][c];
     t.rows.push_back(std::move(cell));
   }
+  // A parameter that does not apply is written "none" (results/table.h kNotApplicable); in
+  // a column whose other values are all numbers it can only mean that: "" here, as a key
+  // the cell lacks. (In a text column "none" stays: it is also scale's "unscaled".)
+  for (const std::string& col : t.columns) {
+    bool numeric = false, none = false;
+    for (const ClaimCell& row : t.rows) {
+      const std::string& v = row.get(col);
+      if (v.empty()) continue;
+      if (v == kNotApplicable) {
+        none = true;
+        continue;
+      }
+      char* end = nullptr;
+      std::strtod(v.c_str(), &end);
+      if (*end != '\0') {
+        numeric = false;
+        break;
+      }
+      numeric = true;
+    }
+    if (numeric && none)
+      for (ClaimCell& row : t.rows)
+        if (row.get(col) == kNotApplicable) row.values[col] = "";
+  }
   return t;
 }
 

@@ -264,6 +264,14 @@ print("   loading snippet: cells", cells.shape)
 EOF
 check "the h5py/pandas loading snippet runs on the aggregate" $PY snippet.py
 check "and pandas reads summary.csv" $PY -c "import pandas as pd; d = pd.read_csv('$WORK/im/summary.csv'); assert d.shape[0] == 12, d.shape"
+# A default pandas groupby on the grid's keys keeps every row (#52): a key that does not
+# apply (degree beside softmax and relu) is "none" in summary.csv, not an empty field (NaN).
+check "a default groupby on the grid's keys keeps every row" $PY -c "
+import pandas as pd
+d = pd.read_csv('$WORK/np/summary.csv')
+n = int(d.groupby(['activation', 'degree', 'scale', 'prompt_length']).size().sum())
+assert n == len(d) == 18, (n, len(d), d[['activation', 'degree', 'scale']].drop_duplicates())
+assert set(d['degree'].astype(str)) == {'3', 'none'}, set(d['degree'])"
 
 # ---- 3. a fake trained sweep with diverged and failed cells ----------------------------
 "$GEN" tr --cells 72 --steps 200 --layers 4 --heads 4 --procs 2
