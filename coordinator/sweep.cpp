@@ -348,6 +348,7 @@ class Coordinator {
   // work left: pending cells' and running cells' steps to go. The steps running cells did
   // in this run count as work done, so the ETA needs no finished cell.
   struct Work {
+    double biggest_left = 0;  // the most work left of one cell: the run takes at least that
     json running = json::array();
     double done = 0, left = 0;
   };
@@ -355,7 +356,10 @@ class Coordinator {
     Work w;
     w.done = work_done_;
     for (size_t i = 0; i < sched_.size(); ++i) {
-      if (sched_.state(i) == CellStatus::pending) w.left += cost(i);
+      if (sched_.state(i) == CellStatus::pending) {
+        w.left += cost(i);
+        w.biggest_left = std::max(w.biggest_left, cost(i));
+      }
       if (sched_.state(i) != CellStatus::running) continue;
       const std::string& id = grid_.cells[i].id;
       json r = {
@@ -369,12 +373,31 @@ class Coordinator {
         const double f0 = std::clamp(static_cast<double>(p->first_step) / steps, 0.0, f);
         w.done += cost(i) * (f - f0);
         w.left += cost(i) * (1 - f);
+        w.biggest_left = std::max(w.biggest_left, cost(i) * (1 - f));
       } else {
         w.left += cost(i);
+        w.biggest_left = std::max(w.biggest_left, cost(i));
       }
       w.running.push_back(r);
     }
     return w;
+  }
+
+  // The ETA: plan's cost of the work left (pending cells, running cells' steps to go)
+  // spread over the slots, times how long a unit of plan's cost really takes here. That
+  // factor starts at plan's own (its fusion discount: cells trained as one cost less than
+  // alone) and moves to the measured one (elapsed x slots per unit of cost done) as work
+  // is done, weighted like one cell's worth of evidence for plan's: so the first seconds,
+  // with almost nothing done, do not swing it. At least the biggest cell left.
+  double eta_s(double elapsed) const {
+    if (work_.left <= 0) return 0.0;
+    const double slots = std::max(1.0, static_cast<double>(plan_.slots) * world_);
+    double sum = 0;
+    for (size_t i = 0; i < sched_.size(); ++i) sum += cost(i);
+    const double prior = sum > 0 && plan_.total_cost_s > 0 ? plan_.total_cost_s / sum : 1.0;
+    const double weight = sum / std::max<double>(1.0, static_cast<double>(sched_.size()));  // one cell's cost
+    const double k = (elapsed * slots + prior * weight) / (work_.done + weight);
+    return k * std::max(work_.left / slots, work_.biggest_left);
   }
 
   void report(double now, bool final, const char* state = "running") {
@@ -386,8 +409,7 @@ class Coordinator {
     const double rate = elapsed > 0 ? static_cast<double>(finished_now_) / elapsed : 0.0;
     const bool status_due = final || now - last_status_ >= 1.0;
     if (status_due) work_ = work();  // the progress files are read once a status
-    const double work_rate = elapsed > 0 ? work_.done / elapsed : 0.0;
-    const double eta = work_rate > 0 ? work_.left / work_rate : NAN;
+    const double eta = eta_s(elapsed);
     if (status_due) {
       last_status_ = now;
       json failed_cells = json::array();
@@ -423,16 +445,31 @@ class Coordinator {
         std::fprintf(stderr, "attnsweep: %s\n", e.what());
       }
     }
-    char line[256];
-    std::snprintf(line, sizeof line, "%zu/%zu done, %zu failed, %zu running, %.2f cells/s, ETA %s", done + failed,
-                  total, failed, running, rate, final ? "0:00:00" : fmt_duration(eta).c_str());
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%zu/%zu done, %zu failed, %zu running, %.2f cells/s, ETA %s", done + failed, total,
+                  failed, running, rate, final ? "0:00:00" : fmt_duration(eta).c_str());
+    std::string line = buf;
+    // Running cells' step and loss, as `status` shows them (two at most on the line).
+    if (!final) {
+      size_t shown = 0;
+      for (const json& r : work_.running) {
+        if (!r.contains("step") || !r.contains("steps") || shown == 2) continue;
+        char c[128];
+        const json& loss = r["loss"];
+        std::snprintf(c, sizeof c, " | %.8s step %lld/%lld loss %.4g", r.value("cell_id", std::string("?")).c_str(),
+                      static_cast<long long>(r["step"].get<int64_t>()),
+                      static_cast<long long>(r["steps"].get<int64_t>()), loss.is_number() ? loss.get<double>() : NAN);
+        line += c;
+        ++shown;
+      }
+    }
     if (tty_ && (final || now - last_line_ >= 0.2)) {
       last_line_ = now;
-      std::fprintf(stderr, "\r\033[K[attnsweep] %s", line);
+      std::fprintf(stderr, "\r\033[K[attnsweep] %s", line.c_str());
       if (final) std::fprintf(stderr, "\n");
     } else if (!tty_ && !final && now - last_line_ >= opt_.progress_every_s) {
       last_line_ = now;
-      std::fprintf(stderr, "attnsweep: %s\n", line);
+      std::fprintf(stderr, "attnsweep: %s\n", line.c_str());
     }
     if (final) {
       std::fprintf(
