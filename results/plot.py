@@ -316,10 +316,17 @@ class Report:
                 vals = sorted({value_text(c[key][i]) for i in idx if not is_missing(c[key][i])})
                 if vals:
                     parts.append(f"{'–'.join(vals) if len(vals) > 1 else vals[0]} {word}" + ("" if vals == ["1"] else "s"))
+        if "eval_batches" in c and "eval_batches" in params and "batch" in c:
+            ev = sorted({(int(float(c["eval_batches"][i])), int(float(c["batch"][i]))) for i in idx
+                         if not is_missing(c["eval_batches"][i]) and not is_missing(c["batch"][i])})
+            if ev:
+                parts.append("test metrics on " + "; ".join(
+                    "the whole test split" if e == 0 else f"{e} test batches ({e * b:,} samples)" for e, b in ev))
         reps = [k for k in params if is_replicate(k)]
         if reps:
             seeds = {tuple(value_text(c[k][i]) for k in reps) for i in idx}
-            parts.append(plural(len(seeds), "seed"))
+            varying = [k for k in reps if len({value_text(c[k][i]) for i in idx}) > 1]
+            parts.append(plural(len(seeds), "seed") + (f" ({' × '.join(varying)})" if len(varying) > 1 else ""))
         return ", ".join(parts)
 
     # (1) norms at initialisation against N
@@ -525,7 +532,9 @@ class Report:
 
         # against prompt length: rows of cells that have one
         rows = [r for r in np.where(pd["metric"] == metric)[0] if np.isfinite(float(pd["prompt_length"][r]))]
-        comparisons = sorted({(pd["group"][r], pd["a"][r], pd["b"][r]) for r in rows})
+        # the comparisons against softmax first (the papers' question), then the others
+        comparisons = sorted({(pd["group"][r], pd["a"][r], pd["b"][r]) for r in rows},
+                             key=lambda t: ("activation=softmax" not in (t[1], t[2]), t))
         if not comparisons or self.N is None:
             return self.paired_by_group(metric, lambda i: (spec_of[i], group_of[i]), pretty)
         if len(comparisons) > 6:
@@ -535,7 +544,8 @@ class Report:
         varying = sorted({k for d in kv.values() for k in d if len({e.get(k) for e in kv.values()}) > 1})
         short = {g: ", ".join(f"{k}={kv[g].get(k, '–')}" for k in varying) for g in kv}
         v = c[metric].astype(float) if metric in c else np.full(self.data["n"], np.nan)
-        reps = [k for k in params if is_replicate(k)]
+        # the replicate keys that vary between cells (a seed key fixed in every cell is no replicate)
+        reps = [k for k in params if is_replicate(k) and len({value_text(x) for x in c[k]}) > 1]
         fig, axes = plt.subplots(len(comparisons), 2, figsize=(11.0, 3.7 * len(comparisons)), squeeze=False)
         plotted, shown = [], np.zeros(self.g.n, bool)
         for (group, a, b), (ax, ax2) in zip(comparisons, axes):
@@ -598,7 +608,8 @@ class Report:
     def paired_by_group(self, metric, spec_and_group, pretty):
         pd = self.data["paired"]
         rows = [r for r in np.where(pd["metric"] == metric)[0] if not np.isfinite(float(pd["prompt_length"][r]))]
-        pairs_of = sorted({(pd["a"][r], pd["b"][r]) for r in rows})[:6]
+        pairs_of = sorted({(pd["a"][r], pd["b"][r]) for r in rows},
+                          key=lambda t: ("activation=softmax" not in t, t))[:6]
         if not pairs_of:
             return
         c = self.data["cells"]
@@ -956,9 +967,10 @@ def main():
                      f'<img alt="{html.escape(title)}" src="data:image/png;base64,{png}">'
                      f"<figcaption><b>Figure {k}.</b> {html.escape(caption)}</figcaption></figure>")
     if table:
+        per = "per group of cells and prompt length N" if rep.N is not None else "per group of cells"
         parts.append("<h2>Final metrics</h2><p class=\"note\">Mean ± standard deviation over seeds of every "
-                     "/final metric, per activation and prompt length N (complete cells only; diverged cells "
-                     "are counted beside the seeds).</p>")
+                     f"/final metric, {per} (complete cells only; diverged cells are counted beside the "
+                     "seeds).</p>")
         parts.append(f'<div class="card">{table}</div>')
     if failed:
         parts.append("<h2>Failed cells</h2><ul class=\"skipped\">" + "".join(

@@ -42,6 +42,10 @@ with h5py.File(sys.argv[1]) as f:
     assert sel.sum() == 2 and (p["pairs"][sel] == 2).all(), p  # one row per lr, 2 seeds each
     assert set(p["a"][sel]) == {"activation=softmax"} and set(p["b"][sel]) == {"activation=relu scale=inv_n"}, p
 PY
+check "the report names the program, not its whole command section (#52)" bash -c \
+  "grep -q 'command=/usr/bin/python3 ' out/report.html && ! grep -q '&quot;argv&quot;' out/report.html"
+check "captions say what the panels show: one loss panel for all cells, no N column in the table" bash -c \
+  "grep -q 'one panel for all cells (they have no prompt length)' out/report.html && grep -q 'per group of cells (complete' out/report.html"
 check "labels follow the registry's notation: relu(S)/N is ReLU/N (#52)" $PY - out/summary.csv <<'PY'
 import csv, sys
 labels = {r["activation"]: r["label"] for r in csv.DictReader(open(sys.argv[1]))}

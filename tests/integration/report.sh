@@ -217,6 +217,7 @@ PY
 ACC=$(plotted im/report.html "Accuracy against prompt length")
 check "accuracy: ticks at the grid's N ($ACC)" $PY -c "import json, sys; assert json.loads(sys.argv[1])['xticks'] == [16, 49]" "$ACC"
 check "the table's first column is named by what it holds" grep -q "<th>activation</th><th>N</th><th>seeds</th>" im/report.html
+check "captions give the test metrics' evaluation size (#52)" grep -q "test metrics on 2 test batches (" im/report.html
 # summary.csv: softmax's scale is "none" (a groupby keeps it), `label` as in the report,
 # the boolean cls as the grid writes it.
 check "summary.csv: scale none, label, cls false" $PY - im/summary.csv <<'PY'
