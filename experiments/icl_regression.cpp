@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -359,11 +362,60 @@ static json icl_model_config(const json& config) {
   return m;
 }
 
+namespace {
+
+// The read-out's weights as JSON ({"C", "Q", "K", "V"}: row-major C x C), what save_weights
+// writes and weights_from reads.
+json weights_json(const ReadoutWeights& W) {
+  return {{"C", W.C}, {"Q", W.Q}, {"K", W.K}, {"V", W.V}};
+}
+
+ReadoutWeights weights_of_file(const std::string& path, int64_t C) {
+  std::ifstream f(path);
+  if (!f)
+    throw DeterministicFailure("weights_from: " + path + ": cannot read (a cell's readout_weights.json, " +
+                               "written by a cell with save_weights: true under DIR/outputs/<id>/)");
+  json j;
+  try {
+    j = json::parse(f);
+    ReadoutWeights W;
+    W.C = j.at("C").get<int64_t>();
+    W.Q = j.at("Q").get<std::vector<double>>();
+    W.K = j.at("K").get<std::vector<double>>();
+    W.V = j.at("V").get<std::vector<double>>();
+    const size_t n = static_cast<size_t>(W.C * W.C);
+    if (W.C != C || W.Q.size() != n || W.K.size() != n || W.V.size() != n)
+      throw std::runtime_error("weights of width " + std::to_string(W.C) + " for a read-out of width " +
+                               std::to_string(C) + " (d + 1)");
+    return W;
+  } catch (const std::exception& e) {
+    throw DeterministicFailure("weights_from: " + path + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
-  if (!ctx.train) throw std::runtime_error("task icl_regression: no trainer supplied (run it through attnsweep train)");
   auto setup = std::make_shared<const IclSetup>(icl_setup_of(config));
   const ActivationSpec act = activation_spec_of(config);
   const int64_t C = setup->d + 1, L = setup->prompt_length;
+  // A trained model's concentration at this L (paper B, docs/results-paperB.md): the
+  // weights of another cell (save_weights), evaluated here without training.
+  if (const std::string from = config.value("weights_from", std::string()); !from.empty()) {
+    if (!icl_limit_defined(act))
+      throw DeterministicFailure("weights_from: the activation has no known large-prompt limit to measure against");
+    const ReadoutWeights W = weights_of_file(from, C);
+    TaskOutput out;
+    const double e = icl_limit_sq_error(*setup,
+                                        config.at("test_prompts").get<int64_t>() > 0
+                                            ? *icl_test_set(*setup, config.at("test_prompts").get<int64_t>())
+                                            : *icl_test_set(*setup, 1),
+                                        act, W);
+    out.final_metrics["limit_sq_error"] = e;
+    out.series.push_back(result_series("/icl/limit_sq_error", {1}, std::vector<double>{e}));
+    return out;
+  }
+  if (!ctx.train) throw std::runtime_error("task icl_regression: no trainer supplied (run it through attnsweep train)");
   const json model_config = icl_model_config(config);
 
   TrainingData data;
@@ -396,13 +448,30 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
     icl_prompts_cuda(*on_device, idx, count, x, y_value, static_cast<cudaStream_t>(stream));
   };
 #endif
+  auto last = std::make_shared<ReadoutWeights>();  // the weights of the last evaluation
   if (icl_limit_defined(act)) {
     data.eval_metrics.push_back(result_eval_metric("limit_sq_error", "/icl/limit_sq_error"));
-    data.measure = [setup, test, act](const ModelWeights& w) {
-      return std::vector<double>{icl_limit_sq_error(*setup, *test, act, readout_weights(w))};
+    data.measure = [setup, test, act, last](const ModelWeights& w) {
+      *last = readout_weights(w);
+      return std::vector<double>{icl_limit_sq_error(*setup, *test, act, *last)};
     };
   }
-  return ctx.train(model_config, ctx, data);
+  TaskOutput out = ctx.train(model_config, ctx, data);
+  // save_weights: the trained read-out's weights, kept beside the run (DIR/outputs/<id>/
+  // under `run`, as a command cell's outputs), for weights_from cells to evaluate.
+  if (config.value("save_weights", false) && last->C > 0 && out.status != CellStatus::interrupted) {
+    if (ctx.checkpoint_path.empty() || ctx.cell_id.empty())
+      std::fprintf(stderr, "attnsweep: save_weights: no run directory (a bare attnsweep train): weights not kept\n");
+    else {
+      const std::filesystem::path dir =
+          std::filesystem::path(ctx.checkpoint_path).parent_path().parent_path() / "outputs" / ctx.cell_id;
+      std::filesystem::create_directories(dir);
+      std::ofstream f(dir / "readout_weights.json");
+      f << weights_json(*last).dump() << "\n";
+      if (!f.flush()) throw std::runtime_error("save_weights: cannot write " + (dir / "readout_weights.json").string());
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -474,7 +543,25 @@ const TaskDef& icl_regression_task() {
               // resumed run never takes a result drawn from other prompts for its own.
               string_key("prompts", {"philox"}, "philox",
                          "the prompt generator: philox = Philox4x32-10 normals in float32 (since attnsweep 0.2; "
-                         "0.1 drew float64 splitmix64 Box-Muller prompts, whose cells had other ids)")};
+                         "0.1 drew float64 splitmix64 Box-Muller prompts, whose cells had other ids)"),
+              [] {
+                ParamSpec s =
+                    boolean_key("save_weights", false,
+                                "keep the trained read-out's weights in DIR/outputs/<id>/readout_weights.json");
+                s.omit_at_default = true;  // cells without it keep their ids
+                return s;
+              }(),
+              [] {
+                ParamSpec s = string_key("weights_from", {}, "",
+                                         "a readout_weights.json (save_weights) to evaluate at this prompt length "
+                                         "instead of training: limit_sq_error of that trained model; steps must be 0");
+                s.omit_at_default = true;
+                s.check = [](const json& v, const json& cfg) -> std::string {
+                  if (v.get<std::string>().empty() || cfg.value("steps", int64_t{0}) == 0) return "";
+                  return "weights_from evaluates a trained model without training: set steps to 0";
+                };
+                return s;
+              }()};
     d.cost_s = [](const json& c) { return icl_cost(c).total(); };
     d.data_shape = icl_data_shape;
     d.model_config = icl_model_config;

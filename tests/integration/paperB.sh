@@ -96,3 +96,33 @@ PY
 check "paired.csv holds softmax - linear per L" true
 "$ATTNSWEEP" report icl > report.txt 2>&1
 check "report draws the paired comparison" grep -q "Paired comparison of activations" icl/report.html
+
+# A trained model's concentration (#51): save_weights keeps a trained read-out's weights
+# in DIR/outputs/<id>/readout_weights.json; weights_from evaluates them at other prompt
+# lengths without training, and at the trained cell's own L gives its own final
+# limit_sq_error exactly (the same test prompts, the same weights).
+cat > tw.json <<'J'
+{"axes": {"task": ["icl_regression"], "activation": ["softmax"], "prompt_length": [16], "init_seed": [0, 1]},
+ "fixed": {"steps": 200, "lr": 0.1, "test_prompts": 256, "eval_every": 100, "save_weights": true}}
+J
+"$ATTNSWEEP" run tw.json --out tw --workers 2 >/dev/null 2>&1
+check "save_weights: both cells kept their weights" test "$(ls tw/outputs/*/readout_weights.json | wc -l)" = 2
+"$ATTNSWEEP" aggregate tw >/dev/null
+id=$(ls tw/outputs | head -1)
+cat > ev.json <<J
+{"axes": {"task": ["icl_regression"], "activation": ["softmax"], "prompt_length": [16, 64, 256]},
+ "fixed": {"steps": 0, "test_prompts": 256, "init_seed": 0, "weights_from": "tw/outputs/$id/readout_weights.json"}}
+J
+"$ATTNSWEEP" run ev.json --out ev --workers 2 >/dev/null 2>&1
+"$ATTNSWEEP" aggregate ev >/dev/null
+check "weights_from: the trained cell's own L gives its own limit_sq_error, and it falls with L" $PY - tw ev "$id" <<'PY'
+import csv, sys
+tw = {r["cell_id"]: r for r in csv.DictReader(open(sys.argv[1] + "/summary.csv"))}
+ev = {int(r["prompt_length"]): float(r["limit_sq_error"]) for r in csv.DictReader(open(sys.argv[2] + "/summary.csv"))}
+own = float(tw[sys.argv[3]]["limit_sq_error"])
+assert ev[16] == own, (ev, own)
+assert ev[16] > ev[64] > ev[256], ev
+print("    L 16, 64, 256:", ev)
+PY
+run_rc "$ATTNSWEEP" plan ev.json steps=10
+check "weights_from with steps > 0 is refused: $ERR" grep -q "weights_from evaluates a trained model without training: set steps to 0" <<<"$ERR"
