@@ -14,6 +14,7 @@
 
 #include "app/cli.h"
 #include "results/aggregate.h"
+#include "results/verdict_files.h"
 
 namespace attnsweep::cli {
 
@@ -119,6 +120,19 @@ int cmd_aggregate(int argc, char** argv) {
               static_cast<long long>(r.cells), static_cast<long long>(r.reread), static_cast<long long>(r.reused),
               r.skipped.empty() ? "" : (" (" + std::to_string(r.skipped.size()) + " files skipped)").c_str(),
               dir.c_str(), dir.c_str(), r.paired.empty() ? "" : (", " + dir + "/paired.csv").c_str());
+  // The grid's claims decided beside summary.csv (results/verdict.h): DIR/verdicts.csv.
+  if (opt.out_dir.empty()) {
+    try {
+      const DirVerdicts v = verdicts_of_dir(dir, "", kDefaultResamples);
+      if (!v.claims.empty()) {
+        write_verdicts_csv(dir + "/verdicts.csv", v.verdicts);
+        std::printf("%zu claim%s decided -> %s/verdicts.csv (attnsweep verdict %s prints them)\n", v.verdicts.size(),
+                    v.verdicts.size() == 1 ? "" : "s", dir.c_str(), dir.c_str());
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "attnsweep aggregate: verdict: %s\n", e.what());
+    }
+  }
   return kExitOk;
 }
 

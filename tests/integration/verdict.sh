@@ -39,7 +39,9 @@ check "the manifest records the claims as declared with 0 cells done" \
   $PY -c "import json; m = json.load(open('d/manifest.json')); assert m['claims_declared']['cells_done'] == 0, m"
 run_rc "$ATTNSWEEP" verdict d
 check "verdict without summary.csv exits 2 naming aggregate (got $RC: $ERR)" grep -q "run .attnsweep aggregate." <<<"$ERR"
-"$ATTNSWEEP" aggregate d >/dev/null
+"$ATTNSWEEP" aggregate d >agg.txt
+check "aggregate decides the claims too: verdicts.csv beside summary.csv" bash -c \
+  "test -s d/verdicts.csv && grep -q '3 claims decided -> d/verdicts.csv' agg.txt"
 "$ATTNSWEEP" verdict d >verdict.txt
 cat verdict.txt
 check "the O(N) law is supported" grep -q "^poly_linear_in_n: supported" verdict.txt
