@@ -16,6 +16,7 @@ BLOCKS=(
   "paperA_fmnist docs/results-paperA.md bench/results/cpu-paperA/runs/paperA_fmnist experiments/grids/paperA_fmnist.json"
   "paperA_scale_sweep docs/results-paperA.md bench/results/cpu-paperA/runs/paperA_scale_sweep experiments/grids/paperA_scale_sweep.json"
   "paperA_pde docs/results-paperA.md bench/results/cpu-paperA/runs/paperA_pde experiments/grids/paperA_pde.json"
+  "paperA_equiv_n49 docs/results-paperA.md bench/results/cpu-2026-12-06-claims/paperA_equiv_n49 -"
   "paperB_concentration docs/results-paperB.md bench/results/cpu-2026-12-06-claims/paperB_concentration -"
   "paperB_icl_paired docs/results-paperB.md bench/results/cpu-2026-12-02-paperB-300k experiments/grids/paperB_icl_paired.json"
 )
