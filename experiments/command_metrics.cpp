@@ -140,5 +140,4 @@ TaskOutput output_of(const Metrics& m) {
   return out;
 }
 
-
 }  // namespace attnsweep

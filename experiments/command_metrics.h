@@ -77,5 +77,4 @@ class MetricsTail {
   int64_t lineno_ = 0;
 };
 
-
 }  // namespace attnsweep
