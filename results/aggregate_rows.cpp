@@ -66,7 +66,7 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
   };
   // The fixed columns: the root attributes the result schema marks as columns.
   for (const ResultField* f : result_columns()) {
-    Column c{Column::String, f->name, f->description, {}, {}, {}};
+    Column c{Column::String, f->name, f->description, {}, {}, {}, {}};
     const auto want = [&](ResultType t) {
       if (f->type != t) throw std::logic_error("aggregate: column " + f->name + " has another type in the schema");
     };
@@ -122,6 +122,7 @@ std::vector<Column> build_columns(const std::vector<Row>& rows) {
     Column c{Column::Float,
              taken.count(key) ? "final." + key : key,
              "final metric (/final attribute " + key + ")",
+             {},
              {},
              {},
              {}};

@@ -100,13 +100,13 @@ std::string activation_label(const std::map<std::string, nlohmann::json>& params
 }
 
 Column string_column(std::string name, std::string description, const std::vector<std::string>& values) {
-  return Column{Column::String, std::move(name), std::move(description), {}, {}, values};
+  return Column{Column::String, std::move(name), std::move(description), {}, {}, values, {}};
 }
 Column float_column(std::string name, std::string description, const std::vector<double>& values) {
-  return Column{Column::Float, std::move(name), std::move(description), {}, values, {}};
+  return Column{Column::Float, std::move(name), std::move(description), {}, values, {}, {}};
 }
 Column int_column(std::string name, std::string description, const std::vector<int64_t>& values) {
-  return Column{Column::Int, std::move(name), std::move(description), values, {}, {}};
+  return Column{Column::Int, std::move(name), std::move(description), values, {}, {}, {}};
 }
 
 Column json_column(std::string name, std::string description, const std::vector<nlohmann::json>& values) {
