@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 #include <unordered_set>
 
@@ -466,11 +465,24 @@ std::string grid_text_with_overrides(const std::string& path, const std::vector<
     }
     std::vector<std::string> parts = split_values(value);
     // range(a,b[,step]) (Python's: b excluded) and [a,b,...] sweep too: no key takes a list.
-    static const std::regex range_re(R"(range\(\s*(-?\d+)\s*,\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?\))");
-    std::smatch m;
-    if (std::regex_match(value, m, range_re)) {
-      const long long a = std::stoll(m[1].str()), b = std::stoll(m[2].str()),
-                      step = m[3].matched ? std::stoll(m[3].str()) : 1;
+    std::vector<long long> range_args;  // range(a,b[,step]): its integers, else empty
+    if (value.rfind("range(", 0) == 0 && value.back() == ')') {
+      std::string inner = value.substr(6, value.size() - 7);
+      std::erase_if(inner, [](char ch) { return ch == ' ' || ch == '\t'; });
+      bool ok = !inner.empty();
+      for (size_t start = 0; ok;) {
+        const size_t comma = inner.find(',', start);
+        const std::string num = inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        const size_t digits = num.rfind('-', 0) == 0 ? 1 : 0;
+        ok = num.size() > digits && num.size() < 18 && num.find_first_not_of("0123456789", digits) == std::string::npos;
+        if (ok) range_args.push_back(std::stoll(num));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      if (!ok || range_args.size() < 2 || range_args.size() > 3) range_args.clear();
+    }
+    if (!range_args.empty()) {
+      const long long a = range_args[0], b = range_args[1], step = range_args.size() == 3 ? range_args[2] : 1;
       if (step == 0 || (b - a) / step > 100000 || (step > 0 ? a >= b : a <= b)) {
         problems.push_back("override \"" + word +
                            "\": range(a,b[,step]) is empty or too long (Python's range: b excluded, step not 0)");

@@ -1,8 +1,8 @@
 #include "results/claims.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
-#include <regex>
 #include <set>
 
 #include "experiments/param_spec.h"
@@ -72,7 +72,6 @@ std::vector<Claim> parse_claims(const json& list, Problems& problems) {
     return out;
   }
   std::set<std::string> ids;
-  const std::regex id_re("[A-Za-z0-9_.-]+");
   const std::vector<std::string> kinds(std::begin(kClaimKinds), std::end(kClaimKinds));
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string at = "claims[" + std::to_string(i) + "]";
@@ -100,7 +99,9 @@ std::vector<Claim> parse_claims(const json& list, Problems& problems) {
     text("metric", true, c.metric);
     text("paper", false, c.paper);
     if (!c.id.empty()) {
-      if (!std::regex_match(c.id, id_re))
+      if (std::any_of(c.id.begin(), c.id.end(), [](char ch) {
+            return !(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '-');
+          }))
         problems.emplace_back(at + ".id", "expected letters, digits, '_', '.' or '-', got " + describe(j["id"]));
       else if (!ids.insert(c.id).second)
         problems.emplace_back(at + ".id", "\"" + c.id + "\" is the id of an earlier claim: ids are unique");

@@ -1,17 +1,26 @@
 #include "results/trajectory_metric.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
-#include <regex>
 #include <vector>
 
 namespace attnsweep {
 
 std::optional<TrajectoryMetric> parse_trajectory_metric(const std::string& name, std::string* problem) {
   if (name.rfind("late:", 0) != 0 && name.rfind("growth:", 0) != 0) return std::nullopt;
-  static const std::regex re("(late|growth):([A-Za-z0-9_/]+):layer([0-9]+)");
-  std::smatch m;
-  if (!std::regex_match(name, m, re) || std::stoi(m[3].str()) < 1) {
+  // stat:dataset:layerK, the dataset of letters, digits, _ and /, K a positive integer
+  const size_t c1 = name.find(':'), c2 = name.rfind(':');
+  const std::string stat = name.substr(0, c1), path = c2 > c1 ? name.substr(c1 + 1, c2 - c1 - 1) : "",
+                    layer = c2 > c1 ? name.substr(c2 + 1) : "";
+  const bool path_ok = !path.empty() && std::all_of(path.begin(), path.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '/';
+  });
+  const std::string digits = layer.rfind("layer", 0) == 0 ? layer.substr(5) : "";
+  const bool layer_ok = !digits.empty() && digits.size() < 6 &&
+                        std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (!path_ok || !layer_ok || std::stoi(digits) < 1) {
     *problem =
         "expected late:<dataset>:layer<k> or growth:<dataset>:layer<k> (k >= 1, e.g. "
         "late:norms/attn_fro:layer4), got \"" +
@@ -19,10 +28,9 @@ std::optional<TrajectoryMetric> parse_trajectory_metric(const std::string& name,
     return std::nullopt;
   }
   TrajectoryMetric t;
-  t.stat = m[1].str();
-  t.path = m[2].str();
-  if (t.path.front() != '/') t.path = "/" + t.path;
-  t.layer = std::stoi(m[3].str());
+  t.stat = stat;
+  t.path = path.front() == '/' ? path : "/" + path;
+  t.layer = std::stoi(digits);
   return t;
 }
 
