@@ -123,12 +123,9 @@ int cmd_aggregate(int argc, char** argv) {
   // The grid's claims decided beside summary.csv (results/verdict.h): DIR/verdicts.csv.
   if (opt.out_dir.empty()) {
     try {
-      const DirVerdicts v = verdicts_of_dir(dir, "", kDefaultResamples);
-      if (!v.claims.empty()) {
-        write_verdicts_csv(dir + "/verdicts.csv", v.verdicts);
-        std::printf("%zu claim%s decided -> %s/verdicts.csv (attnsweep verdict %s prints them)\n", v.verdicts.size(),
-                    v.verdicts.size() == 1 ? "" : "s", dir.c_str(), dir.c_str());
-      }
+      if (const size_t n = write_dir_verdicts(dir, dir + "/verdicts.csv"); n > 0)
+        std::printf("%zu claim%s decided -> %s/verdicts.csv (attnsweep verdict %s prints them)\n", n, n == 1 ? "" : "s",
+                    dir.c_str(), dir.c_str());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "attnsweep aggregate: verdict: %s\n", e.what());
     }

@@ -125,11 +125,8 @@ int cmd_report(int argc, char** argv) {
   {
     const fs::path verdicts = root / "verdicts.csv";
     try {
-      const DirVerdicts v = verdicts_of_dir(dir, "", kDefaultResamples);
-      if (!v.claims.empty()) {
-        write_verdicts_csv(verdicts.string(), v.verdicts);
-        std::printf("%zu claims decided -> %s\n", v.verdicts.size(), verdicts.c_str());
-      }
+      if (const size_t n = write_dir_verdicts(dir, verdicts.string()); n > 0)
+        std::printf("%zu claims decided -> %s\n", n, verdicts.c_str());
     } catch (const std::exception& e) {
       std::error_code ec;
       fs::remove(verdicts, ec);  // no stale verdicts on the page

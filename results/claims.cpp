@@ -58,6 +58,13 @@ const std::string& ClaimCell::get(const std::string& key) const {
   return it == values.end() ? empty : it->second;
 }
 
+double claim_number(const std::string& text) {
+  if (text.empty()) return NAN;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  return *end == '\0' ? v : NAN;
+}
+
 bool claim_value_matches(const json& want, const std::string& have) {
   if (have.empty()) return false;
   if (want.is_array())
@@ -299,13 +306,6 @@ bool matches_group(const json& group, const ClaimCell& cell) {
   return true;
 }
 
-double number_of(const std::string& text) {
-  if (text.empty()) return NAN;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  return end != nullptr && *end == '\0' ? v : NAN;
-}
-
 }  // namespace
 
 ClaimData claim_data(const Claim& c, const std::vector<ClaimCell>& cells, const std::vector<std::string>& config_keys) {
@@ -372,12 +372,12 @@ ClaimData claim_data(const Claim& c, const std::vector<ClaimCell>& cells, const 
       for (const std::string& k : keys)
         if (!claim_own.count(k) && seen[k].size() > 1 && !seen[k].count(""))
           stratum += (stratum.empty() ? "" : " ") + k + "=" + cell->get(k);
-      if (c.kind == "difference_trend") d.stratum_x[stratum] = number_of(cell->get(c.x));
+      if (c.kind == "difference_trend") d.stratum_x[stratum] = claim_number(cell->get(c.x));
       auto& slot = d.strata[u][stratum];
       (matches_group(c.a, *cell) ? slot.first : slot.second).push_back(cell->metric);
     } else {
-      const double x = number_of(cell->get(c.x));
-      const double over = c.scans() ? number_of(cell->get(c.over)) : 0.0;
+      const double x = claim_number(cell->get(c.x));
+      const double over = c.scans() ? claim_number(cell->get(c.over)) : 0.0;
       if (!std::isfinite(x) || (c.scans() && !(over > 0)) || (c.log_x && !(x > 0))) {
         ++bad_number;
         continue;

@@ -102,6 +102,10 @@ std::vector<std::pair<std::string, std::string>> claim_keys(const Claim& c, size
 // every field with its type, the kinds, and each kind's required fields.
 nlohmann::json claims_json_schema();
 
+// A cell's text value as a number (summary.csv's text, results/table.h format_number);
+// NaN when it is empty or not wholly a number.
+double claim_number(const std::string& text);
+
 // Whether a cell's text value matches a claim's value or list of values.
 bool claim_value_matches(const nlohmann::json& want, const std::string& have);
 

@@ -18,16 +18,7 @@
 namespace attnsweep {
 using json = nlohmann::json;
 
-namespace {
-
-double to_number(const std::string& s) {
-  if (s.empty()) return NAN;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  return *end == '\0' ? v : NAN;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string signed_number(double v) {
   if (!std::isfinite(v)) return "—";
@@ -147,7 +138,7 @@ std::string setting_text(const Claim& c, const std::vector<ClaimCell>& cells, si
     std::set<std::string> texts;
     for (const ClaimCell* cell : mine)
       if (!cell->get(k).empty()) {
-        const double v = to_number(cell->get(k));
+        const double v = claim_number(cell->get(k));
         if (std::isfinite(v))
           nums.insert(v);
         else
@@ -195,7 +186,7 @@ Verdict decide_one(const Claim& c, const SummaryTable& table, const std::vector<
       continue;
     }
     ClaimCell cell = r;
-    cell.metric = to_number(r.get(c.metric));
+    cell.metric = claim_number(r.get(c.metric));
     cell.metric_known = true;
     rows.push_back(std::move(cell));
   }

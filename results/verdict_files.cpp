@@ -87,9 +87,7 @@ SummaryTable read_summary_csv(const std::string& path) {
         none = true;
         continue;
       }
-      char* end = nullptr;
-      std::strtod(v.c_str(), &end);
-      if (*end != '\0') {
+      if (std::isnan(claim_number(v))) {
         numeric = false;
         break;
       }
@@ -179,6 +177,13 @@ DirVerdicts verdicts_of_dir(const std::string& dir, const std::string& claims_fi
   out.verdicts =
       decide_claims(out.claims, table, std::vector<std::string>(keys.begin(), keys.end()), resamples, declared);
   return out;
+}
+
+size_t write_dir_verdicts(const std::string& dir, const std::string& csv_path) {
+  const DirVerdicts v = verdicts_of_dir(dir, "", kDefaultResamples);
+  if (v.claims.empty()) return 0;
+  write_verdicts_csv(csv_path, v.verdicts);
+  return v.verdicts.size();
 }
 
 void write_verdicts_csv(const std::string& path, const std::vector<Verdict>& v) {

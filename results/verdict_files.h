@@ -30,6 +30,11 @@ DirVerdicts verdicts_of_dir(const std::string& dir, const std::string& claims_fi
 // stay the same (`run` writes it: coordinator/resume.cpp).
 inline constexpr const char* kManifestClaimsDeclared = "claims_declared";
 
+// DIR's own claims (its manifest's) decided and written to `csv_path`: how many (0: the
+// grid declares none, nothing written). What aggregate and report do after their work.
+// Throws as verdicts_of_dir and write_verdicts_csv.
+size_t write_dir_verdicts(const std::string& dir, const std::string& csv_path);
+
 // DIR/verdicts.csv (atomically), a table for the terminal, and the markdown table of the
 // results documents (claim, the paper's statement and setting, this run's, estimate
 // [interval], verdict).
