@@ -4,7 +4,7 @@
 // duplicate keys) is coordinator/json_text.cpp's; the JSON Schema is generated in
 // coordinator/grid_schema.cpp. `plan`, `run`, `train`, `submit` and the fuzzer all read
 // grids here.
-// About 760 lines: one reader, because its passes (keys, axes, excludes, overrides,
+// About 900 lines: one reader, because its passes (keys, axes, excludes, overrides,
 // resources, each cell's effective config) report into one list of problems with the
 // file's positions, and splitting it would pass that state between files.
 #include "coordinator/grid.h"
