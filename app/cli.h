@@ -57,6 +57,7 @@ int cmd_train(int argc, char** argv);           // app/cmd_run.cpp
 int cmd_status(int argc, char** argv);          // app/cmd_run.cpp
 int cmd_aggregate(int argc, char** argv);       // app/cmd_aggregate.cpp
 int cmd_verdict(int argc, char** argv);         // app/cmd_verdict.cpp
+int cmd_export(int argc, char** argv);          // app/cmd_export.cpp
 
 }  // namespace attnsweep::cli
 

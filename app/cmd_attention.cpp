@@ -189,26 +189,8 @@ std::string join(const std::vector<std::string>& v, const char* sep, const char*
 
 ActivationSpec parse_activation(const std::string& act, int degree, const std::string& scale) {
   ActivationSpec a;
-  const std::optional<Activation> id = activation_from_name(act);
-  if (!id)
-    throw InputError("--activation: expected " + join(activation_names(), ", ", " or ") + ", got \"" + act + "\"");
-  a.activation = *id;
-  // The range the grid accepts (kernels/activation.h).
-  if (degree < kMinDegree || degree > kMaxDegree)
-    throw InputError("--degree: expected an integer in " + std::to_string(kMinDegree) + ".." +
-                     std::to_string(kMaxDegree) + ", got " + std::to_string(degree));
-  a.degree = degree;
-  if (const std::optional<ScaleKind> kind = scale_from_name(scale)) {
-    a.scale = *kind;
-  } else {
-    char* end = nullptr;
-    const double v = std::strtod(scale.c_str(), &end);
-    if (scale.empty() || end != scale.c_str() + scale.size() || !std::isfinite(v) || v <= 0)
-      throw InputError("--scale: expected " + join(scale_names(), ", ", ", ") + " or a positive number, got \"" +
-                       scale + "\"");
-    a.scale = ScaleKind::value;
-    a.scale_value = v;
-  }
+  if (const std::string problem = parse_activation_spec(act, degree, scale, &a); !problem.empty())
+    throw InputError("--" + problem);
   return a;
 }
 

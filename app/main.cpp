@@ -26,6 +26,7 @@ const char* kUsage =
     "  aggregate DIR                     DIR/aggregate.h5 + DIR/summary.csv, log-log fits\n"
     "  verdict DIR [--claims GRID.json]  each claim of the grid decided: DIR/verdicts.csv\n"
     "  report DIR                        DIR/report.html: verdicts, figures, final metrics, counts\n"
+    "  export DIR --tensorboard OUT      every cell as a TensorBoard run (scalars, HParams), for W&B too\n"
     "  attention IN.h5 --out OUT.h5 ...  one attention forward + backward, for checking numerics\n"
     "  activations [--json]              the attention activations phi and what each takes\n"
     "  schema                            the grid format as a JSON Schema (draft 2020-12), for editors\n"
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
     if (cmd == "attention") return cmd_attention(argc - 1, argv + 1);
     if (cmd == "verdict") return cmd_verdict(argc - 1, argv + 1);
     if (cmd == "report") return cmd_report(argc - 1, argv + 1);
+    if (cmd == "export") return cmd_export(argc - 1, argv + 1);
     if (cmd == "activations") return cmd_activations(argc - 1, argv + 1);
     if (cmd == "schema") return cmd_schema(argc - 1, argv + 1);
     if (cmd == "results-schema") return cmd_results_schema(argc - 1, argv + 1);
@@ -67,7 +69,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string s = closest_match(cmd, {"plan", "run", "train", "status", "aggregate", "attention", "submit",
-                                            "verdict", "report", "activations", "schema", "results-schema"});
+                                            "verdict", "report", "export", "activations", "schema", "results-schema"});
   std::fprintf(stderr, "attnsweep: %s: unknown command%s (see attnsweep --help)\n", cmd.c_str(),
                s.empty() ? "" : (" (did you mean \"" + s + "\"?)").c_str());
   return kExitUsage;

@@ -376,6 +376,14 @@ TaskOutput run_command_attempt(const json& config, const TaskContext& ctx) {
   child.own_process_group = false;  // the cell's group: the slot's signals and a timeout's kill reach it
   child.what = "the cell's program";
   const char* old_path = std::getenv("PYTHONPATH");
+  // attnsweep's attention as a PyTorch op (torch_op/, docs/pytorch.md), where the build
+  // that made this binary built it: `import attnsweep_torch` works in the program too.
+  std::string pythonpath = python.string();
+  std::error_code ec;
+  if (const fs::path op = fs::path(self_executable()).parent_path() / "python";
+      fs::exists(op / "attnsweep_torch" / "__init__.py", ec))
+    pythonpath += ":" + op.string();
+  if (old_path && *old_path) pythonpath += std::string(":") + old_path;
   child.env = {{"ATTNSWEEP_CONFIG", (scratch.path() / "config.json").string()},
                {"ATTNSWEEP_METRICS", metrics},
                {"ATTNSWEEP_CHECKPOINT", checkpoint},
@@ -385,7 +393,7 @@ TaskOutput run_command_attempt(const json& config, const TaskContext& ctx) {
                {"ATTNSWEEP_DEVICE", ctx.device},
                {"ATTNSWEEP_THREADS", std::to_string(ctx.threads)},
                {"ATTNSWEEP_ATTEMPT", std::to_string(ctx.attempt)},
-               {"PYTHONPATH", python.string() + (old_path && *old_path ? std::string(":") + old_path : "")}};
+               {"PYTHONPATH", pythonpath}};
   for (auto it = config.begin(); it != config.end(); ++it)
     if (it.key() != "command") child.env.push_back({"ATTNSWEEP_KEY_" + it.key(), as_text(it.value())});
   std::fflush(stdout);  // the program writes to the same log: ours first

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 #include <utility>
 
@@ -477,6 +478,39 @@ inline std::vector<std::string> scale_names() {
   std::vector<std::string> v;
   for (const ScaleInfo& s : kScales) v.emplace_back(s.name);
   return v;
+}
+
+// A spec from the names the `attention` command and the PyTorch op take: an activation's
+// name, a degree (kMinDegree..kMaxDegree; read only by those that take one) and a scale
+// (a name of kScales or a positive number). "" with *out set, or the problem, naming the
+// field ("activation: expected softmax, poly, ... , got \"tanh\"") for the caller to prefix.
+inline std::string parse_activation_spec(const std::string& act, int64_t degree, const std::string& scale,
+                                         ActivationSpec* out) {
+  auto list = [](const std::vector<std::string>& v, const char* last) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i == 0 ? "" : i + 1 == v.size() ? last : ", ") + v[i];
+    return s;
+  };
+  ActivationSpec a;
+  const std::optional<Activation> id = activation_from_name(act);
+  if (!id) return "activation: expected " + list(activation_names(), " or ") + ", got \"" + act + "\"";
+  a.activation = *id;
+  if (degree < kMinDegree || degree > kMaxDegree)
+    return "degree: expected an integer in " + std::to_string(kMinDegree) + ".." + std::to_string(kMaxDegree) +
+           ", got " + std::to_string(degree);
+  a.degree = static_cast<int32_t>(degree);
+  if (const std::optional<ScaleKind> kind = scale_from_name(scale)) {
+    a.scale = *kind;
+  } else {
+    char* end = nullptr;
+    const double v = std::strtod(scale.c_str(), &end);
+    if (scale.empty() || end != scale.c_str() + scale.size() || !std::isfinite(v) || v <= 0)
+      return "scale: expected " + list(scale_names(), ", ") + " or a positive number, got \"" + scale + "\"";
+    a.scale = ScaleKind::value;
+    a.scale_value = v;
+  }
+  *out = a;
+  return "";
 }
 
 // "poly3_inv_sqrt_n", "relu2_c250m", "softmax": a spec as one token, for test names.

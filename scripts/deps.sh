@@ -14,7 +14,8 @@ PKGS=(cmake ninja-build g++ pkg-config
       clang-14 libclang-rt-14-dev libomp-14-dev  # tests/fuzz (libFuzzer, clang's OpenMP)
       clang-format-14  # scripts/format.sh --check
       librandom123-dev  # tests/unit/test_normals.cpp: Random123's Philox, the reference of experiments/philox.h
-      python3-venv)  # tests/sass: the cuobjdump wheel's venv
+      python3-venv  # tests/sass: the cuobjdump wheel's venv
+      libtorch-dev)  # torch_op/: attnsweep's attention as a PyTorch op (matches python3-torch 1.13)
 missing=()
 for p in "${PKGS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -33,4 +34,14 @@ if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     /usr/bin/python3 -m venv "$venv"
     "$venv/bin/pip" install -q nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37
   fi
+fi
+# tests/integration/export_tensorboard.sh reads `attnsweep export --tensorboard` back with the
+# tensorboard package's own reader, which Debian 12 lacks: the pinned PyPI wheels in a venv
+# the test looks in (TB_VENV, default /opt/attnsweep-tb-venv). numpy and protobuf are pinned
+# too: tensorboard 2.15 predates numpy 2 (np.string_) and was released against protobuf 4.
+venv=${TB_VENV:-/opt/attnsweep-tb-venv}
+if ! "$venv/bin/python" -c "import tensorboard" > /dev/null 2>&1; then
+  echo "attnsweep: installing tensorboard into $venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q tensorboard==2.15.2 numpy==1.24.4 protobuf==4.25.3
 fi

@@ -1,5 +1,8 @@
-"""A small ViT on Fashion-MNIST in PyTorch, with softmax or ReLU/N attention written out:
-the example of running your own training code as attnsweep cells (docs/own-code.md).
+"""A small ViT on Fashion-MNIST in PyTorch, with softmax or ReLU/N attention written out,
+or (the cell's key attention = "attnsweep") any activation of attnsweep's registry through
+its PyTorch op, whose norms ||phi(S)||_F and ||d phi/dS||_F it logs per layer
+(docs/pytorch.md): the example of running your own training code as attnsweep cells
+(docs/own-code.md; the grids vit_fmnist.json and vit_fmnist_op.json).
 
 Run by attnsweep's command task (examples/own_code/vit_fmnist.json): the cell's values
 come as arguments ("--lr={lr}") and in the config file; it logs with attnsweep_cell
@@ -45,24 +48,33 @@ def load(split, count):
 
 
 class Attention(nn.Module):
-    """Multi-head attention with phi = softmax(S) or relu(S) / N, S = Q K^T / sqrt(d)."""
+    """Multi-head attention, S = Q K^T / sqrt(d): phi = softmax(S) or relu(S) / N written
+    out, or attnsweep's op (`op` = (activation, degree, scale)), which also gives the norms."""
 
-    def __init__(self, dim, heads, activation):
+    def __init__(self, dim, heads, activation, op=None):
         super().__init__()
-        self.heads, self.activation = heads, activation
+        self.heads, self.activation, self.op = heads, activation, op
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
+        self.norms = None  # the op's (attn_fro, jac_fro) of the last call, means over the batch and heads
 
     def forward(self, x):  # x (B, N, C)
         B, N, C = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
-        s = q @ k.transpose(-2, -1) / math.sqrt(C // self.heads)  # (B, H, N, N)
-        p = torch.softmax(s, dim=-1) if self.activation == "softmax" else torch.relu(s) / N
-        return self.out((p @ v).transpose(1, 2).reshape(B, N, C))
+        if self.op is not None:
+            act, degree, scale = self.op
+            o, attn_fro, jac_fro = attnsweep_torch.attention(q.contiguous(), k.contiguous(), v.contiguous(), act,
+                                                             degree=degree, scale=scale)
+            self.norms = (attn_fro.mean().item(), jac_fro.mean().item())
+        else:
+            s = q @ k.transpose(-2, -1) / math.sqrt(C // self.heads)  # (B, H, N, N)
+            p = torch.softmax(s, dim=-1) if self.activation == "softmax" else torch.relu(s) / N
+            o = p @ v
+        return self.out(o.transpose(1, 2).reshape(B, N, C))
 
 
 class ViT(nn.Module):
-    def __init__(self, patch, dim, heads, layers, activation):
+    def __init__(self, patch, dim, heads, layers, activation, op=None):
         super().__init__()
         self.patch = patch
         tokens = (28 // patch) ** 2
@@ -70,7 +82,7 @@ class ViT(nn.Module):
         self.pos = nn.Parameter(torch.zeros(1, tokens, dim))
         self.blocks = nn.ModuleList()
         for _ in range(layers):
-            self.blocks.append(nn.ModuleDict({"ln1": nn.LayerNorm(dim), "attn": Attention(dim, heads, activation),
+            self.blocks.append(nn.ModuleDict({"ln1": nn.LayerNorm(dim), "attn": Attention(dim, heads, activation, op),
                                               "ln2": nn.LayerNorm(dim),
                                               "mlp": nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(),
                                                                    nn.Linear(2 * dim, dim))}))
@@ -89,10 +101,17 @@ class ViT(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--activation", choices=["softmax", "relu"], required=True)
+    ap.add_argument("--activation", required=True)
     ap.add_argument("--lr", type=float, required=True)
     args = ap.parse_args()
     cfg = cell.config()  # the rest of the cell's keys (the ones not passed as arguments)
+    op = None
+    if cfg.get("attention", "written") == "attnsweep":
+        global attnsweep_torch
+        import attnsweep_torch  # on the PYTHONPATH attnsweep sets where its build has the op
+        op = (args.activation, cfg.get("degree", 1), cfg.get("scale", "none"))
+    elif args.activation not in ("softmax", "relu"):
+        raise SystemExit(f"--activation: expected softmax or relu (attention written out), got {args.activation}")
     torch.set_num_threads(int(os.environ.get("ATTNSWEEP_THREADS", "1")))
     torch.use_deterministic_algorithms(True)
     seed, steps, batch = cfg["seed"], cfg["steps"], cfg["batch"]
@@ -102,7 +121,7 @@ def main():
     x_train, y_train = load("train", cfg["n_train"])
     x_test, y_test = load("test", cfg["n_test"])
     torch.manual_seed(seed)
-    model = ViT(cfg["patch"], cfg["dim"], cfg["heads"], cfg["layers"], args.activation)
+    model = ViT(cfg["patch"], cfg["dim"], cfg["heads"], cfg["layers"], args.activation, op)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     start = 0
     if cell.has_checkpoint():
@@ -122,7 +141,11 @@ def main():
         opt.step()
         if step % cfg["log_every"] == 0 or step == steps - 1:
             acc = (logits.argmax(dim=1) == y_train[idx]).float().mean().item()
-            cell.log(step, loss=loss.item(), accuracy=acc, lr=args.lr)
+            norms = {}
+            for i, b in enumerate(model.blocks):  # the op's norms of this step's forward, per layer
+                if b["attn"].norms is not None:
+                    norms[f"layer{i}/attn_fro"], norms[f"layer{i}/jac_fro"] = b["attn"].norms
+            cell.log(step, loss=loss.item(), accuracy=acc, lr=args.lr, **norms)
         if cell.stop_requested() and step + 1 < steps:
             cell.save_checkpoint(lambda path: torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
                                                           "step": step + 1}, path))

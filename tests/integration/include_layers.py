@@ -65,10 +65,10 @@ FLOORS = {
         ["sweep"],
     ],
     "results": [
-        ["h5", "aggregate_options", "run_manifest", "report_script", "plot_script", "stats"],  # plot_script.h.in: the report's script, generated
+        ["h5", "aggregate_options", "run_manifest", "report_script", "plot_script", "stats", "tfevents"],  # plot_script.h.in: the report's script, generated; tfevents: TensorBoard's file format
         ["cell_file", "table", "trajectory_metric"],
         ["aggregate_rows", "best_scale", "cell_reader", "claims"],
-        ["fits", "verdict"],
+        ["fits", "verdict", "export_tensorboard"],  # export_tensorboard: cells as TensorBoard runs
         ["verdict_files"],
         ["aggregate_index", "paired"],
         ["aggregate"],
