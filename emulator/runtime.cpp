@@ -8,7 +8,7 @@
 // that work, so a forgotten event wait reads poisoned (NaN) or stale memory, and the
 // test that depends on it fails. Memory from cudaMalloc is host memory filled with 0xff
 // bytes (NaN), registered, and every copy's kind and range is checked against it.
-// About 950 lines: the C entry points of one runtime (memory, streams, events, graphs,
+// About 1040 lines: the C entry points of one runtime (memory, streams, events, graphs,
 // launches) over one queue of operations; each needs the queue's internals, which stay
 // private to this file.
 #include "emulator/emu.h"
@@ -126,6 +126,82 @@ std::vector<Device>& devices() {
 }
 
 std::map<uintptr_t, Alloc> g_allocs;
+
+// The GPU emulated: an H100 80GB's memory by default (the GPU machine's default kind),
+// an H200's with ATTNSWEEP_EMULATED_GPU=h200, as cudaGetDeviceProperties reports them
+// (81,559 and 143,771 MiB); ATTNSWEEP_EMULATED_GPU_MEMORY_MIB sets the size itself (tests
+// of a cell that does not fit). cudaMalloc past it fails as on a GPU.
+struct GpuModel {
+  const char* name;
+  size_t bytes;
+};
+const GpuModel& gpu_model() {
+  static const GpuModel m = [] {
+    GpuModel g{"H100 80GB HBM3", size_t{81559} << 20};
+    const char* e = std::getenv("ATTNSWEEP_EMULATED_GPU");
+    if (e && std::strcmp(e, "h200") == 0) {
+      g = {"H200", size_t{143771} << 20};
+    } else if (e && *e && std::strcmp(e, "h100") != 0) {
+      std::fprintf(stderr, "attnsweep emulator: ATTNSWEEP_EMULATED_GPU=%s: expected h100 (the default) or h200\n", e);
+      std::exit(2);
+    }
+    if (const char* mib = std::getenv("ATTNSWEEP_EMULATED_GPU_MEMORY_MIB"); mib && *mib) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(mib, &end, 10);
+      if (*end != '\0' || v == 0) {
+        std::fprintf(stderr, "attnsweep emulator: ATTNSWEEP_EMULATED_GPU_MEMORY_MIB=%s: expected a positive integer\n",
+                     mib);
+        std::exit(2);
+      }
+      g.bytes = static_cast<size_t>(v) << 20;
+    }
+    return g;
+  }();
+  return m;
+}
+
+// Device memory in use and its peak, per device (cudaMalloc's, not pinned host memory).
+// ATTNSWEEP_EMULATED_MEMORY_REPORT=PREFIX: at exit, PREFIX.<pid>.json holds each device's
+// peak, for checking an estimate against what a program allocated
+// (tests/integration/emulated_gpu_memory.sh).
+std::vector<size_t> g_in_use, g_peak;
+void write_memory_report() {
+  const char* prefix = std::getenv("ATTNSWEEP_EMULATED_MEMORY_REPORT");
+  if (!prefix || !*prefix) return;
+  const std::string path = std::string(prefix) + "." + std::to_string(::getpid()) + ".json";
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "{\"gpu\": \"%s\", \"total_bytes\": %zu, \"peak_bytes\": [", gpu_model().name, gpu_model().bytes);
+    for (size_t d = 0; d < static_cast<size_t>(device_count()); ++d)
+      std::fprintf(f, "%s%zu", d ? ", " : "", d < g_peak.size() ? g_peak[d] : 0);
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+}
+// Registered at load, so that a process that never allocates reports its zeros too.
+const bool g_memory_report_registered = [] {
+  if (const char* prefix = std::getenv("ATTNSWEEP_EMULATED_MEMORY_REPORT"); prefix && *prefix)
+    std::atexit(write_memory_report);
+  return true;
+}();
+// Counts an allocation of `bytes` on `device`: false (nothing counted) when it would pass
+// the GPU's memory.
+bool count_alloc(int device, size_t bytes) {
+  if (g_in_use.empty()) {
+    g_in_use.assign(static_cast<size_t>(std::max(device_count(), 1)), 0);
+    g_peak = g_in_use;
+  }
+  size_t& used = g_in_use[static_cast<size_t>(device)];
+  if (bytes > gpu_model().bytes - std::min(used, gpu_model().bytes)) return false;
+  used += bytes;
+  g_peak[static_cast<size_t>(device)] = std::max(g_peak[static_cast<size_t>(device)], used);
+  return true;
+}
+std::string out_of_memory(const char* what, size_t bytes, int device) {
+  const size_t used = g_in_use.empty() ? 0 : g_in_use[static_cast<size_t>(device)];
+  return std::string(what) + " of " + std::to_string(bytes) + " bytes: out of memory on emulated device " +
+         std::to_string(device) + " (" + gpu_model().name + ", " + std::to_string(gpu_model().bytes >> 20) + " MiB, " +
+         std::to_string(used >> 20) + " MiB in use)";
+}
 std::vector<std::unique_ptr<Queue>> g_graph_queues;  // a graph launch's nodes, one queue each
 std::map<const void*, int> g_func_max_dyn_smem;
 thread_local int t_device = 0;
@@ -514,12 +590,12 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
-// An sm_90 device with an H200's sizes.
+// An sm_90 device with an H100's sizes (its memory: gpu_model()).
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties");
   std::memset(p, 0, sizeof(*p));
-  std::snprintf(p->name, sizeof(p->name), "attnsweep emulated sm_90 device %d", device);
-  p->totalGlobalMem = size_t{143} << 30;
+  std::snprintf(p->name, sizeof(p->name), "attnsweep emulated %s (sm_90) device %d", gpu_model().name, device);
+  p->totalGlobalMem = gpu_model().bytes;
   p->sharedMemPerBlock = 48 * 1024;
   p->sharedMemPerBlockOptin = 232448;
   p->sharedMemPerMultiprocessor = 233472;
@@ -586,11 +662,9 @@ cudaError_t cudaDeviceReset(void) {
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
-  *total = size_t{143} << 30;
-  size_t used = 0;
   Lock lock(g_mutex);
-  for (auto& [p, a] : g_allocs)
-    if (!a.pinned && a.device == t_device) used += a.bytes;
+  *total = gpu_model().bytes;
+  const size_t used = g_in_use.empty() ? 0 : g_in_use[static_cast<size_t>(t_device)];
   *free_bytes = *total - std::min(used, *total);
   return cudaSuccess;
 }
@@ -604,8 +678,15 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     invalidate_captures();
     return fail(cudaErrorStreamCaptureUnsupported, "cudaMalloc while a stream is capturing");
   }
+  if (!count_alloc(t_device, bytes)) {
+    *p = nullptr;
+    return fail(cudaErrorMemoryAllocation, out_of_memory("cudaMalloc", bytes, t_device));
+  }
   *p = poisoned(bytes);
-  if (!*p) return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes");
+  if (!*p) {
+    g_in_use[static_cast<size_t>(t_device)] -= bytes;
+    return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes");
+  }
   g_allocs[reinterpret_cast<uintptr_t>(*p)] = Alloc{bytes, t_device, false};
   return cudaSuccess;
 }
@@ -614,8 +695,15 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   if (sticky()) return sticky();
   Stream* s = resolve(stream);
   if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle, "cudaMallocAsync: not a live stream");
+  if (!count_alloc(s->device, bytes)) {
+    *p = nullptr;
+    return fail(cudaErrorMemoryAllocation, out_of_memory("cudaMallocAsync", bytes, s->device));
+  }
   *p = poisoned(bytes);
-  if (!*p) return fail(cudaErrorMemoryAllocation, "cudaMallocAsync of " + std::to_string(bytes) + " bytes");
+  if (!*p) {
+    g_in_use[static_cast<size_t>(s->device)] -= bytes;
+    return fail(cudaErrorMemoryAllocation, "cudaMallocAsync of " + std::to_string(bytes) + " bytes");
+  }
   g_allocs[reinterpret_cast<uintptr_t>(*p)] = Alloc{bytes, s->device, false};
   return cudaSuccess;
 }
@@ -624,6 +712,7 @@ static cudaError_t free_now(void* p, bool pinned, const char* what) {
   auto it = g_allocs.find(reinterpret_cast<uintptr_t>(p));
   if (it == g_allocs.end() || it->second.pinned != pinned)
     return fail(cudaErrorInvalidValue, std::string(what) + " of a pointer it did not allocate");
+  if (!pinned) g_in_use[static_cast<size_t>(it->second.device)] -= it->second.bytes;
   g_allocs.erase(it);
   guarded_free(p);
   return cudaSuccess;
