@@ -14,6 +14,7 @@
 
 #include "app/cli.h"
 #include "results/aggregate.h"
+#include "results/run_manifest.h"
 #include "results/verdict_files.h"
 
 namespace attnsweep::cli {
@@ -62,10 +63,7 @@ int cmd_aggregate(int argc, char** argv) {
   }
   for (const std::string& s : r.skipped) std::fprintf(stderr, "attnsweep aggregate: skipped %s\n", s.c_str());
   if (r.not_in_grid > 0)
-    std::fprintf(stderr,
-                 "attnsweep aggregate: left out %lld result file%s of cells no longer in the grid of %s/manifest.json "
-                 "(a grid changed with run --force; the files stay in runs/)\n",
-                 static_cast<long long>(r.not_in_grid), r.not_in_grid == 1 ? "" : "s", dir.c_str());
+    std::fprintf(stderr, "attnsweep aggregate: %s\n", not_in_grid_note(r.not_in_grid, dir).c_str());
   if (!r.fits.empty()) {
     // Words shared by every group (task=norm_probe, dim=64 ...) are said once, above the table.
     auto words = [](const std::string& g) {

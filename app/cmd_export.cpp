@@ -5,6 +5,7 @@
 
 #include "app/cli.h"
 #include "results/export_tensorboard.h"
+#include "results/run_manifest.h"
 
 namespace attnsweep::cli {
 
@@ -39,11 +40,7 @@ int cmd_export(int argc, char** argv) {
   // Said as aggregate says them: a file left out is named, and never stops the export.
   for (const std::string& s : r.skipped) std::fprintf(stderr, "attnsweep export: skipped %s\n", s.c_str());
   for (const std::string& w : r.warnings) std::fprintf(stderr, "attnsweep export: %s\n", w.c_str());
-  if (r.not_in_grid > 0)
-    std::fprintf(stderr,
-                 "attnsweep export: left out %lld result file%s of cells no longer in the grid of %s/manifest.json "
-                 "(a grid changed with run --force; the files stay in runs/)\n",
-                 static_cast<long long>(r.not_in_grid), r.not_in_grid == 1 ? "" : "s", dir.c_str());
+  if (r.not_in_grid > 0) std::fprintf(stderr, "attnsweep export: %s\n", not_in_grid_note(r.not_in_grid, dir).c_str());
   std::printf("exported %lld cells (%lld scalar series, %lld points)%s -> %s (tensorboard --logdir %s)\n",
               static_cast<long long>(r.cells), static_cast<long long>(r.series), static_cast<long long>(r.points),
               r.skipped.empty() ? "" : (" (" + std::to_string(r.skipped.size()) + " files skipped)").c_str(),

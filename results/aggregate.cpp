@@ -328,22 +328,8 @@ class Aggregation {
  private:
   // runs/*.h5 (not a writer's temporaries), sorted, with their stamps.
   void list_files() {
-    std::error_code ec;
-    if (!fs::is_directory(runs_, ec))
-      throw std::runtime_error(dir_ + ": no runs/ folder (is this a results directory?)");
     // Not the cells a grid changed with run --force dropped (results/run_manifest.h).
-    const std::set<std::string> dropped = dropped_cell_ids(dir_);
-    for (const auto& e : fs::directory_iterator(runs_, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.find(".tmp.") != std::string::npos) continue;  // a writer's temporary
-      if (e.path().extension() != ".h5") continue;
-      if (dropped.count(e.path().stem().string()))
-        ++result_.not_in_grid;
-      else
-        names_.push_back(name);
-    }
-    if (ec) throw std::runtime_error(runs_.string() + ": cannot list (" + ec.message() + ")");
-    std::sort(names_.begin(), names_.end());
+    names_ = result_file_names(dir_, &result_.not_in_grid);
     stamps_.resize(names_.size());
     for (size_t i = 0; i < names_.size(); ++i) {
       paths_.push_back((runs_ / names_[i]).string());

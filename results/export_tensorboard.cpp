@@ -93,26 +93,6 @@ HParamValue hparam_value(const json& v, HParamType type) {
   return label_value(v);  // as summary.csv writes it
 }
 
-// Every file of runs/ but writers' temporaries and the cells the grid dropped (as aggregate).
-std::vector<std::string> result_file_names(const std::string& dir, TensorboardExport& r) {
-  const fs::path runs = fs::path(dir) / "runs";
-  std::error_code ec;
-  if (!fs::is_directory(runs, ec)) throw std::runtime_error(dir + ": no runs/ folder (is this a results directory?)");
-  const std::set<std::string> dropped = dropped_cell_ids(dir);
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(runs, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.find(".tmp.") != std::string::npos || e.path().extension() != ".h5") continue;
-    if (dropped.count(e.path().stem().string()))
-      ++r.not_in_grid;
-    else
-      names.push_back(name);
-  }
-  if (ec) throw std::runtime_error(runs.string() + ": cannot list (" + ec.message() + ")");
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // "FILE: reason" -> "reason" for messages that already name the file.
 std::string without_path(std::string msg, const std::string& path) {
   if (msg.rfind(path, 0) == 0) msg = msg.substr(path.size() + (msg.compare(path.size(), 2, ": ") == 0 ? 2 : 1));
@@ -309,7 +289,8 @@ std::string tensorboard_run_name(const std::string& label, const std::string& ta
 
 TensorboardExport export_tensorboard(const std::string& dir, const std::string& out) {
   TensorboardExport r;
-  const std::vector<std::string> names = result_file_names(dir, r);  // a DIR without runs/ first: nothing is made
+  const std::vector<std::string> names =
+      result_file_names(dir, &r.not_in_grid);  // a DIR without runs/ first: nothing is made
   {
     std::error_code ec;
     fs::create_directories(out, ec);

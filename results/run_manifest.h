@@ -4,9 +4,11 @@
 // deleted); `status`, `aggregate` and so `report` count only the grid's cells.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace attnsweep {
 
@@ -23,5 +25,15 @@ std::optional<std::set<std::string>> grid_cell_ids(const std::string& dir);
 // file in runs/ that names no cell DIR held is no result of this directory: readers
 // still look at it (aggregate names it skipped).
 std::set<std::string> dropped_cell_ids(const std::string& dir);
+
+// The result files a reader of DIR reads: the names of DIR/runs/*.h5, sorted, but writers'
+// temporaries (CELL.h5.tmp.PID) and the files of dropped cells, which it counts in
+// *not_in_grid. Throws std::runtime_error naming DIR without a runs/ folder, or runs/ when
+// it cannot be listed. `aggregate` and `export` read the same files.
+std::vector<std::string> result_file_names(const std::string& dir, int64_t* not_in_grid);
+
+// What a reader says when it left out files of dropped cells: "left out 3 result files of
+// cells no longer in the grid of DIR/manifest.json (...)".
+std::string not_in_grid_note(int64_t not_in_grid, const std::string& dir);
 
 }  // namespace attnsweep
