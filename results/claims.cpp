@@ -392,9 +392,20 @@ ClaimData claim_data(const Claim& c, const std::vector<ClaimCell>& cells, const 
     d.notes.push_back(std::to_string(bad_number) + " cell" + (bad_number == 1 ? "" : "s") + " without a " +
                       (c.log_x ? "positive " : "") + "number for " + c.x + (c.scans() ? " or " + c.over : "") +
                       " left out");
+  // A key that takes one value within every unit (init_seed beside the seed it follows)
+  // is part of the unit, not pooled.
+  std::map<std::string, std::map<std::string, std::set<std::string>>> within;  // key -> unit -> values
+  for (const ClaimCell* cell : mine)
+    for (const std::string& k : keys) within[k][unit_name(*cell)].insert(cell->get(k));
+  auto fixed_by_unit = [&](const std::string& k) {
+    for (const auto& [u, values] : within[k])
+      if (values.size() > 1) return false;
+    return true;
+  };
   for (const std::string& k : keys) {
     if (claim_own.count(k) || seen[k].size() < 2) continue;
     if (c.compares_groups()) continue;  // strata: matched within units, not pooled
+    if (!c.pair_by.empty() && fixed_by_unit(k)) continue;
     d.pooled.push_back(k + " (" + std::to_string(seen[k].size()) + " values)");
   }
   // Sources of variation across the units: every seed key of the cells.

@@ -199,6 +199,11 @@ TEST(Verdict, SlopeAndTrend) {
   const Verdict v = decide(slope, t);
   EXPECT_EQ(v.word, "supported");
   EXPECT_NEAR(v.estimate, 0.5, 1e-9);
+  EXPECT_TRUE(v.warnings.empty()) << v.warnings;  // init_seed follows seed: part of the unit, not pooled
+  SummaryTable mixed = t;                         // init_seed now varies within a unit (over N): pooled, and said
+  for (size_t i = 0; i < mixed.rows.size(); ++i) mixed.rows[i].values["init_seed"] = std::to_string(i % 2);
+  EXPECT_NE(decide(slope, mixed).warnings.find("pooled over init_seed (2 values)"), std::string::npos)
+      << decide(slope, mixed).warnings;
   json wrong = slope;
   wrong["expect"] = 1.0;
   EXPECT_EQ(decide(wrong, t).word, "contradicted");
