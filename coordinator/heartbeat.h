@@ -2,7 +2,7 @@
 // message every interval, so that a slow child, a long HDF5 read or a hung file system
 // in the rank's main loop does not silence it. Only a rank whose whole process stops
 // (SIGSTOP, a frozen node) or dies falls silent. Needs MPI_THREAD_MULTIPLE; the main
-// loop keeps sending its own messages meanwhile.
+// loop keeps sending its own messages meanwhile. Never waits on rank 0 (messages.h Outbox).
 #pragma once
 
 #include <condition_variable>

@@ -1,7 +1,5 @@
 #include "coordinator/local_slots.h"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -119,18 +117,21 @@ int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
   std::vector<bool> offered(static_cast<size_t>(local.size()), false);
   bool stopping = false, shutdown = false, bye_sent = false;
   double next_beat = 0;
+  Outbox out;  // nothing here waits on rank 0 (a frozen one included)
+  Inbox in;
   for (;;) {
     const double now = now_s();
+    out.progress();
     if (heartbeat_every_s > 0 && now >= next_beat && !bye_sent) {
-      MPI_Send(nullptr, 0, MPI_CHAR, 0, kTagHeartbeat, MPI_COMM_WORLD);
+      out.post_empty_once(0, kTagHeartbeat);
       next_beat = now + heartbeat_every_s;
     }
     if (stop_signal() != 0 && !stopping) {
       stopping = true;
       local.forward(SIGTERM);
     }
-    for (const AttemptResult& r : local.poll(now)) mpi_send(0, kTagResult, to_json(r));
-    while (auto m = mpi_poll(0)) {
+    for (const AttemptResult& r : local.poll(now)) out.post(0, kTagResult, to_json(r));
+    while (auto m = in.poll(0)) {
       if (m->tag == kTagAssign) {
         const Assignment a = assignment_from_json(m->payload);
         // The offered slots rank 0 chose for it (choose_slots over my offers).
@@ -146,10 +147,10 @@ int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
             r.outcome = CellStatus::interrupted;
             r.reason = "rank stopping";
             r.rank = rank;
-            mpi_send(0, kTagResult, to_json(r));
+            out.post(0, kTagResult, to_json(r));
           }
         } else {
-          for (const AttemptResult& fail : local.launch(a, taken, now)) mpi_send(0, kTagResult, to_json(fail));
+          for (const AttemptResult& fail : local.launch(a, taken, now)) out.post(0, kTagResult, to_json(fail));
         }
       } else if (m->tag == kTagShutdown) {
         shutdown = true;
@@ -162,14 +163,21 @@ int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
     if (!stopping)
       for (int j = 0; j < local.size(); ++j)
         if (local.is_free(j) && !offered[static_cast<size_t>(j)]) {
-          mpi_send(0, kTagRequest, {{"slot", j}, {"device", local.device_of(j)}});
+          out.post(0, kTagRequest, {{"slot", j}, {"device", local.device_of(j)}});
           offered[static_cast<size_t>(j)] = true;
         }
     if (stopping && !local.busy() && !bye_sent) {
-      mpi_send(0, kTagBye, json::object());
+      out.post(0, kTagBye, json::object());
       bye_sent = true;
     }
-    if (bye_sent && shutdown) return 0;
+    if (bye_sent && shutdown) {
+      // bye and the last results delivered before MPI_Finalize; rank 0 takes them within
+      // milliseconds, and a rank 0 that never does is gone (mpirun ends this rank then).
+      if (!out.flush(60))
+        std::fprintf(stderr, "attnsweep: rank %d: rank 0 took no delivery of its last %zu messages in 60 s\n", rank,
+                     out.pending());
+      return 0;
+    }
     wait_for_event(0.002);
   }
 }

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,16 +45,61 @@ inline const char* tag_name(int tag) {
   return "unknown";
 }
 
-// Sends `payload` as JSON text (MPI_COMM_WORLD, blocking).
-void mpi_send(int dest, int tag, const nlohmann::json& payload);
-
 struct Message {
   int source = -1, tag = -1;
   nlohmann::json payload;
 };
 
-// The next message from `source` (MPI_ANY_SOURCE for any) if one has arrived, without waiting.
-std::optional<Message> mpi_poll(int source);
+// Every send of the sweep: non-blocking (MPI_Isend of a buffer the outbox keeps until the
+// send completes), so that no rank waits on a peer that is frozen (SIGSTOP, an NFS hang,
+// a link that drops packets): a blocking send to such a rank waits for ever once the
+// message is too large to go eagerly or the socket buffers fill (docs/lost-ranks.md).
+// progress() completes what it can without waiting; abandon() gives up on a lost rank's
+// sends (their buffers live to the end of the process, as MPI may still read them).
+// One thread per outbox.
+class Outbox {
+ public:
+  Outbox();
+  ~Outbox();  // frees (never waits for) what is still pending; flush() first to deliver it
+  Outbox(const Outbox&) = delete;
+  Outbox& operator=(const Outbox&) = delete;
+
+  // Queues `payload` as JSON text to `dest` (MPI_COMM_WORLD) and starts sending it.
+  void post(int dest, int tag, const nlohmann::json& payload);
+  // An empty message (a heartbeat), unless one with this tag to `dest` is still pending:
+  // a frozen receiver gets no pile of them.
+  void post_empty_once(int dest, int tag);
+  // Tests every pending send, without waiting; returns how many are still pending.
+  size_t progress();
+  size_t pending() const;
+  // A rank declared lost: its pending sends are released, never waited on, and any later
+  // post to it is sent the same way (fire and forget).
+  void abandon(int dest);
+  // progress() until nothing is pending or `timeout_s` has passed (polling, 1 ms apart);
+  // true when everything was delivered.
+  bool flush(double timeout_s);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// Every receive of the sweep: non-blocking too. A probed message is received with
+// MPI_Imrecv and handed out once complete, in order per source, so that a sender frozen
+// half-way through a message holds up no one else's.
+class Inbox {
+ public:
+  Inbox();
+  ~Inbox();
+  Inbox(const Inbox&) = delete;
+  Inbox& operator=(const Inbox&) = delete;
+  // The next complete message from `source` (MPI_ANY_SOURCE for any), without waiting.
+  std::optional<Message> poll(int source);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 // One attempt of one cell.
 struct CellAttempt {

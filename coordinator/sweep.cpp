@@ -116,6 +116,7 @@ class Coordinator {
       }
       for (const AttemptResult& r : local_.poll(now)) handle(r, now);
       if (world_ > 1) {
+        out_.progress();
         drain_messages(now, stopping || finishing);
         for (const LostRank& l : live_.check(now)) on_rank_lost(l, now);
       }
@@ -133,6 +134,10 @@ class Coordinator {
         if (const double t = sched_.next_ready_time(); t > now) wait = std::min(wait, t - now);
       wait_for_event(wait);
     }
+    // The last shutdowns delivered (a rank leaves once it has its own), waiting a bounded time.
+    if (world_ > 1 && !out_.flush(kLastSendsS))
+      std::fprintf(stderr, "attnsweep: %zu message%s to ranks that said goodbye undelivered after %g s; leaving\n",
+                   out_.pending(), out_.pending() == 1 ? "" : "s", kLastSendsS);
     const bool interrupted = stopping && !sched_.all_terminal();
     // A lost rank may still hold a child writing a result, and the job must requeue to
     // confirm every cell: resumable, whatever the cells did.
@@ -209,14 +214,14 @@ class Coordinator {
         const std::vector<int> on = choose_slots(offers, a.slots);
         std::erase_if(offers, [&](const FreeSlot& f) { return std::find(on.begin(), on.end(), f.slot) != on.end(); });
         started(a, r);
-        mpi_send(r, kTagAssign, to_json(a, on));
+        out_.post(r, kTagAssign, to_json(a, on));
         for (const CellAttempt& c : a.cells()) live_.assigned(r, c.index, c.attempt);
       }
     }
   }
 
   void drain_messages(double now, bool stopping) {
-    while (auto m = mpi_poll(MPI_ANY_SOURCE)) {
+    while (auto m = in_.poll(MPI_ANY_SOURCE)) {
       // Whatever a lost rank says later is ignored: its cells went to other ranks.
       const bool alive = live_.heard(m->source, now);
       switch (m->tag) {
@@ -247,7 +252,7 @@ class Coordinator {
           bye_[m->source] = true;
           offers_[static_cast<size_t>(m->source)].clear();
           if (!shutdown_sent_[m->source]) {  // a rank that stopped on its own signal
-            mpi_send(m->source, kTagShutdown, json::object());
+            out_.post(m->source, kTagShutdown, json::object());
             shutdown_sent_[m->source] = true;
           }
           break;
@@ -261,7 +266,7 @@ class Coordinator {
   void shutdown_all() {
     for (int r = 1; r < world_; ++r)
       if (!shutdown_sent_[r] && !live_.lost(r)) {
-        mpi_send(r, kTagShutdown, json::object());
+        out_.post(r, kTagShutdown, json::object());
         shutdown_sent_[r] = true;
       }
   }
@@ -292,17 +297,14 @@ class Coordinator {
     lost_ranks_.push_back(
         {{"rank", l.rank}, {"host", host}, {"silent_s", l.silent_s}, {"at", iso_utc_now()}, {"cells_reassigned", ids}});
     offers_[static_cast<size_t>(l.rank)].clear();
-    // Should it wake (SIGCONT), it stops its children and waits in MPI_Finalize like the
-    // others instead of running on: Open MPI 4.1's mpirun then ends the job cleanly on
-    // rank 0's exit (with the lost rank still busy, it crashed with 139 in 1 of 6 runs).
-    // Small: sent at once, even to a stopped process.
-    // Never waited for: to a rank whose node died, a blocking send hung rank 0
-    // (tests/hosts/slurm_node_lost.sh); the payload is static, as the send may never end.
+    // Its pending sends are let go of, never waited on (a frozen rank takes none). Should
+    // it wake (SIGCONT), it reads what was queued for it, then this shutdown: it stops its
+    // children and waits in MPI_Finalize like the others instead of running on (Open MPI
+    // 4.1's mpirun then ends the job cleanly on rank 0's exit; with the lost rank still
+    // busy, it crashed with 139 in 1 of 6 runs). What it sends then is ignored (below).
+    out_.abandon(l.rank);
     if (!shutdown_sent_[static_cast<size_t>(l.rank)]) {
-      static const char kEmpty[] = "{}";
-      MPI_Request req = MPI_REQUEST_NULL;
-      MPI_Isend(kEmpty, 2, MPI_CHAR, l.rank, kTagShutdown, MPI_COMM_WORLD, &req);
-      MPI_Request_free(&req);
+      out_.post(l.rank, kTagShutdown, json::object());
       shutdown_sent_[static_cast<size_t>(l.rank)] = true;
     }
     for (size_t i : l.cells) {
@@ -493,6 +495,9 @@ class Coordinator {
   Liveness live_;
   std::vector<std::string> hosts_;  // per rank
   json lost_ranks_ = json::array();
+  Outbox out_;  // rank 0 never waits on a send or a receive (messages.h)
+  Inbox in_;
+  static constexpr double kLastSendsS = 30;
   std::vector<std::vector<FreeSlot>> offers_;  // per rank: its free slots not yet assigned
   std::vector<bool> shutdown_sent_, bye_;
   bool tty_;

@@ -14,6 +14,9 @@
 #                         not shared)
 #   host_kill HOST        SIGKILL of every process on the host (a node that dies)
 #   host_cut HOST / host_mend HOST   its link down / up: processes alive, no traffic
+#   host_drop HOST / host_undrop HOST   its link up, every packet either way silently
+#                         dropped (a queue of length 0 on both ends) / passed again
+#   host_freeze HOST / host_thaw HOST   SIGSTOP / SIGCONT of every process on the host
 #   mpi_agent FILE        writes a plm_rsh_agent for mpirun: starts orted on a host
 #   hosts_down            kills what runs on the hosts and removes every namespace,
 #                         veth, bridge and /etc/netns entry (the EXIT trap calls it and
@@ -98,6 +101,36 @@ host_kill() {
 }
 host_cut() { ip -n "$(ns_of sw)" link set "$1" down; }
 host_mend() { ip -n "$(ns_of sw)" link set "$1" up; }
+# A pfifo of limit 0 drops what it is given and tells no one: TCP retransmits into it, no
+# connection is reset, the link stays up.
+host_drop() {
+  ip netns exec "$(ns_of sw)" tc qdisc add dev "$1" root pfifo limit 0
+  ip netns exec "$(ns_of "$1")" tc qdisc add dev eth0 root pfifo limit 0
+}
+host_undrop() {
+  ip netns exec "$(ns_of sw)" tc qdisc del dev "$1" root
+  ip netns exec "$(ns_of "$1")" tc qdisc del dev eth0 root
+}
+# Every process of the host stopped, those it forks meanwhile too (until none runs).
+host_freeze() {
+  local pids _ p running
+  for _ in $(seq 50); do
+    pids=$(host_pids "$1")
+    # shellcheck disable=SC2086
+    [ -n "$pids" ] && kill -STOP $pids 2>/dev/null
+    running=
+    for p in $pids; do
+      [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" = T ] || [ ! -e "/proc/$p" ] || running=1
+    done
+    [ -z "$running" ] && [ "$(host_pids "$1")" = "$pids" ] && return 0
+    sleep 0.05
+  done
+  fail "processes still running on $1 after SIGSTOP"
+}
+host_thaw() {
+  # shellcheck disable=SC2046
+  kill -CONT $(host_pids "$1") 2>/dev/null || true
+}
 # mpi_agent FILE: Open MPI's rsh launcher runs `FILE HOST COMMAND...` for each remote
 # host; the agent runs the command (orted) on that host.
 mpi_agent() {
