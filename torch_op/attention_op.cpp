@@ -149,8 +149,11 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("attnsweep::attention_forward", "")
                                .typed<decltype(forward_cpu)>();
-    auto [out, lse, attn, jac] = op.call(q, k, v, activation, degree, scale, causal, key_mask, score_scale);
-    ctx->save_for_backward({q, k, v, out, lse, key_mask.value_or(at::Tensor())});
+    // A bool mask as float32 once, here: the forward and backward ops take it as it is.
+    c10::optional<at::Tensor> mask = key_mask;
+    if (mask && mask->defined() && mask->scalar_type() == at::kBool) mask = mask->to(at::kFloat).contiguous();
+    auto [out, lse, attn, jac] = op.call(q, k, v, activation, degree, scale, causal, mask, score_scale);
+    ctx->save_for_backward({q, k, v, out, lse, mask.value_or(at::Tensor())});
     ctx->saved_data["activation"] = activation;
     ctx->saved_data["degree"] = degree;
     ctx->saved_data["scale"] = scale;
@@ -186,8 +189,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention(const at::Tensor& q, co
                                                          std::string activation, int64_t degree, std::string scale,
                                                          bool causal, const c10::optional<at::Tensor>& key_mask,
                                                          c10::optional<double> score_scale) {
-  // Checked here too, so that a bad call fails before autograd records anything.
-  check_call(q, k, v, activation, degree, scale, causal, key_mask, score_scale);
+  // A bad call throws in the forward op, before autograd has recorded anything.
   variable_list r = AttentionFunction::apply(q, k, v, activation, degree, scale, causal, key_mask, score_scale);
   return {r[0], r[1], r[2]};
 }

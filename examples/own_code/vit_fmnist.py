@@ -49,23 +49,23 @@ def load(split, count):
 
 class Attention(nn.Module):
     """Multi-head attention, S = Q K^T / sqrt(d): phi = softmax(S) or relu(S) / N written
-    out, or attnsweep's op (`op` = (activation, degree, scale)), which also gives the norms."""
+    out, or attnsweep's op (`op` = (the op, activation, degree, scale)), which also gives the norms."""
 
     def __init__(self, dim, heads, activation, op=None):
         super().__init__()
         self.heads, self.activation, self.op = heads, activation, op
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
-        self.norms = None  # the op's (attn_fro, jac_fro) of the last call, means over the batch and heads
+        self.norms = None  # the op's (attn_fro, jac_fro) of the last call, means over the batch and heads (tensors)
 
     def forward(self, x):  # x (B, N, C)
         B, N, C = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
         if self.op is not None:
-            act, degree, scale = self.op
-            o, attn_fro, jac_fro = attnsweep_torch.attention(q.contiguous(), k.contiguous(), v.contiguous(), act,
-                                                             degree=degree, scale=scale)
-            self.norms = (attn_fro.mean().item(), jac_fro.mean().item())
+            attention, act, degree, scale = self.op
+            o, attn_fro, jac_fro = attention(q.contiguous(), k.contiguous(), v.contiguous(), act, degree=degree,
+                                             scale=scale)
+            self.norms = (attn_fro.mean(), jac_fro.mean())  # read (.item()) only on the steps that log them
         else:
             s = q @ k.transpose(-2, -1) / math.sqrt(C // self.heads)  # (B, H, N, N)
             p = torch.softmax(s, dim=-1) if self.activation == "softmax" else torch.relu(s) / N
@@ -107,9 +107,8 @@ def main():
     cfg = cell.config()  # the rest of the cell's keys (the ones not passed as arguments)
     op = None
     if cfg.get("attention", "written") == "attnsweep":
-        global attnsweep_torch
         import attnsweep_torch  # on the PYTHONPATH attnsweep sets where its build has the op
-        op = (args.activation, cfg.get("degree", 1), cfg.get("scale", "none"))
+        op = (attnsweep_torch.attention, args.activation, cfg.get("degree", 1), cfg.get("scale", "none"))
     elif args.activation not in ("softmax", "relu"):
         raise SystemExit(f"--activation: expected softmax or relu (attention written out), got {args.activation}")
     torch.set_num_threads(int(os.environ.get("ATTNSWEEP_THREADS", "1")))
@@ -144,7 +143,7 @@ def main():
             norms = {}
             for i, b in enumerate(model.blocks):  # the op's norms of this step's forward, per layer
                 if b["attn"].norms is not None:
-                    norms[f"layer{i}/attn_fro"], norms[f"layer{i}/jac_fro"] = b["attn"].norms
+                    norms[f"layer{i}/attn_fro"], norms[f"layer{i}/jac_fro"] = (t.item() for t in b["attn"].norms)
             cell.log(step, loss=loss.item(), accuracy=acc, lr=args.lr, **norms)
         if cell.stop_requested() and step + 1 < steps:
             cell.save_checkpoint(lambda path: torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
