@@ -150,6 +150,13 @@ class Coordinator {
                    "reassigned; exiting 75 (resumable) so that the job requeues: a rerun checks every cell\n",
                    l["rank"].get<int>(), l["host"].get<std::string>().c_str(), l["silent_s"].get<double>(),
                    live_.timeout_s());
+    if (!lost_ranks_.empty())
+      std::fprintf(
+          stderr,
+          "attnsweep: every result is written (%s/status.json: lost_ranks); mpirun or srun may wait for a lost host "
+          "that is frozen or cut off and not return: if it has not returned within a minute, kill it and "
+          "rerun (the rerun finds what is left, docs/lost-ranks.md)\n",
+          rd_.dir().c_str());
     rd_.append_event({{"event", "sweep_finished"},
                       {"complete", sched_.count(CellStatus::complete)},
                       {"diverged", sched_.count(CellStatus::diverged)},
