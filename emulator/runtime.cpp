@@ -3,14 +3,15 @@
 //
 // Work is queued, not run: a stream's operations run in order, and only when the host
 // must see their effect (a synchronising call, a copy into pageable memory, an event
-// synchronised). Then the ready operations of all streams run, the most recently
-// queued first: work on a stream that does not wait for the work it reads runs before
-// that work, so a forgotten event wait reads poisoned (NaN) or stale memory, and the
-// test that depends on it fails. Memory from cudaMalloc is host memory filled with 0xff
-// bytes (NaN), registered, and every copy's kind and range is checked against it.
-// About 1040 lines: the C entry points of one runtime (memory, streams, events, graphs,
-// launches) over one queue of operations; each needs the queue's internals, which stay
-// private to this file.
+// synchronised). Then only the operations that effect needs run (the stream's or the
+// event's own and what they wait for; every stream for a device-wide synchronisation),
+// the most recently queued first: work on a stream that does not wait for the work it
+// reads runs before that work, so a forgotten event wait reads poisoned (NaN) or stale
+// memory, and work the host never waited for has not run when the host reuses its
+// source (a pinned buffer overwritten before its copy), and the test that depends on it fails. Memory from cudaMalloc
+// is host memory filled with 0xff bytes (NaN), registered, and every copy's kind and range is checked against it. About
+// 1040 lines: the C entry points of one runtime (memory, streams, events, graphs, launches) over one queue of
+// operations; each needs the queue's internals, which stay private to this file.
 #include "emulator/emu.h"
 
 #include <cuda_runtime_api.h>
@@ -27,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -254,13 +256,14 @@ bool ready(const Op& op) {
   return true;
 }
 
-// Runs ready operations, the most recently queued first, until `until()` holds.
-template <class Pred>
-void drain(Pred until, const char* why) {
+// Runs ready operations that `may_run` allows, the most recently queued first, until
+// `until()` holds.
+template <class Pred, class Allow>
+void drain(Pred until, const char* why, Allow may_run) {
   while (!until()) {
     Queue* best = nullptr;
     for (Queue* q : all_queues()) {
-      if (q->ops.empty() || !ready(q->ops.front())) continue;
+      if (q->ops.empty() || !ready(q->ops.front()) || !may_run(q->ops.front())) continue;
       if (!best || q->ops.front().seq > best->ops.front().seq) best = q;
     }
     if (!best) {
@@ -279,8 +282,45 @@ void drain(Pred until, const char* why) {
   }
 }
 
+template <class Pred>
+void drain(Pred until, const char* why) {
+  drain(until, why, [](const Op&) { return true; });
+}
+
+// The operations that must run before `t` is done: its own, those ahead of it in its
+// queue, and, for each, what it waits for (events, the legacy stream's order), again.
+// Nothing when it waits for a token no queued operation owns (NCCL's arrivals, set by
+// other ranks' operations): then any operation may run.
+std::optional<std::set<const Token*>> needed_for(const TokenP& t) {
+  std::map<const Token*, std::pair<Queue*, size_t>> where;
+  for (Queue* q : all_queues())
+    for (size_t i = 0; i < q->ops.size(); ++i) where[q->ops[i].token.get()] = {q, i};
+  std::set<const Token*> need;
+  std::vector<const Token*> todo{t.get()};
+  while (!todo.empty()) {
+    const Token* x = todo.back();
+    todo.pop_back();
+    const auto it = where.find(x);
+    if (it == where.end()) {
+      if (x->done) continue;
+      return std::nullopt;
+    }
+    const auto [q, pos] = it->second;
+    for (size_t i = 0; i <= pos; ++i)
+      if (need.insert(q->ops[i].token.get()).second)
+        for (const TokenP& d : q->ops[i].deps)
+          if (d && !d->done) todo.push_back(d.get());
+  }
+  return need;
+}
+
+// Until `t` is done, running only what it needs: the device stays as far behind the host
+// as CUDA allows, so a copy on another stream that the host never waited for has not
+// run when the host overwrites its pinned source (a missing event synchronisation).
 void drain_token(const TokenP& t, const char* why) {
-  if (t) drain([&] { return t->done; }, why);
+  if (!t || t->done) return;
+  const std::optional<std::set<const Token*>> need = needed_for(t);
+  drain([&] { return t->done; }, why, [&](const Op& op) { return !need || need->count(op.token.get()) > 0; });
 }
 void drain_device(int dev, const char* why) {
   auto& d = devices()[static_cast<size_t>(dev)];

@@ -5,6 +5,7 @@
 // data-parallel ones) and reports SKIPPED without one, never passes vacuously.
 #ifdef ATTNSWEEP_HAVE_CUDA
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -552,6 +553,32 @@ TEST_F(CudaTrainerTest, CheckpointResumesOnTheOtherBackend) {
 }
 
 // ---- NCCL and data parallelism ----------------------------------------------------------------
+
+// A staged input's pinned buffer is refilled only once its last copy has run: two batches
+// staged into one slot back to back, with no synchronisation between them, each reach the
+// device intact. The emulated device runs only what the host waits for, so without the
+// event synchronisation in CudaBackend::input_bytes the first copy reads the second batch
+// (the breakage pinned_batch_overwritten_before_its_copy, tests/emulator/breakages.sh).
+TEST(CudaBackendInputs, AStagedBatchIsNotOverwrittenBeforeItsCopy) {
+  SKIP_WITHOUT_GPUS(1);
+  CudaBackend be(0);
+  const int64_t n = 4099;
+  DeviceArray<float> kept;
+  be.allocate(kept, n);
+  std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n), -7.0f);
+  for (int64_t i = 0; i < n; ++i) a[static_cast<size_t>(i)] = static_cast<float>(i);
+  const float* first = be.input(kInputX, a.data(), n);
+  // Behind the first copy on the stream: keep what it brought.
+  ASSERT_EQ(cudaMemcpyAsync(kept.data(), first, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice,
+                            be.stream()),
+            cudaSuccess);
+  const float* second = be.input(kInputX, b.data(), n);
+  std::vector<float> got(static_cast<size_t>(n)), got2(static_cast<size_t>(n));
+  be.download(got.data(), kept.data(), n);
+  be.download(got2.data(), second, n);
+  EXPECT_EQ(got, a) << "the first batch's copy read the pinned buffer after the second batch overwrote it";
+  EXPECT_EQ(got2, b);
+}
 
 // The all-reduce itself, on every visible GPU up to 4 (one GPU: NCCL with a single rank,
 // the path a k = 1 cell would take). Integer-valued floats: the sum is exact in any order.
