@@ -705,7 +705,11 @@ std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block_dim, size_t d
           b.free_fibers.clear();
         }
       }
-  guarded_free(b.dyn);
+  if (std::string before = guarded_free(b.dyn); !before.empty() && result.empty())
+    result = "kernel " + b.kernel() + ": " + before;
+  if (result.empty())  // the bytes just before every allocation, still as they were
+    if (std::string before = writes_before_allocations(); !before.empty())
+      result = "kernel " + b.kernel() + ": " + before;
   b.dyn = nullptr;
   t_block = saved;
   return result;

@@ -63,8 +63,14 @@ void cp_async_wait(int pending_allowed, std::source_location loc);
 // buffer whose size is a multiple of 16 bytes faults there, and the fault becomes the
 // launch's error naming the kernel, the block, the thread and the allocation. Under ASan
 // the memory is ordinary heap memory of exactly `bytes` (ASan reports the overflow).
+// The bytes before the start hold a canary, and a guard page lies before them: a write
+// there is reported (what writes_before_allocations and guarded_free return).
 void* guarded_alloc(size_t bytes, const char* what);
-void guarded_free(void* p);
+// Frees it; "" or what wrote before its start.
+std::string guarded_free(void* p);
+// The first allocation whose last 64 bytes before its start were written (checked after
+// every launch), "memcheck: a write at byte -k of ...", or "".
+std::string writes_before_allocations();
 // The kernel thread running on this host thread ("thread T (warp W)"), or "" outside a
 // kernel (the launch's error names the kernel and the block).
 std::string running_thread();

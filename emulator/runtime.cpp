@@ -754,7 +754,10 @@ static cudaError_t free_now(void* p, bool pinned, const char* what) {
     return fail(cudaErrorInvalidValue, std::string(what) + " of a pointer it did not allocate");
   if (!pinned) g_in_use[static_cast<size_t>(it->second.device)] -= it->second.bytes;
   g_allocs.erase(it);
-  guarded_free(p);
+  if (const std::string before = guarded_free(p); !before.empty()) {
+    device_fault(std::string(what) + ": " + before);
+    return g_sticky;
+  }
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {

@@ -325,6 +325,13 @@ __global__ void shared_one_past_kernel(float* out, int n) {
   (void)n;
 }
 
+__global__ void write_one_before_kernel(float* out, int n) {
+  for (int i = static_cast<int>(threadIdx.x) - 1; i < n; i += blockDim.x) out[i] = 1.0f;  // i == -1: one before
+}
+__global__ void read_far_before_kernel(const float* in, float* out) {
+  out[threadIdx.x] = in[static_cast<int>(threadIdx.x) - 1500];  // 6000 bytes before: past the canary, in the guard
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 TEST(EmulatorChecks, AKernelReadingOnePastItsBufferIsReportedUnderAsan) {
   float* in = device_floats(100);
@@ -361,6 +368,30 @@ TEST(EmulatorChecks, AKernelReadingOnePastItsBufferFailsItsLaunch) {
   ATTN_LAUNCH(1, 64, 65 * sizeof(float), nullptr, shared_one_past_kernel)(out, 64);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaFree(out);
+}
+
+// Before the start: a write into the bytes just before an allocation (a canary) fails the
+// launch that made it; an access further before it hits the guard page in front.
+TEST(EmulatorChecks, AKernelWritingBeforeItsBufferFailsItsLaunch) {
+  float* out = device_floats(100);
+  ATTN_LAUNCH(1, 32, 0, nullptr, write_one_before_kernel)(out, 100);
+  std::string m = fault_after_sync();
+  EXPECT_NE(m.find("write_one_before_kernel"), std::string::npos) << m;
+  EXPECT_NE(m.find("memcheck: a write at byte -4 of a device allocation of 400 bytes, before its start"),
+            std::string::npos)
+      << m;
+  float* in = device_floats(64);
+  out = device_floats(32);
+  ATTN_LAUNCH(1, 32, 0, nullptr, read_far_before_kernel)(in, out);
+  m = fault_after_sync();
+  EXPECT_NE(m.find("memcheck: an access at byte -6000 of a device allocation of 256 bytes, before its start"),
+            std::string::npos)
+      << m;
+  // Writing within the buffer is fine.
+  out = device_floats(100);
+  ATTN_LAUNCH(1, 32, 0, nullptr, read_one_past_kernel)(out, out, 99);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaFree(out), cudaSuccess);
 }
 #endif
 
