@@ -55,13 +55,16 @@ wait_sweep() {  # wait_sweep TIMEOUT_S: RC of mpirun, or 124 after TIMEOUT_S (mp
   RC=$?
   set -e
 }
-wait_results() {  # wait_results DIR N: until N result files exist (up to 30 s)
-  local _
-  for _ in $(seq 300); do
+# wait_results DIR N [TIMEOUT_S=30]: until N result files exist. A cap, not a measurement:
+# a job that Slurm must first schedule and srun launch, beside a busy build, may take
+# longer than 30 s to finish its first cells.
+wait_results() {
+  local _ cap=${3:-30}
+  for _ in $(seq $((cap * 10))); do
     [ "$(find "$1/runs" -name '*.h5' 2>/dev/null | wc -l)" -ge "$2" ] && return 0
     sleep 0.1
   done
-  fail "fewer than $2 results in $1 after 30 s"
+  fail "fewer than $2 results in $1 after $cap s"
 }
 results() { find "$1/runs" -name '*.h5' | wc -l; }
 # valid_and_once DIR N: every file under DIR/runs is a complete result, N of them, and no

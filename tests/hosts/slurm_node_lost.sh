@@ -30,7 +30,7 @@ if [ "${HOSTS_UNHANDLED:-0}" = 1 ]; then
 fi
 job=$(sl sbatch --parsable job/job.sbatch)
 check "sbatch printed a job id ($job)" grep -qE '^[0-9]+$' <<<"$job"
-wait_results job 8
+wait_results job 8 120
 check "the job runs on 3 nodes" bash -c "grep -q 'on h\[1-3\]' job/slurm-$job.out"
 tk=$(date +%s.%N)
 host_kill h3
