@@ -146,9 +146,8 @@ std::optional<Message> Inbox::poll(int source) {
       if (auto m = s_->take(from)) return m;
   for (;;) {
     int flag = 0;
-    MPI_Message handle = MPI_MESSAGE_NULL;
     MPI_Status st;
-    MPI_Improbe(source, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &handle, &st);
+    MPI_Iprobe(source, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
     if (!flag) return std::nullopt;
     int count = 0;
     MPI_Get_count(&st, MPI_CHAR, &count);
@@ -156,7 +155,9 @@ std::optional<Message> Inbox::poll(int source) {
     r.source = st.MPI_SOURCE;
     r.tag = st.MPI_TAG;
     r.text = std::make_unique<std::string>(static_cast<size_t>(count), '\0');
-    MPI_Imrecv(r.text->data(), count, MPI_CHAR, &handle, &r.req);
+    // The probed message itself: only this thread receives, and MPI keeps the order of one
+    // sender's messages of one tag, so a receive of that sender and tag matches it.
+    MPI_Irecv(r.text->data(), count, MPI_CHAR, r.source, r.tag, MPI_COMM_WORLD, &r.req);
     s_->by_source[r.source].push_back(std::move(r));
     if (auto m = s_->take(st.MPI_SOURCE)) return m;
   }

@@ -84,9 +84,9 @@ class Outbox {
   std::unique_ptr<State> s_;
 };
 
-// Every receive of the sweep: non-blocking too. A probed message is received with
-// MPI_Imrecv and handed out once complete, in order per source, so that a sender frozen
-// half-way through a message holds up no one else's.
+// Every receive of the sweep: non-blocking too. A probed message (MPI_Iprobe) is received
+// with MPI_Irecv and handed out once complete, in order per source, so that a sender
+// frozen half-way through a message holds up no one else's. One thread receives.
 class Inbox {
  public:
   Inbox();

@@ -1,17 +1,15 @@
 // The CUDA runtime of the emulated device: devices, memory, streams, events, graphs and
 // launches, as the C functions of cuda_runtime_api.h (no CUDA runtime is linked).
 //
-// Work is queued, not run: a stream's operations run in order, and only when the host
-// must see their effect (a synchronising call, a copy into pageable memory, an event
-// synchronised). Then only the operations that effect needs run (the stream's or the
-// event's own and what they wait for; every stream for a device-wide synchronisation),
-// the most recently queued first: work on a stream that does not wait for the work it
-// reads runs before that work, so a forgotten event wait reads poisoned (NaN) or stale
-// memory, and work the host never waited for has not run when the host reuses its
-// source (a pinned buffer overwritten before its copy), and the test that depends on it fails. Memory from cudaMalloc
-// is host memory filled with 0xff bytes (NaN), registered, and every copy's kind and range is checked against it. About
-// 1040 lines: the C entry points of one runtime (memory, streams, events, graphs, launches) over one queue of
-// operations; each needs the queue's internals, which stay private to this file.
+// Work is queued, not run, until the host must see its effect (a synchronising call, a
+// copy into pageable memory, an event synchronised); then only what that effect needs
+// runs (drain_token), the most recently queued first: a forgotten event wait reads
+// poison or stale memory, and a pinned source reused before its copy ran is copied new.
+// Memory from cudaMalloc is host memory filled with 0xff bytes (NaN), registered, and
+// every copy's kind and range is checked against it.
+// About 1080 lines: the C entry points of one runtime (memory, streams, events, graphs,
+// launches) over one queue of operations; each needs the queue's internals, which stay
+// private to this file.
 #include "emulator/emu.h"
 
 #include <cuda_runtime_api.h>

@@ -18,6 +18,7 @@ BLOCKS=(
   "paperA_pde docs/results-paperA.md bench/results/cpu-paperA/runs/paperA_pde experiments/grids/paperA_pde.json"
   "paperA_equiv_n49 docs/results-paperA.md bench/results/cpu-2026-12-06-claims/paperA_equiv_n49 -"
   "paperA_norms_schedule docs/results-paperA.md bench/results/cpu-2026-12-06-claims/runs/paperA_norms_schedule -"
+  "paperA_cstar docs/results-paperA.md bench/results/cpu-2026-12-06-claims/runs/paperA_cstar -"
   "paperB_concentration docs/results-paperB.md bench/results/cpu-2026-12-06-claims/paperB_concentration -"
   "paperB_trained_concentration docs/results-paperB.md bench/results/cpu-2026-12-06-claims/runs/paperB_trained_concentration -"
   "paperB_icl_paired docs/results-paperB.md bench/results/cpu-2026-12-02-paperB-300k experiments/grids/paperB_icl_paired.json"

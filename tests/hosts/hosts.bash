@@ -29,6 +29,12 @@ HOSTS=()
 # shellcheck disable=SC2034  # extra mpirun arguments of start_sweep (grids.bash)
 MPIRUN_ARGS=()
 export OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=$HOSTS_SUBNET OMPI_MCA_oob_tcp_if_include=$HOSTS_SUBNET
+# Open MPI's session directories (/tmp/ompi.HOST.UID/jf.N: PMIx's shared-memory store)
+# in this test's own folder: every test's hosts are named h1, h2 ..., and a Slurm job of
+# every test is job 1, so a stale one left by an earlier test's killed job was found
+# again by a requeued step, which then crashed in MPI_Init (SIGSEGV at address 0).
+export OMPI_MCA_orte_tmpdir_base=$WORK/ompi-session
+mkdir -p "$OMPI_MCA_orte_tmpdir_base"
 
 ns_of() { echo "$HOSTS_TAG-$1"; }
 hosts_up() {
@@ -158,7 +164,7 @@ mpirun_hosts() {
   [ -x "$WORK/agent" ] || mpi_agent "$WORK/agent"
   on h1 mpirun --hostfile "$hf" --mca plm_rsh_agent "$WORK/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include "$HOSTS_SUBNET" --mca oob_tcp_if_include "$HOSTS_SUBNET" \
-    -x OMPI_MCA_btl -x OMPI_MCA_btl_tcp_if_include -x OMPI_MCA_oob_tcp_if_include "$@"
+    -x OMPI_MCA_btl -x OMPI_MCA_btl_tcp_if_include -x OMPI_MCA_oob_tcp_if_include -x OMPI_MCA_orte_tmpdir_base "$@"
 }
 hosts_down() {
   set +e
