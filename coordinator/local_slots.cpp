@@ -173,9 +173,9 @@ int worker_loop(LocalSlots& local, int rank, double heartbeat_every_s) {
     if (bye_sent && shutdown) {
       // bye and the last results delivered before MPI_Finalize; rank 0 takes them within
       // milliseconds, and a rank 0 that never does is gone (mpirun ends this rank then).
-      if (!out.flush(60))
-        std::fprintf(stderr, "attnsweep: rank %d: rank 0 took no delivery of its last %zu messages in 60 s\n", rank,
-                     out.pending());
+      if (!out.flush(kLastSendsToRank0S))
+        std::fprintf(stderr, "attnsweep: rank %d: rank 0 took no delivery of its last %zu messages in %.0f s\n", rank,
+                     out.pending(), kLastSendsToRank0S);
       return 0;
     }
     wait_for_event(0.002);

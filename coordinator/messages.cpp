@@ -25,6 +25,13 @@ void keep_to_exit(std::unique_ptr<std::string> buffer) {
   kept->push_back(std::move(buffer));
 }
 
+// After MPI_Finalize, MPI has taken what was pending: nothing is left to free.
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
 }  // namespace
 
 struct Outbox::State {
@@ -45,9 +52,7 @@ struct Outbox::State {
 Outbox::Outbox() : s_(std::make_unique<State>()) {}
 
 Outbox::~Outbox() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;  // MPI took what was pending; nothing left to free
+  if (mpi_finalized()) return;
   for (State::Pending& p : s_->pending) State::release(p);
 }
 
@@ -129,9 +134,7 @@ struct Inbox::State {
 Inbox::Inbox() : s_(std::make_unique<State>()) {}
 
 Inbox::~Inbox() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
+  if (mpi_finalized()) return;
   // A receive a frozen sender never finished: let go of, its buffer kept.
   for (auto& [source, q] : s_->by_source)
     for (State::Receiving& r : q) {

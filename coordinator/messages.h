@@ -50,6 +50,12 @@ struct Message {
   nlohmann::json payload;
 };
 
+// The bounds of the last waits of a run (flush()): rank 0 for its shutdowns to the
+// workers, a worker for its goodbye and last results to rank 0. Both are delivered within
+// milliseconds; a peer that takes nothing for this long is frozen or gone.
+inline constexpr double kLastSendsToWorkersS = 30;
+inline constexpr double kLastSendsToRank0S = 60;
+
 // Every send of the sweep: non-blocking (MPI_Isend of a buffer the outbox keeps until the
 // send completes), so that no rank waits on a peer that is frozen (SIGSTOP, an NFS hang,
 // a link that drops packets): a blocking send to such a rank waits for ever once the

@@ -135,9 +135,9 @@ class Coordinator {
       wait_for_event(wait);
     }
     // The last shutdowns delivered (a rank leaves once it has its own), waiting a bounded time.
-    if (world_ > 1 && !out_.flush(kLastSendsS))
+    if (world_ > 1 && !out_.flush(kLastSendsToWorkersS))
       std::fprintf(stderr, "attnsweep: %zu message%s to ranks that said goodbye undelivered after %g s; leaving\n",
-                   out_.pending(), out_.pending() == 1 ? "" : "s", kLastSendsS);
+                   out_.pending(), out_.pending() == 1 ? "" : "s", kLastSendsToWorkersS);
     const bool interrupted = stopping && !sched_.all_terminal();
     // A lost rank may still hold a child writing a result, and the job must requeue to
     // confirm every cell: resumable, whatever the cells did.
@@ -504,7 +504,6 @@ class Coordinator {
   json lost_ranks_ = json::array();
   Outbox out_;  // rank 0 never waits on a send or a receive (messages.h)
   Inbox in_;
-  static constexpr double kLastSendsS = 30;
   std::vector<std::vector<FreeSlot>> offers_;  // per rank: its free slots not yet assigned
   std::vector<bool> shutdown_sent_, bye_;
   bool tty_;

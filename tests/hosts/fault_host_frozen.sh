@@ -79,25 +79,6 @@ wait_sweep 60
 t1=$(date +%s.%N)
 grep "attnsweep" out.stderr | tail -4 || true
 check "mpirun exits 75 once the hosts are back (got $RC)" test "$RC" = 75
-check "events: 4 ranks lost within the timeout plus $MARGIN s, every cell finished once" \
-  $PY - out/events.jsonl $CELLS $TIMEOUT $MARGIN <<'PY'
-import collections, json, sys
-ev = [json.loads(l) for l in open(sys.argv[1])]
-n, timeout, margin = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-lost = [e for e in ev if e["event"] == "rank_lost"]
-assert sorted(e["rank"] for e in lost) == [2, 3, 4, 5], lost
-assert all(timeout <= e["silent_s"] < timeout + margin for e in lost), lost
-at = min(ev.index(e) for e in lost)
-late = [e for e in ev[at:] if e["event"] == "finished" and e["host"] in ("h2", "h3")]
-assert not late, f"a result of a lost host counted: {late}"
-fin = collections.Counter(e["cell_id"] for e in ev if e["event"] == "finished")
-assert len(fin) == n and max(fin.values()) == 1, fin
-end = [e for e in ev if e["event"] == "sweep_finished"][-1]
-assert end["exit_code"] == 75 and end["complete"] == n, end
-print(f"lost after {sorted(round(e['silent_s'], 1) for e in lost)} s of silence")
-PY
-check "status.json says lost_ranks" grep -q '"state": "lost_ranks"' out/status.json
-run_rc mpirun_hosts -np 6 "$ATTNSWEEP" run grid.json --out out --workers 1 --threads 1 --rank-timeout-s $TIMEOUT
-check "the rerun exits 0 (got $RC) and starts nothing" test "$RC" = 0 -a "$(count_events out started)" = 0
-check "every cell finished exactly once, every file valid" valid_and_once out $CELLS
+closes_after_losses out $CELLS $TIMEOUT $MARGIN "2 3 4 5" "h2 h3" \
+  mpirun_hosts -np 6 "$ATTNSWEEP" run grid.json --out out --workers 1 --threads 1 --rank-timeout-s $TIMEOUT
 echo "$FAULT: $Y at 0 s, $X at $(elapsed "$ty" "$tx") s; all 4 ranks lost at $(elapsed "$ty" "$lost") s; back at $(elapsed "$ty" "$tt") s; mpirun exited 75 $(elapsed "$tt" "$t1") s after the thaw"

@@ -84,3 +84,38 @@ runs = sum(1 for e in ev if e["event"] == "sweep_started")
 print(f"{len(files)} valid results, {len(fin)} cells with a finished event, none twice, over {runs} runs")
 PY
 }
+
+# closes_after_losses DIR N TIMEOUT MARGIN "RANKS" "HOSTS" RERUN...: the closing checks of
+# a sweep that lost hosts, once mpirun is back: exactly RANKS (on HOSTS) were lost after
+# TIMEOUT to TIMEOUT + MARGIN s of silence, every cell they held was reassigned, no result
+# of a lost host counted after the loss, every cell finished once and the sweep ended 75;
+# status.json says lost_ranks; RERUN (the same run) exits 0 and starts nothing; every file
+# is valid.
+closes_after_losses() {
+  local dir=$1 n=$2 timeout=$3 margin=$4 ranks=$5 hosts=$6
+  shift 6
+  check "events: ranks $ranks on $hosts lost within $timeout + $margin s, their cells reassigned, every cell finished once" \
+    $PY - "$dir/events.jsonl" "$n" "$timeout" "$margin" "$ranks" "$hosts" <<'PY'
+import collections, json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+n, timeout, margin = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+ranks, hosts = sorted(int(r) for r in sys.argv[5].split()), set(sys.argv[6].split())
+lost = [e for e in ev if e["event"] == "rank_lost"]
+assert sorted(e["rank"] for e in lost) == ranks and {e["host"] for e in lost} == hosts, lost
+assert all(timeout <= e["silent_s"] < timeout + margin for e in lost), lost
+at = min(ev.index(e) for e in lost)
+late = [e for e in ev[at:] if e["event"] == "finished" and e["host"] in hosts]
+assert not late, f"a result of a lost host counted: {late}"
+held = sorted(c for e in lost for c in e["cells"])
+assert sorted(e["cell_id"] for e in ev if e["event"] == "reassigned") == held, held
+fin = collections.Counter(e["cell_id"] for e in ev if e["event"] == "finished")
+assert len(fin) == n and max(fin.values()) == 1, (len(fin), fin.most_common(1))
+end = [e for e in ev if e["event"] == "sweep_finished"][-1]
+assert end["exit_code"] == 75 and end["complete"] == n, end
+print(f"lost after {sorted(round(e['silent_s'], 1) for e in lost)} s of silence; {len(held)} cells reassigned")
+PY
+  check "status.json says lost_ranks" grep -q '"state": "lost_ranks"' "$dir/status.json"
+  run_rc "$@"
+  check "the rerun exits 0 (got $RC) and starts nothing" test "$RC" = 0 -a "$(count_events "$dir" started)" = 0
+  check "every cell finished exactly once, every file valid" valid_and_once "$dir" "$n"
+}

@@ -31,6 +31,8 @@ import re
 import sys
 import tempfile
 
+import linter
+
 LAYERS = ["base", "kernels", "experiments", "worker", "results", "coordinator", "slurm", "app"]
 RANK = {d: i for i, d in enumerate(LAYERS)}
 # Checked for circles but not ranked: the emulated CUDA device (linked below kernels/).
@@ -224,18 +226,12 @@ def self_test():
     return 0 if ok else 1
 
 
-def main(argv):
-    if argv == ["--self-test"]:
-        return self_test()
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    files, v = violations(argv[0])
-    for line in v:
-        print(line)
-    print(f"include layers: {files} files, {len(v)} violations")
-    return 1 if v or files == 0 else 0
+def check(root):
+    files, v = violations(root)
+    if files == 0:
+        v = v + [f"no source file under {root}"]
+    return v, f"include layers: {files} files, {len(v)} violations"
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(linter.main(sys.argv[1:], __doc__, check, self_test))

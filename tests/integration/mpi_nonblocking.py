@@ -17,6 +17,8 @@ import re
 import sys
 import tempfile
 
+import linter
+
 BLOCKING = ["MPI_Send", "MPI_Ssend", "MPI_Bsend", "MPI_Rsend", "MPI_Recv", "MPI_Mrecv", "MPI_Sendrecv",
             "MPI_Sendrecv_replace", "MPI_Probe", "MPI_Mprobe", "MPI_Wait", "MPI_Waitall", "MPI_Waitany",
             "MPI_Waitsome"]
@@ -32,19 +34,21 @@ def code_of(text):
 
 
 def violations(root):
-    found = []
+    """(the number of files checked, a line per blocking call)"""
+    checked, found = 0, []
     for d in DIRS:
         for dirpath, _, files in os.walk(os.path.join(root, d)):
             for f in sorted(files):
                 if not f.endswith((".cpp", ".h", ".cu", ".cuh")):
                     continue
                 path = os.path.join(dirpath, f)
+                checked += 1
                 with open(path, encoding="utf-8") as fh:
                     for n, line in enumerate(code_of(fh.read()).splitlines(), 1):
                         for m in CALL.finditer(line):
                             found.append(f"{os.path.relpath(path, root)}:{n}: {m.group(1)} waits on another rank "
                                          "(use coordinator/messages.h Outbox/Inbox)")
-    return found
+    return checked, found
 
 
 def self_test():
@@ -54,32 +58,26 @@ def self_test():
         for call in BLOCKING:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(f"// {call}( in a comment is fine\nvoid f() {{ {call} (buf, 1, MPI_CHAR, 0, 1, comm); }}\n")
-            v = violations(root)
+            _, v = violations(root)
             if len(v) != 1 or call not in v[0] or ":2:" not in v[0]:
                 print(f"self-test: a planted {call} gave {v}", file=sys.stderr)
                 return 1
         with open(path, "w", encoding="utf-8") as fh:
             fh.write('void f() { MPI_Isend(b, 1, MPI_CHAR, 0, 1, c, &r); MPI_Test(&r, &d, s); log("MPI_Send("); }\n')
-        if violations(root):
-            print(f"self-test: non-blocking calls reported: {violations(root)}", file=sys.stderr)
+        _, v = violations(root)
+        if v:
+            print(f"self-test: non-blocking calls reported: {v}", file=sys.stderr)
             return 1
     print(f"self-test: each of {len(BLOCKING)} planted blocking calls caught; comments, strings and Isend/Test not")
     return 0
 
 
-def main(argv):
-    if argv == ["--self-test"]:
-        return self_test()
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    v = violations(argv[0])
-    for line in v:
-        print(line, file=sys.stderr)
-    if not v:
-        print("no blocking point-to-point MPI call or wait in " + ", ".join(DIRS))
-    return 1 if v else 0
+def check(root):
+    files, v = violations(root)
+    if files == 0:
+        v = v + [f"no source file under {root}"]
+    return v, f"mpi nonblocking: {files} files, {len(v)} blocking point-to-point MPI calls or waits in " + ", ".join(DIRS)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(linter.main(sys.argv[1:], __doc__, check, self_test))
