@@ -421,19 +421,12 @@ void compute_warp(Block& b, Thread* lanes[32]) {
         }
         for (int i = 0; i < 4; ++i) std::memcpy(&C[g + (i >= 2 ? 8 : 0)][2 * tig + (i & 1)], &in[6 + i], 4);
       }
-      // The product of two 16-bit values is exact in float (at most 22 significant bits);
-      // the 16 products and C are summed in float64 (four partial sums, an order the
-      // compiler can vectorise) and rounded once to float32. The hardware's order inside
-      // the mma is unspecified: the tests compare with tolerances.
       for (int l = 0; l < 32; ++l) {
         const int g = l >> 2, tig = l & 3;
         float* out = static_cast<float*>(lanes[l]->out);
         for (int i = 0; i < 4; ++i) {
           const int row = g + (i >= 2 ? 8 : 0), col = 2 * tig + (i & 1);
-          double part[4] = {0, 0, 0, 0};
-          for (int k = 0; k < 16; k += 4)
-            for (int j = 0; j < 4; ++j) part[j] += static_cast<double>(A[row][k + j] * Bt[col][k + j]);
-          out[i] = static_cast<float>(static_cast<double>(C[row][col]) + ((part[0] + part[1]) + (part[2] + part[3])));
+          out[i] = mma_dot16(A[row], Bt[col], C[row][col]);  // numerics.cpp: its two modes
         }
       }
       break;

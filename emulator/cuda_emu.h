@@ -59,16 +59,23 @@ inline float __expf(float x) {
   const float t = x * 1.4426950408889634f;
   return ::attnsweep::emu::ex2_approx_ftz(t);
 }
-// The _rn arithmetic is never contracted into an FMA: the emulated build compiles CUDA
-// sources with -ffp-contract=off.
+// The _rn arithmetic is never contracted into an FMA (the CUDA sources are compiled with
+// -ffp-contract=fast, as nvcc contracts by default): the result passes through an empty
+// asm that g++ cannot see into, so it is rounded before any later add.
+namespace attnsweep::emu {
+inline float rounded(float x) {
+  asm("" : "+x"(x));
+  return x;
+}
+}  // namespace attnsweep::emu
 inline float __fadd_rn(float a, float b) {
-  return a + b;
+  return ::attnsweep::emu::rounded(a + b);
 }
 inline float __fsub_rn(float a, float b) {
-  return a - b;
+  return ::attnsweep::emu::rounded(a - b);
 }
 inline float __fmul_rn(float a, float b) {
-  return a * b;
+  return ::attnsweep::emu::rounded(a * b);
 }
 inline float __fsqrt_rn(float a) {
   return std::sqrt(a);

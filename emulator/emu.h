@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -78,13 +79,28 @@ std::string running_thread();
 // the hardware would report as an illegal address).
 [[noreturn]] void kernel_fault(const std::string& what);
 
+// ---- numerics (numerics.cpp) -----------------------------------------------------------
+// ATTNSWEEP_EMULATED_NUMERICS: exact (default) or hardware (numerics.cpp says what each is).
+enum class Numerics { exact, hardware };
+Numerics numerics();
+// x moved by -ulps ... +ulps ulp, a fixed function of `seed`: an approximate instruction's
+// result within its documented bound.
+float perturbed(float x, uint32_t seed, int ulps);
+// The tensor-core mma's c + sum over k < 16 of a[k] b[k] (a, b: bf16 or f16 values).
+float mma_dot16(const float* a, const float* b, float c, Numerics mode = numerics());
+
 // ex2.approx.ftz.f32: 2^x, subnormal inputs and results flushed to zero, ex2(-inf) = +0.
-// The hardware's result is within 2 ulp of 2^x; this is the correctly rounded one.
+// The hardware's result is within 2 ulp of 2^x (exact at integers): correctly rounded in
+// the exact numerics, moved by up to 2 ulp in the hardware-like ones.
 inline float flush_subnormal(float x) {
   return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x;
 }
-inline float ex2_approx_ftz(float x) {
-  return flush_subnormal(std::exp2(flush_subnormal(x)));
+inline float ex2_approx_ftz(float x, Numerics mode = numerics()) {
+  x = flush_subnormal(x);
+  float r = flush_subnormal(std::exp2(x));
+  if (mode == Numerics::hardware && x != std::nearbyint(x))
+    r = flush_subnormal(perturbed(r, std::bit_cast<uint32_t>(x), 2));
+  return r;
 }
 
 // ---- launches (runtime.cpp) ------------------------------------------------------------

@@ -513,4 +513,73 @@ TEST(EmulatorChecks, NcclAllReduceSumsAcrossDevicesAndNeedsAGroup) {
   cudaSetDevice(0);
 }
 
+// ---- the two numerics (emulator/numerics.cpp) -----------------------------------------
+// c + sum a[k] b[k] of one mma, b all ones: exact rounds once to nearest; hardware aligns
+// each group of 8 to its largest addend (bits below 2^(e-23) dropped) and truncates.
+float mma_sum(float c, std::vector<float> a, attnsweep::emu::Numerics mode) {
+  a.resize(16, 0.0f);
+  std::vector<float> ones(16, 1.0f);
+  return attnsweep::emu::mma_dot16(a.data(), ones.data(), c, mode);
+}
+
+TEST(EmulatorChecks, HardwareNumericsMmaAlignsAndTruncatesEachGroupOfEight) {
+  using attnsweep::emu::Numerics;
+  const float ulp = std::ldexp(1.0f, -23), up = std::nextafter(1.0f, 2.0f);
+  // 0.75 ulp above 1: nearest rounds up, truncation does not (either sign).
+  EXPECT_EQ(mma_sum(1.0f, {0.75f * ulp}, Numerics::exact), up);
+  EXPECT_EQ(mma_sum(1.0f, {0.75f * ulp}, Numerics::hardware), 1.0f);
+  EXPECT_EQ(mma_sum(-1.0f, {-0.75f * ulp}, Numerics::exact), -up);
+  EXPECT_EQ(mma_sum(-1.0f, {-0.75f * ulp}, Numerics::hardware), -1.0f);
+  // Eight quarter-ulp products: 2 ulp in all, each dropped by the alignment to c's exponent.
+  const std::vector<float> quarters(8, 0.25f * ulp);
+  EXPECT_EQ(mma_sum(1.0f, quarters, Numerics::exact), 1.0f + 2 * ulp);
+  EXPECT_EQ(mma_sum(1.0f, quarters, Numerics::hardware), 1.0f);
+  // The same in the second group (k 8 ... 15), which is aligned to the first's result.
+  std::vector<float> second(16, 0.0f);
+  for (int k = 8; k < 16; ++k) second[k] = 0.25f * ulp;
+  EXPECT_EQ(mma_sum(1.0f, second, Numerics::hardware), 1.0f);
+  // Without c, the quarters are the largest addends: nothing is dropped.
+  EXPECT_EQ(mma_sum(0.0f, quarters, Numerics::hardware), 2 * ulp);
+  // Random bf16-like operands (B the largest |c| or |a b|): in each group 9 addends and the
+  // sum are truncated by less than 2^-23 of its largest addend, at most B in the first and
+  // |c| + 8 B <= 9 B in the second (10 B + 90 B ulp), and exact's one rounding adds half an
+  // ulp of |c + sum| <= 17 B: within 110 B ulp of each other.
+  uint32_t x = 12345;
+  int differ = 0;
+  for (int t = 0; t < 2000; ++t) {
+    float a[16], b[16], big = 0;
+    for (int k = 0; k < 16; ++k) {
+      x = x * 1664525u + 1013904223u;
+      a[k] = static_cast<float>(static_cast<int>(x >> 24) - 128) / 64.0f;  // 8 significant bits
+      b[k] = static_cast<float>(static_cast<int>((x >> 8) & 255) - 128) / 32.0f;
+      big = std::fmax(big, std::fabs(a[k] * b[k]));
+    }
+    const float c = static_cast<float>(static_cast<int>(x & 1023) - 512) / 7.0f;
+    big = std::fmax(big, std::fabs(c));
+    const float e = attnsweep::emu::mma_dot16(a, b, c, Numerics::exact);
+    const float h = attnsweep::emu::mma_dot16(a, b, c, Numerics::hardware);
+    ASSERT_LE(std::fabs(e - h), 110 * big * ulp) << "case " << t;
+    differ += e != h;
+  }
+  EXPECT_GT(differ, 100) << "the hardware numerics round differently in some cases";
+}
+
+TEST(EmulatorChecks, HardwareNumericsEx2IsWithinTwoUlpAndExactAtIntegers) {
+  using attnsweep::emu::Numerics;
+  int differ = 0;
+  for (int i = -4000; i < 4000; ++i) {
+    const float x = static_cast<float>(i) / 97.0f;
+    const float e = attnsweep::emu::ex2_approx_ftz(x, Numerics::exact);
+    const float h = attnsweep::emu::ex2_approx_ftz(x, Numerics::hardware);
+    ASSERT_EQ(h, attnsweep::emu::ex2_approx_ftz(x, Numerics::hardware)) << "the same input, the same result";
+    float lo = e, hi = e;
+    for (int k = 0; k < 2; ++k) lo = std::nextafter(lo, 0.0f), hi = std::nextafter(hi, INFINITY);
+    ASSERT_TRUE(lo <= h && h <= hi) << "ex2(" << x << ") = " << h << " against " << e;
+    differ += e != h;
+  }
+  EXPECT_GT(differ, 4000) << "about 4 in 5 results moved";
+  for (int n = -100; n <= 100; ++n)
+    EXPECT_EQ(attnsweep::emu::ex2_approx_ftz(static_cast<float>(n), Numerics::hardware), std::ldexp(1.0f, n));
+}
+
 }  // namespace
