@@ -45,6 +45,11 @@
 #      the device and cells trained as one on a GPU: their tests, then the L = 1000 cell on
 #      host and device batches, op by op and in step graphs (ms a step, bit-identical
 #      results), and 16 cells as one group against one a process (REHEARSE=1 too).
+#  12. (issue #53, only when asked: STAGES=12, about 3 minutes) the PyTorch op with its
+#      CUDA kernels: built there against the machine's PyTorch (build-op/), then
+#      tests/integration/torch_op_cuda.py (every activation in float32 and bf16 against
+#      the float64 composite; time and peak memory at N 1k and 4k against the composite).
+#      REHEARSE=1 runs the script on the CPU op of BUILD_DIR (DEVICE=cpu).
 # Every log goes to $OUT (or ./gpu-check-out); summary.txt holds the gist. Stages 4-5
 # are skipped once BUDGET_S (default 330 s) has passed. QUICK=1 drops N = 16384 from the
 # attention benchmarks. Exit status: that of the CUDA tests (setup/build failures: 2).
@@ -754,6 +759,35 @@ if stage 11; then
   gtest_stage emulated_kernels "11. kernels the emulator checks" 40 \
     'Shapes/AttentionCudaMma.ForwardMatchesCpu/softmax_q129_k129_d64*:Shapes/AttentionCudaMmaBwd.BackwardMatchesCpu/softmax_q129_k129_d64*:Shapes/AttentionCuda.RefAndFusedMatchCpu/softmax_q129_k129_d64*'
   say "11. done in $((SECONDS - t11)) s"
+fi
+if stage 12; then
+  t12=$SECONDS
+  if [ "$rehearse" = 1 ]; then
+    opdir=$build/python
+    op_env=(DEVICE=cpu)
+  else
+    opdir=build-op/python
+    op_env=()
+    # shellcheck source=/dev/null
+    [ -f .devdeps/setup.sh ] && source .devdeps/setup.sh
+    tp=$($py -c 'import torch, os; print(os.path.dirname(torch.__file__))')
+    if ! cmake -S . -B build-op -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSWEEP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DATTNSWEEP_TORCH_PREFIX="$tp" > "$out/op-configure.log" 2>&1 ||
+       ! timeout 240 ninja -C build-op -j "$(nproc)" attnsweep_torch > "$out/op-build.log" 2>&1; then
+      grep -m 20 -E "error|Error|torch" "$out/op-configure.log" "$out/op-build.log" | tee -a "$summary"
+      say "12. the op did not build"
+      opdir=""
+    fi
+    grep -m1 "PyTorch op" "$out/op-configure.log" | tee -a "$summary"
+  fi
+  if [ -n "$opdir" ]; then
+    env "${op_env[@]}" ATTNSWEEP="$bin/attnsweep" PYTHONPATH="$opdir" LD_LIBRARY_PATH="$libpath" \
+      timeout 200 "$py" tests/integration/torch_op_cuda.py > "$out/torch_op_cuda.log" 2>&1
+    rc=$?
+    grep -E "^(ok|FAIL|N )" "$out/torch_op_cuda.log" | head -40 | tee -a "$summary"
+    say "12. the PyTorch op on this device: exit $rc in $((SECONDS - t12)) s"
+    [ "$tests_rc" -eq 0 ] && tests_rc=$rc
+  fi
 fi
 say "done, tests exit $tests_rc"
 exit "$tests_rc"

@@ -6,16 +6,18 @@
 // ||phi(S)||_F and ||d phi/dS||_F from the same pass and no [Nq, Nk] tensor. Autograd goes
 // through attnsweep's own backward; the norms are outputs without a gradient.
 //
-// Two ops do the work (CPU kernels, registered for the CPU key): attention_forward (out,
-// lse, attn_fro, jac_fro) and attention_backward (dq, dk, dv). `attention` ties them into
-// one autograd node (a torch::autograd::Function) and is registered as
-// CompositeImplicitAutograd, so that it records its node whatever the inputs' key.
+// Two ops do the work (registered for the CPU key here, the CUDA key in
+// attention_op_cuda.cpp): attention_forward (out, lse, attn_fro, jac_fro) and
+// attention_backward (dq, dk, dv). `attention` ties them into one autograd node (a torch::autograd::Function) and is
+// registered as CompositeImplicitAutograd, so that it records its node whatever the inputs' key.
 //
-// float32 only: the kernels compute in float32 (float64 is refused, naming the dtype);
-// contiguous [B,H,N,d] tensors only (a transposed view is refused rather than copied
-// behind the caller's back); key_mask [B,Nk], bool or float32 0/1.
+// The CPU kernels take float32 only (float64 is refused, naming the dtype); the CUDA ones
+// (attention_op_cuda.cpp, where built) float32 or bfloat16. Contiguous [B,H,N,d] tensors
+// only (a transposed view is refused rather than copied behind the caller's back);
+// key_mask [B,Nk], bool or float32 0/1. torch_op/call.h checks a call.
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "torch_op/call.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -33,81 +35,16 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// The checked call: spec and shape from the arguments, or a c10::Error (a RuntimeError in
-// Python) naming the argument and what was expected.
-struct Call {
-  AttentionSpec spec;
-  AttentionShape shape;
-  c10::optional<at::Tensor> mask;  // float32 [B,Nk], contiguous
-};
-
-std::string shape_of(const at::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
-void check_tensor(const at::Tensor& t, const char* name, const char* layout) {
-  TORCH_CHECK(t.defined(), "attnsweep.attention: ", name, ": expected a tensor, got None");
-  TORCH_CHECK(t.device().is_cpu(), "attnsweep.attention: ", name, " is on ", t.device(),
-              "; this op runs on the CPU (attnsweep's CUDA kernels are not in this build)");
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "attnsweep.attention: ", name, ": expected float32, got ", t.scalar_type(),
-              " (attnsweep's kernels compute in float32)");
-  TORCH_CHECK(t.dim() == 4, "attnsweep.attention: ", name, ": expected 4 dimensions ", layout, ", got shape ",
-              shape_of(t));
-  TORCH_CHECK(
-      t.is_contiguous(), "attnsweep.attention: ", name, ": expected a contiguous tensor ", layout,
-      " (a view such as x.transpose(1, 2) is not copied behind your back: pass x.transpose(1, 2).contiguous())");
-}
-
-Call check_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::string& activation,
-                int64_t degree, const std::string& scale, bool causal, const c10::optional<at::Tensor>& key_mask,
-                c10::optional<double> score_scale) {
-  Call c;
-  const std::string problem = parse_activation_spec(activation, degree, scale, &c.spec.act);
-  TORCH_CHECK(problem.empty(), "attnsweep.attention: ", problem);
-  check_tensor(q, "q", "[B, H, Nq, d]");
-  check_tensor(k, "k", "[B, H, Nk, d]");
-  check_tensor(v, "v", "[B, H, Nk, dv]");
-  const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), d = q.size(3), Nk = k.size(2), dv = v.size(3);
-  TORCH_CHECK(k.size(0) == B && k.size(1) == H && k.size(3) == d, "attnsweep.attention: k: expected [B, H, Nk, d] = [",
-              B, ", ", H, ", Nk, ", d, "] (q is ", shape_of(q), "), got ", shape_of(k));
-  TORCH_CHECK(v.size(0) == B && v.size(1) == H && v.size(2) == Nk,
-              "attnsweep.attention: v: expected [B, H, Nk, dv] = [", B, ", ", H, ", ", Nk, ", dv] (k is ", shape_of(k),
-              "), got ", shape_of(v));
-  TORCH_CHECK(B > 0 && H > 0 && Nq > 0 && Nk > 0 && d > 0 && dv > 0,
-              "attnsweep.attention: expected every dimension >= 1, got q ", shape_of(q), ", k ", shape_of(k), ", v ",
-              shape_of(v));
-  if (key_mask.has_value() && key_mask->defined()) {
-    const at::Tensor& m = *key_mask;
-    TORCH_CHECK(m.device().is_cpu(), "attnsweep.attention: key_mask is on ", m.device(), "; expected the CPU");
-    TORCH_CHECK(m.dim() == 2 && m.size(0) == B && m.size(1) == Nk,
-                "attnsweep.attention: key_mask: expected [B, Nk] = [", B, ", ", Nk, "], got ", shape_of(m));
-    TORCH_CHECK(m.scalar_type() == at::kBool || m.scalar_type() == at::kFloat,
-                "attnsweep.attention: key_mask: expected bool or float32 (1 = attend, 0 = padding), got ",
-                m.scalar_type());
-    at::Tensor f = m.to(at::kFloat).contiguous();
-    TORCH_CHECK(at::logical_or(f == 0, f == 1).all().item<bool>(),
-                "attnsweep.attention: key_mask: expected only 0 and 1 (1 = attend, 0 = padding)");
-    c.mask = f;
-  }
-  if (score_scale.has_value())
-    TORCH_CHECK(std::isfinite(*score_scale) && *score_scale > 0,
-                "attnsweep.attention: score_scale: expected a positive number (None: 1/sqrt(d)), got ", *score_scale);
-  c.spec.causal = causal;
-  c.spec.collect_norms = true;
-  c.spec.score_scale = score_scale.has_value() ? static_cast<float>(*score_scale) : 0.0f;
-  c.shape = AttentionShape{B, H, Nq, Nk, d, dv};
-  return c;
-}
+using torch_op::Call;
+using torch_op::check_call;
+using torch_op::check_grad_out;
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cpu(const at::Tensor& q, const at::Tensor& k,
                                                                        const at::Tensor& v, std::string activation,
                                                                        int64_t degree, std::string scale, bool causal,
                                                                        const c10::optional<at::Tensor>& key_mask,
                                                                        c10::optional<double> score_scale) {
-  const Call c = check_call(q, k, v, activation, degree, scale, causal, key_mask, score_scale);
+  const Call c = check_call(c10::DeviceType::CPU, q, k, v, activation, degree, scale, causal, key_mask, score_scale);
   const AttentionShape& sh = c.shape;
   at::Tensor out = at::empty({sh.B, sh.H, sh.Nq, sh.dv}, q.options());
   const bool softmax = c.spec.act.activation == Activation::softmax;
@@ -126,11 +63,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cpu(const at::Tensor& gr
                                                             std::string activation, int64_t degree, std::string scale,
                                                             bool causal, const c10::optional<at::Tensor>& key_mask,
                                                             c10::optional<double> score_scale) {
-  const Call c = check_call(q, k, v, activation, degree, scale, causal, key_mask, score_scale);
+  const Call c = check_call(c10::DeviceType::CPU, q, k, v, activation, degree, scale, causal, key_mask, score_scale);
   const AttentionShape& sh = c.shape;
-  check_tensor(grad_out, "grad_out", "[B, H, Nq, dv]");
-  TORCH_CHECK(grad_out.sizes() == out.sizes(), "attnsweep.attention: grad_out: expected ", shape_of(out), ", got ",
-              shape_of(grad_out));
+  check_grad_out(grad_out, out);
   const bool softmax = c.spec.act.activation == Activation::softmax;
   at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
   attention_backward_cpu(c.spec, sh, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),

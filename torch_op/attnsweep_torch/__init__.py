@@ -3,7 +3,8 @@
     import attnsweep_torch  # PYTHONPATH=<build>/python; registers torch.ops.attnsweep
     out, attn_fro, jac_fro = attnsweep_torch.attention(q, k, v, "poly", degree=3, scale="inv_sqrt_n")
 
-q [B, H, Nq, d], k [B, H, Nk, d], v [B, H, Nk, dv]: contiguous float32 CPU tensors;
+q [B, H, Nq, d], k [B, H, Nk, d], v [B, H, Nk, dv]: contiguous, on one device, float32
+(CPU) or float32/bfloat16 (GPU, where the library was built with attnsweep's CUDA kernels);
 key_mask [B, Nk] (bool or 0/1 float32, 1 = attend). out is phi(score_scale q k^T) v
 [B, H, Nq, dv] (score_scale None: 1/sqrt(d)); attn_fro and jac_fro [B, H] (float64) are
 ||phi(S)||_F and ||d phi/dS||_F of each batch item and head, without a gradient. The
