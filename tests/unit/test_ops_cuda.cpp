@@ -33,6 +33,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -380,6 +381,28 @@ TEST(OpsCuda, ResidualBackwardMatchesCpuExactly) {
     residual_backward_cuda(g_d1.get(), g_d2.get(), g_dout.get(), n, nullptr);
     expect_equal(what + " dinp1", g_d1.download(what + " dinp1"), d1);  // one float addition each
     expect_equal(what + " dinp2", g_d2.download(what + " dinp2"), d2);
+  }
+}
+
+// The precision conversions (kernels/ops_cuda.h) at every elementwise size, the last past
+// the capped grid (65,536 blocks of 256 threads: 2^24 elements), where only the kernels'
+// grid-stride loop reaches the tail. Values exact in bf16 go there and back unchanged.
+TEST(OpsCuda, Bf16ConversionsRoundTripAtEverySize) {
+  SKIP_WITHOUT_DEVICE();
+  for (int64_t n : kElementwiseSizes) {
+    const std::string what = shape_str("f32_to_bf16, bf16_to_f32", {{"n", n}});
+    SCOPED_TRACE(what);
+    FVec x = randn(n, 31);
+    for (float& v : x) v = std::bit_cast<float>(std::bit_cast<uint32_t>(v) & 0xffff0000u);  // exact in bf16
+    Dev<float> g_x(x), g_back(zeros(n));
+    Dev<uint16_t> g_h(std::vector<uint16_t>(n, 0));
+    f32_to_bf16_cuda(g_h.get(), g_x.get(), n, nullptr);
+    bf16_to_f32_cuda(g_back.get(), g_h.get(), n, nullptr);
+    const FVec back = g_back.download(what);
+    int64_t wrong = 0, first = -1;
+    for (int64_t i = 0; i < n; ++i)
+      if (std::bit_cast<uint32_t>(back[i]) != std::bit_cast<uint32_t>(x[i]) && wrong++ == 0) first = i;
+    EXPECT_EQ(wrong, 0) << what << ": first at " << first;
   }
 }
 
