@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "experiments/rng.h"
+#include "kernels/attention_cuda.h"
 #include "kernels/collective_cuda.h"
 #include "kernels/device.h"
 #include "tests/unit/trainer_test_util.h"
@@ -253,9 +254,8 @@ TEST(CudaModel, LossNormsAndGradientsMatchCpu) {
 // bf16; tf32 (11 significant bits, 8x finer) 5e-3 and 2e-2. A dropped conversion, a wrong
 // leading dimension or a stale bf16 copy gives order-1 errors; and bf16 must differ from
 // fp32 at all (else the conversions were skipped).
-TEST(CudaModel, Bf16AndTf32StayCloseToFp32) {
-  SKIP_WITHOUT_GPUS(1);
-  for (const Case& c : cases()) {
+void expect_precisions_close_to_fp32(const Case& c) {
+  {
     SCOPED_TRACE(c.name);
     const json cfg = config_of(c);
     const ModelConfig mc = model_config_of(cfg, c.data);
@@ -310,6 +310,25 @@ TEST(CudaModel, Bf16AndTf32StayCloseToFp32) {
       }
     }
   }
+}
+
+TEST(CudaModel, Bf16AndTf32StayCloseToFp32) {
+  SKIP_WITHOUT_GPUS(1);
+  for (const Case& c : cases()) expect_precisions_close_to_fp32(c);
+}
+
+// The same at a head width of 64, the tensor-core kernels' (kernels/attention_cuda.h): with
+// ATTNSWEEP_CUDA_MMA=1 (ctest unit_cuda_mma_trainer) the model's bf16 attention, forward
+// and backward, runs on them; otherwise on the fused kernels.
+TEST(CudaModel, Bf16AtHeadWidth64StaysCloseToFp32) {
+  SKIP_WITHOUT_GPUS(1);
+  const Case c{"classify softmax, hd 64", json{{"dim", 128}, {"heads", 2}, {"layers", 1}}, synthetic_data()};
+  const ModelConfig mc = model_config_of(config_of(c), c.data);
+  const AttentionShape one_head{1, 1, mc.tokens, mc.tokens, 64, 64};
+  const char* mma = std::getenv("ATTNSWEEP_CUDA_MMA");
+  EXPECT_EQ(attention_cuda_mma_opted_in(one_head, CudaDType::bf16), mma != nullptr && std::string(mma) == "1")
+      << "a head of 64 takes the tensor-core path exactly when ATTNSWEEP_CUDA_MMA=1";
+  expect_precisions_close_to_fp32(c);
 }
 
 // The kernel timer of bench/ (CudaBackend::time_kernels): off, nothing is recorded; on,
