@@ -29,8 +29,8 @@
 // - the row passes are target_clones (AVX-512, AVX2, baseline), picked at load time.
 #pragma GCC optimize("no-trapping-math")
 #include "kernels/attention.h"
+#include "kernels/cpu/aligned_scratch.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/cpu/vec512.h"
 
@@ -495,7 +495,7 @@ namespace packed {
 constexpr int64_t kD = 16;      // head width this path serves
 constexpr int64_t kMaxT = 256;  // longest sequence (S and dP of one head stay in L2)
 
-using Buf = AlignedScratch;  // kernels/cpu/scratch.h
+using Buf = AlignedScratch;  // kernels/cpu/aligned_scratch.h
 
 struct Work {
   Buf kt, vt, s, dp;

@@ -11,7 +11,7 @@
 // The functions with intrinsics carry target("avx512f"); OpenMP regions stay in plain
 // functions that call them.
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/aligned_scratch.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -45,7 +45,7 @@ std::atomic<GemmPath>& path_ref() {
   return p;
 }
 
-using Scratch = AlignedScratch;  // kernels/cpu/scratch.h
+using Scratch = AlignedScratch;  // kernels/cpu/aligned_scratch.h
 
 // Lane masks of a panel of w (1..32) columns.
 inline __mmask16 mask_lo(int64_t w) {

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/cpu/aligned_scratch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/rows.h"
-#include "kernels/cpu/scratch.h"
 #include "kernels/ops.h"
 
 namespace attnsweep {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/aligned_scratch.h"
 #include "kernels/cpu/vec.h"
 
 namespace attnsweep {
