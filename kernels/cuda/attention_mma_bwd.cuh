@@ -50,10 +50,42 @@
 
 namespace attnsweep::cuda::mma {
 
-template <int D>
-constexpr size_t bwd_smem_bytes() {
-  return 6 * size_t(kBN) * Geom<D>::LD * 2 + 2 * size_t(kBN) * 5 * sizeof(float);
-}
+// Each backward kernel's dynamic shared memory, one layout for the kernel's pointers and
+// the launch's size (bytes()).
+// dK/dV: K and V of the block's keys [kBN][LD]; Q and dO double-buffered [2][kBM][LD]; the
+// query tiles' statistics (QueryStats) [5][2][kBM] floats.
+template <int D, class T>
+struct DkdvSmem {
+  static constexpr int LD = Geom<D>::LD;
+  static constexpr size_t bytes() {
+    return (2 * size_t(kBN) + 4 * size_t(kBM)) * LD * sizeof(T) + 5 * 2 * size_t(kBM) * sizeof(float);
+  }
+  T *Ks, *Vs, *Qs, *dOs;
+  float* stats;
+  __device__ explicit DkdvSmem(unsigned char* p)
+      : Ks(reinterpret_cast<T*>(p)),
+        Vs(Ks + kBN * LD),
+        Qs(Vs + kBN * LD),
+        dOs(Qs + 2 * kBM * LD),
+        stats(reinterpret_cast<float*>(dOs + 2 * kBM * LD)) {}
+};
+// dQ: Q and dO of the block's queries [kBM][LD]; K and V double-buffered [2][kBN][LD];
+// which keys of each K tile are live (issue_kv_tile) [2][kBN] floats.
+template <int D, class T>
+struct DqSmem {
+  static constexpr int LD = Geom<D>::LD;
+  static constexpr size_t bytes() {
+    return (2 * size_t(kBM) + 4 * size_t(kBN)) * LD * sizeof(T) + 2 * size_t(kBN) * sizeof(float);
+  }
+  T *Qs, *dOs, *Ks, *Vs;
+  float* kokf;
+  __device__ explicit DqSmem(unsigned char* p)
+      : Qs(reinterpret_cast<T*>(p)),
+        dOs(Qs + kBM * LD),
+        Ks(dOs + kBM * LD),
+        Vs(Ks + 2 * kBN * LD),
+        kokf(reinterpret_cast<float*>(Vs + 2 * kBN * LD)) {}
+};
 
 // acc (16 x 64 per warp, 8 n-tiles) += A (16 rows at `a_rows`, row-major [.][LD]) times
 // B^T, B = 64 rows at `b_rows` ([.][LD]), over D: the forward's S = Q K^T, with A read
@@ -262,11 +294,9 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dkdv_k
   constexpr int LD = Geom<D>::LD;
   constexpr int OT = D / 8;
   ATTN_DYNAMIC_SHARED(unsigned char, smem_raw);
-  T* Ks = reinterpret_cast<T*>(smem_raw);
-  T* Vs = Ks + kBN * LD;
-  T* Qs = Vs + kBN * LD;                                              // [2][kBM][LD]
-  T* dOs = Qs + 2 * kBM * LD;                                         // [2][kBM][LD]
-  const QueryStats qs(reinterpret_cast<float*>(dOs + 2 * kBM * LD));  // [5][2][kBM]
+  const DkdvSmem<D, T> sm(smem_raw);
+  T *const Ks = sm.Ks, *const Vs = sm.Vs, *const Qs = sm.Qs, *const dOs = sm.dOs;
+  const QueryStats qs(sm.stats);
 
   const MaskInfo& mask = a.mask;
   const int64_t Nq = mask.Nq, Nk = mask.Nk;
@@ -321,11 +351,9 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dq_ker
   constexpr int LD = Geom<D>::LD;
   constexpr int NT = kBN / 8, OT = D / 8;
   ATTN_DYNAMIC_SHARED(unsigned char, smem_raw);
-  T* Qs = reinterpret_cast<T*>(smem_raw);
-  T* dOs = Qs + kBM * LD;
-  T* Ks = dOs + kBM * LD;                                     // [2][kBN][LD]
-  T* Vs = Ks + 2 * kBN * LD;                                  // [2][kBN][LD]
-  float* kokf = reinterpret_cast<float*>(Vs + 2 * kBN * LD);  // [2][kBN]
+  const DqSmem<D, T> sm(smem_raw);
+  T *const Qs = sm.Qs, *const dOs = sm.dOs, *const Ks = sm.Ks, *const Vs = sm.Vs;
+  float* const kokf = sm.kokf;
 
   const MaskInfo& mask = a.mask;
   const int64_t Nq = mask.Nq, Nk = mask.Nk;
@@ -381,10 +409,11 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_dq_ker
 
 template <Activation A, int Deg, int D, class T>
 void launch_backward(const BwdArgs& args, int64_t BH, int64_t Nq, int64_t Nk, cudaStream_t stream) {
-  const size_t smem = bwd_smem_bytes<D>();
   const char* what = "attention backward (CUDA mma)";
-  launch_blocks(what, mma_dkdv_kernel<A, Deg, D, T>, (Nk + kBN - 1) / kBN * BH, kThreads, smem, stream, args);
-  launch_blocks(what, mma_dq_kernel<A, Deg, D, T>, (Nq + kBM - 1) / kBM * BH, kThreads, smem, stream, args);
+  launch_blocks(what, mma_dkdv_kernel<A, Deg, D, T>, (Nk + kBN - 1) / kBN * BH, kThreads, DkdvSmem<D, T>::bytes(),
+                stream, args);
+  launch_blocks(what, mma_dq_kernel<A, Deg, D, T>, (Nq + kBM - 1) / kBM * BH, kThreads, DqSmem<D, T>::bytes(), stream,
+                args);
 }
 
 template <int D, class T>
