@@ -106,9 +106,24 @@ template <int D>
 struct Geom {
   static_assert(D % 16 == 0 && D >= 16);
   static constexpr int LD = D + 8;  // padded row stride, elements
-  static constexpr size_t smem_bytes(size_t elem) {
-    return (size_t(kBM) * LD + 4 * size_t(kBN) * LD) * elem + 2 * size_t(kBN) * sizeof(float);
+};
+
+// The forward kernel's dynamic shared memory, one layout for the kernel's pointers and the
+// launch's size: Q of the block's queries [kBM][LD]; K and V double-buffered [2][kBN][LD];
+// which keys of each K tile are live [2][kBN] floats.
+template <int D, class T>
+struct FwdSmem {
+  static constexpr int LD = Geom<D>::LD;
+  static constexpr size_t bytes() {
+    return (size_t(kBM) + 4 * size_t(kBN)) * LD * sizeof(T) + 2 * size_t(kBN) * sizeof(float);
   }
+  T *Qs, *Ks, *Vs;
+  float* kok;
+  __device__ explicit FwdSmem(unsigned char* p)
+      : Qs(reinterpret_cast<T*>(p)),
+        Ks(Qs + kBM * LD),
+        Vs(Ks + 2 * kBN * LD),
+        kok(reinterpret_cast<float*>(Vs + 2 * kBN * LD)) {}
 };
 
 // The PTX (cp.async, ldmatrix, mma.sync, ex2): kernels/cuda/ptx.cuh.
@@ -419,10 +434,9 @@ template <Activation A, int Deg, int D, class T, bool Norms>
 __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_forward_kernel(FwdArgs a) {
   constexpr int LD = Geom<D>::LD;
   ATTN_DYNAMIC_SHARED(unsigned char, smem_raw);
-  T* Qs = reinterpret_cast<T*>(smem_raw);
-  T* Ks = Qs + kBM * LD;                                     // [2][kBN][LD]
-  T* Vs = Ks + 2 * kBN * LD;                                 // [2][kBN][LD]
-  float* kok = reinterpret_cast<float*>(Vs + 2 * kBN * LD);  // [2][kBN]
+  const FwdSmem<D, T> sm(smem_raw);
+  T *const Qs = sm.Qs, *const Ks = sm.Ks, *const Vs = sm.Vs;
+  float* const kok = sm.kok;
 
   const MaskInfo& mask = a.mask;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -465,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, ATTNSWEEP_MMA_MIN_BLOCKS) mma_forwar
 template <Activation A, int Deg, int D, class T, bool Norms>
 void launch_forward(const FwdArgs& args, int64_t blocks, cudaStream_t stream) {
   launch_blocks("attention (CUDA mma)", mma_forward_kernel<A, Deg, D, T, Norms>, blocks, kThreads,
-                Geom<D>::smem_bytes(sizeof(T)), stream, args);
+                FwdSmem<D, T>::bytes(), stream, args);
 }
 
 // Every variant of one (D, T): each activation of the registry (kernels/activation.h;
