@@ -17,6 +17,7 @@ BLOCKS=(
   "paperA_scale_sweep docs/results-paperA.md bench/results/cpu-paperA/runs/paperA_scale_sweep experiments/grids/paperA_scale_sweep.json"
   "paperA_pde docs/results-paperA.md bench/results/cpu-paperA/runs/paperA_pde experiments/grids/paperA_pde.json"
   "paperA_equiv_n49 docs/results-paperA.md bench/results/cpu-2026-12-06-claims/paperA_equiv_n49 -"
+  "paperA_equiv_n49_3000 docs/results-paperA.md bench/results/cpu-2026-12-06-claims/runs/paperA_equiv_n49_3000 -"
   "paperA_norms_schedule docs/results-paperA.md bench/results/cpu-2026-12-06-claims/runs/paperA_norms_schedule -"
   "paperA_cstar docs/results-paperA.md bench/results/cpu-2026-12-06-claims/runs/paperA_cstar -"
   "paperB_concentration docs/results-paperB.md bench/results/cpu-2026-12-06-claims/paperB_concentration -"
