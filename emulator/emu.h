@@ -82,7 +82,12 @@ std::string running_thread();
 // ---- numerics (numerics.cpp) -----------------------------------------------------------
 // ATTNSWEEP_EMULATED_NUMERICS: exact (default) or hardware (numerics.cpp says what each is).
 enum class Numerics { exact, hardware };
-Numerics numerics();
+namespace detail {
+extern const Numerics g_numerics;  // numerics.cpp reads the variable once, at load
+}
+inline Numerics numerics() {
+  return detail::g_numerics;
+}
 // x moved by -ulps ... +ulps ulp, a fixed function of `seed`: an approximate instruction's
 // result within its documented bound.
 float perturbed(float x, uint32_t seed, int ulps);

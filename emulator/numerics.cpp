@@ -10,6 +10,7 @@
 //     truncated, the sum truncated to float32, so a k-16 mma rounds twice, towards zero);
 //     ex2.approx's result moved by up to 2 ulp (its documented bound), as a fixed
 //     function of the input, exact at integer inputs (2^n) as the hardware is.
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,16 +20,15 @@
 
 namespace attnsweep::emu {
 
-Numerics numerics() {
-  static const Numerics n = [] {
-    const char* e = std::getenv("ATTNSWEEP_EMULATED_NUMERICS");
-    if (!e || !*e || std::strcmp(e, "exact") == 0) return Numerics::exact;
-    if (std::strcmp(e, "hardware") == 0) return Numerics::hardware;
-    std::fprintf(stderr, "attnsweep emulator: ATTNSWEEP_EMULATED_NUMERICS=%s: expected exact or hardware\n", e);
-    std::exit(2);
-  }();
-  return n;
-}
+// Read once when the emulator's library is loaded (before main and before any kernel),
+// so that numerics() is a load of a constant at every ex2 and mma.
+const Numerics detail::g_numerics = [] {
+  const char* e = std::getenv("ATTNSWEEP_EMULATED_NUMERICS");
+  if (!e || !*e || std::strcmp(e, "exact") == 0) return Numerics::exact;
+  if (std::strcmp(e, "hardware") == 0) return Numerics::hardware;
+  std::fprintf(stderr, "attnsweep emulator: ATTNSWEEP_EMULATED_NUMERICS=%s: expected exact or hardware\n", e);
+  std::exit(2);
+}();
 
 float perturbed(float x, uint32_t seed, int ulps) {
   if (!std::isfinite(x) || x == 0.0f || ulps == 0) return x;
@@ -52,23 +52,32 @@ float toward_zero(double s) {
 // One step of the hardware's inner product: c and n exact products, each aligned to the
 // largest magnitude's exponent e and truncated to a multiple of 2^(e-23) (exact in float64:
 // each is below 2^(e+1) and n + 1 <= 9 of them need at most 28 bits), summed, truncated.
+// The hot loop of the hardware numerics, so in bits: a non-negative double's bits order
+// as its value, the exponent is bits 52..62, and a value below 2^24 in magnitude truncates
+// towards zero by conversion to an integer.
 float fused_group(float c, const float* a, const float* b, int n) {
+  constexpr uint64_t kMagnitude = ~(uint64_t{1} << 63);
   double t[9];
   t[0] = c;
-  double largest = std::fabs(t[0]);
+  uint64_t largest = std::bit_cast<uint64_t>(t[0]) & kMagnitude;
   for (int i = 0; i < n; ++i) {
     t[i + 1] = static_cast<double>(a[i]) * b[i];  // exact: two 16-bit significands
-    largest = std::fmax(largest, std::fabs(t[i + 1]));
+    const uint64_t m = std::bit_cast<uint64_t>(t[i + 1]) & kMagnitude;
+    largest = m > largest ? m : largest;
   }
-  if (!std::isfinite(largest) || largest == 0.0) {
+  const int64_t biased = static_cast<int64_t>(largest >> 52);  // e + 1023
+  // Zero, infinity or NaN (exponent field 0x7ff orders above every finite value): a plain
+  // sum gives IEEE's answer. Every other largest is normal in float64 (a float, or a
+  // product of two bf16/f16 values, at least 2^-300), so e - 23 and 23 - e are normal too.
+  if (largest == 0 || biased == 0x7ff) {
     double s = 0;
     for (int i = 0; i <= n; ++i) s += t[i];
     return static_cast<float>(s);
   }
-  const int e = std::ilogb(largest);
-  const double q = std::ldexp(1.0, e - 23), per_q = std::ldexp(1.0, 23 - e);  // powers of 2: exact
+  const double q = std::bit_cast<double>(static_cast<uint64_t>(biased - 23) << 52);                 // 2^(e-23)
+  const double per_q = std::bit_cast<double>(static_cast<uint64_t>(2 * 1023 + 23 - biased) << 52);  // 2^(23-e)
   double s = 0;
-  for (int i = 0; i <= n; ++i) s += std::trunc(t[i] * per_q) * q;
+  for (int i = 0; i <= n; ++i) s += static_cast<double>(static_cast<int64_t>(t[i] * per_q)) * q;
   return toward_zero(s);
 }
 

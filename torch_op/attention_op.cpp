@@ -45,16 +45,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cpu(const at:
                                                                        const c10::optional<at::Tensor>& key_mask,
                                                                        c10::optional<double> score_scale) {
   const Call c = check_call(c10::DeviceType::CPU, q, k, v, activation, degree, scale, causal, key_mask, score_scale);
-  const AttentionShape& sh = c.shape;
-  at::Tensor out = at::empty({sh.B, sh.H, sh.Nq, sh.dv}, q.options());
-  const bool softmax = c.spec.act.activation == Activation::softmax;
-  at::Tensor lse = at::empty({softmax ? sh.B : 0, sh.H, sh.Nq}, q.options());
-  at::Tensor attn = at::empty({sh.B, sh.H}, q.options().dtype(at::kDouble));
-  at::Tensor jac = at::empty({sh.B, sh.H}, q.options().dtype(at::kDouble));
-  attention_forward_cpu(c.spec, sh, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                        c.mask ? c.mask->data_ptr<float>() : nullptr, out.data_ptr<float>(),
-                        softmax ? lse.data_ptr<float>() : nullptr, attn.data_ptr<double>(), jac.data_ptr<double>());
-  return {out, lse, attn, jac};
+  const torch_op::ForwardOutputs o = torch_op::forward_outputs(c, q);
+  attention_forward_cpu(c.spec, c.shape, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                        c.mask ? c.mask->data_ptr<float>() : nullptr, o.out.data_ptr<float>(),
+                        o.has_lse() ? o.lse.data_ptr<float>() : nullptr, o.attn_fro.data_ptr<double>(),
+                        o.jac_fro.data_ptr<double>());
+  return {o.out, o.lse, o.attn_fro, o.jac_fro};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cpu(const at::Tensor& grad_out, const at::Tensor& q,

@@ -43,19 +43,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(const at
                                                                         c10::optional<double> score_scale) {
   const torch_op::Call c =
       torch_op::check_call(c10::DeviceType::CUDA, q, k, v, activation, degree, scale, causal, key_mask, score_scale);
-  const AttentionShape& sh = c.shape;
   const c10::cuda::CUDAGuard on(q.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index()).stream();
-  at::Tensor out = at::empty({sh.B, sh.H, sh.Nq, sh.dv}, q.options());
-  const bool softmax = c.spec.act.activation == Activation::softmax;
-  at::Tensor lse = at::empty({softmax ? sh.B : 0, sh.H, sh.Nq}, q.options().dtype(at::kFloat));
-  at::Tensor attn = at::empty({sh.B, sh.H}, q.options().dtype(at::kDouble));
-  at::Tensor jac = at::empty({sh.B, sh.H}, q.options().dtype(at::kDouble));
-  attention_forward_cuda(c.spec, sh, dtype_of(q), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                         c.mask ? c.mask->data_ptr<float>() : nullptr, out.data_ptr(),
-                         softmax ? lse.data_ptr<float>() : nullptr, attn.data_ptr<double>(), jac.data_ptr<double>(),
-                         workspace_for(stream), stream);
-  return {out, lse, attn, jac};
+  const torch_op::ForwardOutputs o = torch_op::forward_outputs(c, q);
+  attention_forward_cuda(c.spec, c.shape, dtype_of(q), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                         c.mask ? c.mask->data_ptr<float>() : nullptr, o.out.data_ptr(),
+                         o.has_lse() ? o.lse.data_ptr<float>() : nullptr, o.attn_fro.data_ptr<double>(),
+                         o.jac_fro.data_ptr<double>(), workspace_for(stream), stream);
+  return {o.out, o.lse, o.attn_fro, o.jac_fro};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_out, const at::Tensor& q,

@@ -90,4 +90,13 @@ void check_grad_out(const at::Tensor& grad_out, const at::Tensor& out) {
               shape_of(grad_out));
 }
 
+ForwardOutputs forward_outputs(const Call& c, const at::Tensor& q) {
+  const AttentionShape& sh = c.shape;
+  const bool softmax = c.spec.act.activation == Activation::softmax;
+  return {at::empty({sh.B, sh.H, sh.Nq, sh.dv}, q.options()),
+          at::empty({softmax ? sh.B : 0, sh.H, sh.Nq}, q.options().dtype(at::kFloat)),
+          at::empty({sh.B, sh.H}, q.options().dtype(at::kDouble)),
+          at::empty({sh.B, sh.H}, q.options().dtype(at::kDouble))};
+}
+
 }  // namespace attnsweep::torch_op

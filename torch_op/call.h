@@ -25,6 +25,15 @@ Call check_call(c10::DeviceType device, const at::Tensor& q, const at::Tensor& k
                 const std::string& activation, int64_t degree, const std::string& scale, bool causal,
                 const c10::optional<at::Tensor>& key_mask, c10::optional<double> score_scale);
 
+// What the forward returns, allocated on q's device: out [B,H,Nq,dv] of q's type; lse
+// [B,H,Nq] float32 for softmax (its backward reads it), [0,H,Nq] otherwise; the norms
+// ‖φ(S)‖_F and ‖∂φ/∂S‖_F [B,H] float64.
+struct ForwardOutputs {
+  at::Tensor out, lse, attn_fro, jac_fro;
+  bool has_lse() const { return lse.numel() > 0; }
+};
+ForwardOutputs forward_outputs(const Call& c, const at::Tensor& q);
+
 // grad_out of the backward: as `out` (its shape, type and device), contiguous.
 void check_grad_out(const at::Tensor& grad_out, const at::Tensor& out);
 

@@ -86,6 +86,20 @@ def reference(act, degree, scale, q, k, v, do, mask, causal):
     return {"o": o.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad, "attn_fro": attn, "jac_fro": jac}
 
 
+def inputs(rng, B, H, Nq, Nk, d, dv, masked):
+    """Normal q, k, v and dO in float32 (torch tensors), and with `masked` a key mask [B,Nk]
+    that keeps about 70 % of the keys, always the first, and pads the last batch item's
+    second half: the op tests' inputs (torch_op.py, torch_op_cuda.py)."""
+    q, k, v, do = (torch.from_numpy(rng.standard_normal(s).astype(np.float32))
+                   for s in ((B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, dv), (B, H, Nq, dv)))
+    mask = None
+    if masked:
+        mask = torch.from_numpy((rng.random((B, Nk)) < 0.7).astype(np.float32))
+        mask[:, 0] = 1
+        mask[-1, Nk // 2:] = 0
+    return q, k, v, do, mask
+
+
 def rel_err(got, ref):
     got = torch.as_tensor(np.asarray(got, dtype=np.float64))
     num, den = (got - ref).norm().item(), ref.norm().item()

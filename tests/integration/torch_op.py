@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attention_torch import PHI, reference, rel_err  # noqa: E402 (the float64 composite)
+from attention_torch import PHI, inputs, reference, rel_err  # noqa: E402 (the float64 composite)
 
 import attnsweep_torch  # noqa: E402
 
@@ -36,17 +36,6 @@ def report(ok, what):
     global failures
     print(("ok   " if ok else "FAIL ") + what)
     failures += not ok
-
-
-def inputs(rng, B, H, Nq, Nk, d, dv, masked):
-    q, k, v, do = (torch.from_numpy(rng.standard_normal(s).astype(np.float32))
-                   for s in ((B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, dv), (B, H, Nq, dv)))
-    mask = None
-    if masked:
-        mask = torch.from_numpy((rng.random((B, Nk)) < 0.7).astype(np.float32))
-        mask[:, 0] = 1
-        mask[-1, Nk // 2:] = 0  # the last batch item is padded
-    return q, k, v, do, mask
 
 
 def op(q, k, v, spec, causal, mask):

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attention_torch import reference, rel_err  # noqa: E402 (the float64 composite)
+from attention_torch import inputs, reference, rel_err  # noqa: E402 (the float64 composite)
 
 import attnsweep_torch  # noqa: E402
 
@@ -39,16 +39,6 @@ def report(ok, what):
     failures += not ok
 
 
-def inputs(rng, B, H, Nq, Nk, d, masked):
-    q, k, v, do = (torch.from_numpy(rng.standard_normal(s).astype(np.float32))
-                   for s in ((B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, d), (B, H, Nq, d)))
-    mask = None
-    if masked:
-        mask = torch.from_numpy((rng.random((B, Nk)) < 0.7).astype(np.float32))
-        mask[:, 0] = 1
-    return q, k, v, do, mask
-
-
 # 1. Correctness on the device, float32 and bfloat16.
 rng = np.random.default_rng(3)
 specs = attnsweep_torch.registry_specs()
@@ -57,7 +47,7 @@ for dtype, bound in dtypes:
     worst = 0.0
     for B, H, Nq, Nk, d, masked, causal in ((2, 2, 33, 33, 64, False, False), (2, 2, 17, 40, 64, True, False),
                                             (1, 2, 70, 70, 32, False, True)):
-        q, k, v, do, mask = inputs(rng, B, H, Nq, Nk, d, masked)
+        q, k, v, do, mask = inputs(rng, B, H, Nq, Nk, d, d, masked)
         q, k, v, do = (t.to(dtype).float() for t in (q, k, v, do))  # the values the device sees
         for act, degree, scale in specs:
             qg, kg, vg = (t.to(DEV, dtype, copy=True).requires_grad_(True) for t in (q, k, v))
