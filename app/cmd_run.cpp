@@ -14,6 +14,7 @@
 
 #include "app/cli.h"
 #include "base/cpu_env.h"
+#include "base/options.h"
 #include "coordinator/grid.h"
 #include "coordinator/status.h"
 #include "coordinator/sweep.h"
@@ -164,11 +165,11 @@ void on_train_signal(int sig) {
 int cmd_train(int argc, char** argv) {
   // Runtime settings that only take effect at process start (base/cpu_env.h): set
   // them and run this same command again, once.
-  if (std::getenv("ATTNSWEEP_CPU_ENV_SET") == nullptr) {
+  if (!options::cpu_env_set()) {
     const auto fixes = cpu_env_fixes();
     if (!fixes.empty()) {
       for (const auto& [k, v] : fixes) ::setenv(k.c_str(), v.c_str(), 0);
-      ::setenv("ATTNSWEEP_CPU_ENV_SET", "1", 1);
+      ::setenv(options::kCpuEnvSet, "1", 1);
       ::execv("/proc/self/exe", argv - 1);  // argv - 1: main's argv ("attnsweep train ...")
       // exec failed (no /proc): carry on with the slower defaults
     }
@@ -228,7 +229,7 @@ int cmd_train(int argc, char** argv) {
     if (!loaded) return kExitUsage;
     configs.push_back(*loaded);
   }
-  if (const char* a = std::getenv("ATTNSWEEP_ATTEMPT")) opt.attempt = std::max(1, std::atoi(a));
+  if (const std::optional<int> a = options::attempt()) opt.attempt = std::max(1, *a);
   struct sigaction sa {};
   sa.sa_handler = on_train_signal;
   sigemptyset(&sa.sa_mask);

@@ -1,4 +1,5 @@
 #include "base/cpu_env.h"
+#include "base/options.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -9,13 +10,13 @@ namespace attnsweep {
 
 std::vector<std::pair<std::string, std::string>> cpu_env_fixes(bool oversubscribed) {
   std::vector<std::pair<std::string, std::string>> fixes;
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
+  if (options::launcher_env("OMP_WAIT_POLICY") == nullptr && options::launcher_env("GOMP_SPINCOUNT") == nullptr) {
     if (oversubscribed)
       fixes.emplace_back("OMP_WAIT_POLICY", "passive");
     else
       fixes.emplace_back("GOMP_SPINCOUNT", "10000");
   }
-  if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+  if (options::launcher_env("OPENBLAS_CORETYPE") == nullptr) {
     const char* core = openblas_get_corename();
     // Generic fall-backs of the probe; a core it did recognise is kept.
     const bool generic = core != nullptr && (std::strcmp(core, "Prescott") == 0 || std::strcmp(core, "Core2") == 0 ||

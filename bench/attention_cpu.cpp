@@ -8,6 +8,7 @@
 //
 // usage: attention_cpu [N ...]     (default N = 64 256 1024; d = dv = 64, B*H = 32)
 //        ATTN_BENCH_SECONDS=s         time per configuration (default 3)
+#include "base/options.h"
 #include "kernels/attention.h"
 
 #include <cblas.h>
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
   if (Ns.empty()) Ns = {64, 256, 1024};
   Sgemm sgemm;
   sgemm();
-  const double min_total = std::getenv("ATTN_BENCH_SECONDS") ? std::atof(std::getenv("ATTN_BENCH_SECONDS")) : 3.0;
+  const double min_total = options::bench_seconds(3.0);
   for (int64_t N : Ns) {
     bench_attention("softmax", {Activation::softmax, 1, ScaleKind::none, 1.0}, N, sgemm, min_total);
     bench_attention("poly3_inv_sqrt_n", {Activation::poly, 3, ScaleKind::inv_sqrt_n, 1.0}, N, sgemm, min_total);

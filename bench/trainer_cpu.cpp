@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "base/cpu_env.h"
+#include "base/options.h"
 #include "experiments/listops.h"
 #include "experiments/params.h"
 #include "experiments/rng.h"
@@ -120,8 +121,7 @@ void time_steps(TrainerT& tr, const ModelConfig& mc, const TrainConfig& tc, int 
   // 50; paper B's read-out one in 1000).
   const int log_every = readout ? 1000 : 50;
 
-  const char* warm = std::getenv("ATTNSWEEP_BENCH_WARMUP");
-  const int warmup = warm != nullptr ? std::atoi(warm) : 3;
+  const int warmup = options::bench_warmup(3);
   for (int t = 0; t < warmup; ++t) tr.step(x.data(), yc, yval, B, t, true);
   for (int64_t r = 0; r < tr.devices(); ++r) tr.replica(r).backend().synchronize();
   auto cpu_now = [] {
@@ -145,11 +145,11 @@ void time_steps(TrainerT& tr, const ModelConfig& mc, const TrainConfig& tc, int 
 
 int main(int argc, char** argv) {
   // The same process-start settings as `attnsweep train` (base/cpu_env.h).
-  if (std::getenv("ATTNSWEEP_CPU_ENV_SET") == nullptr) {
+  if (!options::cpu_env_set()) {
     const auto fixes = cpu_env_fixes();
     if (!fixes.empty()) {
       for (const auto& [k, v] : fixes) ::setenv(k.c_str(), v.c_str(), 0);
-      ::setenv("ATTNSWEEP_CPU_ENV_SET", "1", 1);
+      ::setenv(options::kCpuEnvSet, "1", 1);
       ::execv("/proc/self/exe", argv);
     }
   }
@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
   TrainConfig tc;
   tc.steps = 3000;
   tc.batch = listops ? 32 : 128;
-  if (const char* b = std::getenv("ATTNSWEEP_BENCH_BATCH"); b != nullptr && std::atoi(b) > 0) tc.batch = std::atoi(b);
+  if (const int b = options::bench_batch(); b > 0) tc.batch = b;
   if (paper_b) {  // paper B's optimiser (its TaskDef::training_defaults, paperB_icl's lr)
     tc.optimizer = "sgd", tc.lr = 1e-3, tc.weight_decay = 0, tc.clip = 0, tc.warmup_steps = 0;
     tc.lr_schedule = "constant";
@@ -211,8 +211,7 @@ int main(int argc, char** argv) {
   const int gpu = cuda_device_index(device);
   // Launch-free steps on CUDA as train_cell has them (ATTNSWEEP_CUDA_GRAPHS=1; the
   // precision field then reads e.g. fp32+graphs).
-  const char* graphs = std::getenv("ATTNSWEEP_CUDA_GRAPHS");
-  tc.cuda_graphs = device != "cpu" && graphs != nullptr && std::string(graphs) == "1";
+  tc.cuda_graphs = device != "cpu" && options::cuda_graphs();
   if (gpu < 0) {
     try {
       Trainer tr(mc, tc);

@@ -1,4 +1,5 @@
 #include "coordinator/local_slots.h"
+#include "base/options.h"
 
 #include <algorithm>
 #include <cmath>
@@ -64,7 +65,7 @@ RankSetup setup_rank(const RunOptions& opt, int cells_per_gpu) {
   if (r.device == "cuda" || faked) {
     // The node's ranks share out its GPUs by local rank; keep the launcher's numbering if it set one.
     std::vector<std::string> visible;
-    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    if (const char* v = options::launcher_env("CUDA_VISIBLE_DEVICES")) {
       std::stringstream ss(v);
       for (std::string item; std::getline(ss, item, ',');)
         if (!item.empty()) visible.push_back(item);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/cpu_env.h"
+#include "base/options.h"
 #include "base/process.h"
 #include "base/utc_time.h"
 #include "coordinator/grid.h"
@@ -136,7 +137,7 @@ class LocalSlots {
     for (const std::string& arg :
          {std::string("--device"), device_, std::string("--threads"), std::to_string(threads_)})
       spec.argv.push_back(arg);
-    spec.env = {{"ATTNSWEEP_ATTEMPT", std::to_string(a.attempt)},
+    spec.env = {{options::kAttempt, std::to_string(a.attempt)},
                 {"OMP_NUM_THREADS", std::to_string(threads_)},
                 {"OPENBLAS_NUM_THREADS", std::to_string(threads_)}};
     if (!gpus_.empty()) {
@@ -147,7 +148,7 @@ class LocalSlots {
     // The start-up settings `train` would otherwise re-exec itself for (base/cpu_env.h):
     // one exec per attempt, not two.
     for (const auto& kv : cpu_env_) spec.env.push_back(kv);
-    spec.env.push_back({"ATTNSWEEP_CPU_ENV_SET", "1"});
+    spec.env.push_back({options::kCpuEnvSet, "1"});
     spec.log_path = paths_.log(a.id);
     const std::string where = " on " + host_ + " rank " + std::to_string(rank_) + " slot " + std::to_string(k) +
                               " at " + iso_utc_now() + " ===";

@@ -3,6 +3,7 @@
 // run_sweep sets up MPI and the heartbeats and ends the run with the right exit code.
 // About 630 lines: the coordinator loop is one state machine, kept in one place.
 #include "coordinator/sweep.h"
+#include "base/options.h"
 
 #include <fcntl.h>
 #include <mpi.h>
@@ -518,8 +519,10 @@ class Coordinator {
 }  // namespace
 
 bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v)) return true;
+  static constexpr options::ForeignName kSetByMpi[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK",
+                                                       "MPI_LOCALNRANKS"};
+  for (const options::ForeignName& v : kSetByMpi)
+    if (options::launcher_env(v)) return true;
   return false;
 }
 
@@ -528,7 +531,7 @@ namespace {
 // srun started N tasks but MPI sees fewer: a PMI mismatch would run N independent
 // sweeps into one directory. False (and the message) then.
 bool srun_sees_every_task(int world) {
-  const char* st = std::getenv("SLURM_STEP_NUM_TASKS");
+  const char* st = options::launcher_env("SLURM_STEP_NUM_TASKS");
   if (st == nullptr) return true;
   const int n = std::atoi(st);
   if (n <= 1 || world == n) return true;

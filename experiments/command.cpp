@@ -4,6 +4,7 @@
 // built-in task; it appends JSON lines to a metrics file, and this task turns them into
 // the TaskOutput that run_cell writes to the result file like any other task's.
 #include "experiments/command.h"
+#include "base/options.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -375,7 +376,7 @@ TaskOutput run_command_attempt(const json& config, const TaskContext& ctx) {
   child.argv = argv;
   child.own_process_group = false;  // the cell's group: the slot's signals and a timeout's kill reach it
   child.what = "the cell's program";
-  const char* old_path = std::getenv("PYTHONPATH");
+  const char* old_path = options::launcher_env("PYTHONPATH");
   // attnsweep's attention as a PyTorch op (torch_op/, docs/pytorch.md), where the build
   // that made this binary built it: `import attnsweep_torch` works in the program too.
   std::string pythonpath = python.string();
@@ -392,7 +393,7 @@ TaskOutput run_command_attempt(const json& config, const TaskContext& ctx) {
                {"ATTNSWEEP_CELL_ID", ctx.cell_id},
                {"ATTNSWEEP_DEVICE", ctx.device},
                {"ATTNSWEEP_THREADS", std::to_string(ctx.threads)},
-               {"ATTNSWEEP_ATTEMPT", std::to_string(ctx.attempt)},
+               {options::kAttempt, std::to_string(ctx.attempt)},
                {"PYTHONPATH", pythonpath}};
   for (auto it = config.begin(); it != config.end(); ++it)
     if (it.key() != "command") child.env.push_back({"ATTNSWEEP_KEY_" + it.key(), as_text(it.value())});

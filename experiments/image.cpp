@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/options.h"
 #include "experiments/registry.h"
 #include "experiments/task.h"
 #include "experiments/training_keys.h"
@@ -32,7 +33,7 @@ struct GzCloser {
 
 std::string data_dir() {
   // An override for machines that keep the files elsewhere (and for tests of the errors).
-  if (const char* d = std::getenv("ATTNSWEEP_FASHION_MNIST_DIR"); d != nullptr && *d != '\0') return d;
+  if (std::string d = options::fashion_mnist_dir(); !d.empty()) return d;
   return kDefaultDir;
 }
 

@@ -1,4 +1,5 @@
 #include "slurm/submit.h"
+#include "base/options.h"
 
 #include <sys/vfs.h>
 #include <sys/wait.h>
@@ -176,7 +177,7 @@ std::vector<std::string> validate(const SubmitOptions& o) {
 std::string node_local_place(const std::string& path) {
   const fs::path a = fs::weakly_canonical(fs::absolute(path));
   std::vector<std::string> roots = {"/tmp", "/var/tmp", "/dev/shm"};
-  if (const char* t = std::getenv("TMPDIR"); t && *t) roots.emplace_back(t);
+  if (const char* t = options::launcher_env("TMPDIR"); t && *t) roots.emplace_back(t);
   for (const std::string& r : roots) {
     const std::string rel = a.lexically_relative(fs::weakly_canonical(r)).string();
     if (!rel.empty() && rel.rfind("..", 0) != 0) return r;

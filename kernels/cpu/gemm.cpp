@@ -11,6 +11,7 @@
 // The functions with intrinsics carry target("avx512f"); OpenMP regions stay in plain
 // functions that call them.
 #include "kernels/cpu/gemm.h"
+#include "base/options.h"
 #include "kernels/cpu/aligned_scratch.h"
 
 #include <immintrin.h>
@@ -36,8 +37,7 @@ constexpr int64_t kDwChunkRows = 128;  // dweight_rows_partial_avx512: rows per 
 constexpr int64_t kMaxDim = 2048;      // K, N beyond this: OpenBLAS (no K blocking here)
 
 GemmPath initial_path() {
-  const char* v = std::getenv("ATTNSWEEP_CPU_GEMM");
-  return v != nullptr && std::strcmp(v, "openblas") == 0 ? GemmPath::OpenBlas : GemmPath::Auto;
+  return options::cpu_gemm_openblas() ? GemmPath::OpenBlas : GemmPath::Auto;
 }
 
 std::atomic<GemmPath>& path_ref() {

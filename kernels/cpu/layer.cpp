@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/options.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/aligned_scratch.h"
 #include "kernels/cpu/gemm.h"
@@ -30,11 +31,7 @@ using namespace cpu::rows;
 
 namespace {
 // ATTNSWEEP_CPU_LAYER_FUSION=0 in the environment: off from the start (A/B timing).
-bool layer_fusion_default() {
-  const char* v = std::getenv("ATTNSWEEP_CPU_LAYER_FUSION");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-std::atomic<bool> g_layer_fusion{layer_fusion_default()};
+std::atomic<bool> g_layer_fusion{options::cpu_layer_fusion()};
 }  // namespace
 
 void set_layer_fusion_cpu(bool on) {

@@ -2,6 +2,7 @@
 // turned feature-major once (C rows of L keys, in L1), then every cell of the call runs its
 // forward (and backward) on it as a few passes over those rows.
 #include "kernels/readout.h"
+#include "base/options.h"
 
 #include <algorithm>
 #include <atomic>
@@ -21,11 +22,7 @@ namespace attnsweep {
 namespace {
 
 // ATTNSWEEP_READOUT_ALGEBRA=0 in the environment: the generic path from the start.
-bool algebra_default() {
-  const char* v = std::getenv("ATTNSWEEP_READOUT_ALGEBRA");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-std::atomic<bool> g_algebra{algebra_default()};
+std::atomic<bool> g_algebra{options::readout_algebra()};
 
 // clang does not clone function templates (the fuzz build): the default path only.
 #if defined(__clang__)

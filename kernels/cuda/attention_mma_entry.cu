@@ -1,6 +1,7 @@
 // Tensor-core attention forward: the entry point (kernels in attention_mma.cuh; one
 // instantiation file per (d, type): attention_mma_fwd_d*_*.cu), and the backward
 // (attention_mma_bwd.cuh, attention_mma_bwd_d*_bf16.cu).
+#include "base/options.h"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/attention_mma_bwd.cuh"
 
@@ -15,10 +16,7 @@ bool attention_cuda_mma_supported(const AttentionShape& sh, CudaDType dtype) {
 }
 
 bool attention_cuda_mma_opted_in(const AttentionShape& sh, CudaDType dtype) {
-  static const bool on = [] {
-    const char* v = std::getenv("ATTNSWEEP_CUDA_MMA");
-    return v != nullptr && std::string(v) == "1";
-  }();
+  static const bool on = options::cuda_mma();  // read once: a run does not change paths
   return on && dtype == CudaDType::bf16 && attention_cuda_mma_supported(sh, dtype);
 }
 

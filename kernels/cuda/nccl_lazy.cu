@@ -1,6 +1,7 @@
 // NCCL through dlopen (kernels/collective_cuda.h). Only the few entry points we call are
 // declared here, with NCCL 2's ABI (stable across 2.x); when nccl.h is on the include
 // path the declarations are checked against it at compile time.
+#include "base/options.h"
 #include "kernels/collective_cuda.h"
 
 #include <dlfcn.h>
@@ -54,7 +55,7 @@ const Api& api() {
   static std::once_flag once;
   std::call_once(once, [] {
     std::vector<std::string> paths;
-    if (const char* p = std::getenv("ATTNSWEEP_NCCL_LIBRARY"); p && *p) paths.push_back(p);
+    if (std::string p = options::nccl_library(); !p.empty()) paths.push_back(p);
 #ifdef ATTNSWEEP_CUDA_EMULATED
     paths.push_back("libattnsweep_cudaemu.so");  // the emulated devices' NCCL (emulator/nccl.cpp)
 #else

@@ -23,6 +23,10 @@ Across the whole tree no circle of modules remains: a module is a file with its 
 (x.h, x.cpp; x.cuh, x.cu) and its templates' definitions (x_impl.h), and no module
 includes, through any chain, one that includes it back.
 
+The environment is read in one place: no source file of the layers calls getenv but
+base/options.h, the options module (its typed toggles and launcher_env). The emulated
+device (emulator/) reads its own variables, as a CUDA driver does.
+
 usage: include_layers.py ROOT          check the tree; exit 1 naming each violation
        include_layers.py --self-test   plant each kind of violation in a scratch tree, expect it caught
 """
@@ -39,6 +43,8 @@ RANK = {d: i for i, d in enumerate(LAYERS)}
 OTHER_SOURCES = ["emulator"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]*)"')
 SOURCES = (".h", ".hpp", ".cpp", ".cu", ".cuh", ".in")
+GETENV = re.compile(r"\bgetenv\s*\(")
+OPTIONS_MODULE = "base/options.h"
 
 # The floors of each room, lowest first (modules: a file's name without its extension).
 FLOORS = {
@@ -97,6 +103,16 @@ def includes(root, rel):
             m = INCLUDE.match(line)
             if m:
                 yield lineno, m.group(1), m.group(2)
+
+
+def getenv_calls(root, rel):
+    """Lines of rel that call getenv (comments aside), unless rel may."""
+    if rel == OPTIONS_MODULE or rel.split("/")[0] not in RANK:
+        return
+    with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if GETENV.search(line.split("//")[0]):
+                yield lineno
 
 
 def floor_of(rel):
@@ -164,6 +180,9 @@ def violations(root):
         if floor == -1:
             out.append(f"{rel}: stands on no floor of {room}/ (add {os.path.basename(mod)} to FLOORS in "
                        f"tests/integration/include_layers.py and to docs/architecture.md)")
+        for lineno in getenv_calls(root, rel):
+            out.append(f"{rel}:{lineno}: calls getenv: the environment is read in {OPTIONS_MODULE} only "
+                       "(a typed accessor for an ATTNSWEEP_* toggle, launcher_env for what others set)")
         for lineno, layer, path in includes(root, rel):
             target = f"{layer}/{path}"
             if module(target) != mod:
@@ -197,6 +216,8 @@ def self_test():
         "kernels/a.h": '#include "kernels/b.h"\n',
         "kernels/b.cpp": '#include "kernels/b.h"\n#include "kernels/a.h"\n',
         "kernels/b.h": "",
+        "worker/model/backend.cpp": 'const char* v = std::getenv("ATTNSWEEP_X");  // getenv( in a comment is fine\n',
+        "base/options.h": 'inline const char* get(const char* n) { return std::getenv(n); }\n',
     }
     want = [
         "worker/training/x.cpp:1: worker/ includes results/",
@@ -207,6 +228,7 @@ def self_test():
         "coordinator/json_text.cpp:1: coordinator/json_text.cpp (floor 1 of coordinator/) includes coordinator/grid.h",
         "a circle of modules (each includes the next, through its header or source): kernels/a -> kernels/b",
         "coordinator/grid -> coordinator/json_text",
+        "worker/model/backend.cpp:1: calls getenv",
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for rel, text in plants.items():
@@ -218,7 +240,7 @@ def self_test():
     ok = not missing and len(v) == len(want)
     print(("ok: " if ok else "FAIL: ") + f"{len(want)} planted violations (an upward layer, a file on no floor, a "
           "generic file including a CUDA one, the model room including the training room, an include of a "
-          "higher floor, two circles of modules) are reported, and nothing else")
+          "higher floor, two circles of modules, a getenv outside the options module) are reported, and nothing else")
     for line in v:
         print("  reported: " + line)
     for w in missing:

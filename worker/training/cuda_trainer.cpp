@@ -4,6 +4,7 @@
 // build without the CUDA backend, those alone, which say so. The one translation unit of
 // worker/ that names the CUDA trainer.
 #include "worker/training/cuda_trainer.h"
+#include "base/options.h"
 
 #include <cstdlib>
 #include <exception>
@@ -33,6 +34,13 @@ template void save_checkpoint(const std::string&, const std::string&, const Trai
                               const TrainState&);
 template bool load_checkpoint(const std::string&, const std::string&, CudaTrainer&, TrainState&, std::string*);
 
+namespace {
+std::string visible_devices_text() {
+  const char* v = options::launcher_env("CUDA_VISIBLE_DEVICES");
+  return v != nullptr ? v : "unset";
+}
+}  // namespace
+
 void check_cuda_devices(const std::string& device, int gpu, int64_t devices) {
   const int visible = cuda_device_count();
   if (gpu + devices > visible)
@@ -40,28 +48,21 @@ void check_cuda_devices(const std::string& device, int gpu, int64_t devices) {
                              (devices == 1 ? " " + std::to_string(gpu)
                                            : "s " + std::to_string(gpu) + ".." + std::to_string(gpu + devices - 1)) +
                              ", but " + std::to_string(visible) + " CUDA device" + (visible == 1 ? " is" : "s are") +
-                             " visible (CUDA_VISIBLE_DEVICES=" +
-                             (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset") +
-                             ")");
+                             " visible (CUDA_VISIBLE_DEVICES=" + visible_devices_text() + ")");
 }
 
 namespace {
-
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == "1";
-}
 
 // A cell's CUDA trainer on GPU gpu, with the switches of what has not run on a GPU yet.
 std::unique_ptr<CudaTrainer> make_cuda_trainer(const TrainConfig& tc, const ModelConfig& mc, const TrainingData& data,
                                                int gpu) {
   TrainConfig tcg = tc;
   // Launch-free steps: opt-in until they have been checked on a GPU (issue #20).
-  tcg.cuda_graphs = env_on("ATTNSWEEP_CUDA_GRAPHS");
+  tcg.cuda_graphs = options::cuda_graphs();
   auto tr = std::make_unique<CudaTrainer>(mc, tcg, gpu);
   // Training batches made on the device where the task can (TrainingData::fill_device):
   // opt-in, as the graphs, until they have been checked on a GPU (issue #28).
-  if (data.fill_device && env_on("ATTNSWEEP_CUDA_DEVICE_BATCHES"))
+  if (data.fill_device && options::cuda_device_batches())
     for (int64_t r = 0; r < tr->devices(); ++r) tr->replica(r).backend().set_batch_fill(data.fill_device);
   return tr;
 }

@@ -1,4 +1,5 @@
 #include "worker/training/run_cell.h"
+#include "base/options.h"
 
 #include <omp.h>
 #include <unistd.h>
@@ -82,11 +83,15 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   res.provenance["host"] = host;
-  const std::pair<const char*, const char*> from_env[] = {{"slurm_job_id", "SLURM_JOB_ID"},
-                                                          {"slurm_restart_count", "SLURM_RESTART_COUNT"},
-                                                          {"cuda_visible_devices", "CUDA_VISIBLE_DEVICES"}};
-  for (const auto& [attr, var] : from_env)
-    if (const char* x = std::getenv(var)) res.provenance[attr] = x;
+  struct FromEnv {
+    const char* attr;
+    options::ForeignName var;
+  };
+  static constexpr FromEnv kFromEnv[] = {{"slurm_job_id", "SLURM_JOB_ID"},
+                                         {"slurm_restart_count", "SLURM_RESTART_COUNT"},
+                                         {"cuda_visible_devices", "CUDA_VISIBLE_DEVICES"}};
+  for (const FromEnv& e : kFromEnv)
+    if (const char* x = options::launcher_env(e.var)) res.provenance[e.attr] = x;
   if (const int gpu = cuda_device_index(opt.device); gpu >= 0) {  // the first GPU of the cell
     res.provenance["gpu_name"] = cuda_device_name(gpu);
     res.provenance["gpu_uuid"] = cuda_device_uuid(gpu);
