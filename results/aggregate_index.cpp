@@ -12,7 +12,7 @@ namespace {
 
 constexpr int64_t kIndexFormat = 1;
 
-// The summary's JSON (worker/training/cell_result.h) and "traj": [[name, path, shape, description]].
+// The summary's JSON (experiments/cell_result.h) and "traj": [[name, path, shape, description]].
 json row_to_json(const Row& r, const std::map<std::string, TrajectoryInfo>& info) {
   json traj = json::array();
   for (const TrajectorySource& t : r.trajectories) {

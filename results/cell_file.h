@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "worker/training/cell_result.h"
+#include "experiments/cell_result.h"
 
 #include <cstdint>
 #include <map>
@@ -30,7 +30,7 @@ void write_cell_file(const std::string& path, const CellResult& result);
 // libhdf5 sees the file. For tests/fuzz, which checksums its own inputs.
 std::string cell_file_header(const std::string& body);
 
-// Reads the summary (worker/training/cell_result.h: root attributes and /final); throws std::runtime_error naming the
+// Reads the summary (experiments/cell_result.h: root attributes and /final); throws std::runtime_error naming the
 // file and what is wrong. The checksum header is verified first: a damaged file never reaches libhdf5.
 CellSummary read_cell_summary(const std::string& path);
 

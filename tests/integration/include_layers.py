@@ -1,14 +1,16 @@
 """The layers of the source tree, lowest first: a file may include its own folder and the
 folders below it, never one above (docs/architecture.md):
 
-    base <- kernels <- experiments <- worker <- results <- coordinator <- slurm <- app
+    base <- kernels <- experiments <- {worker, results} <- coordinator <- slurm <- app
 
 base/ holds the utilities every layer uses (atomic file writes, process-start CPU settings,
 SHA-256, child processes, the clock as text).
 
-results/ (result files, aggregate, report) sits above worker/: app/ and coordinator/ use
-it, worker/ and below never do (run_cell returns its result; coordinator/train_command
-writes it). tests/ and bench/ may include anything.
+worker/ and results/ stand side by side, and neither includes the other: worker/ trains
+(run_cell returns a cell's result), results/ writes, reads and aggregates result files,
+and what a result holds (experiments/cell_result.h) lies below both;
+coordinator/train_command hands the one to the other. tests/ and bench/ may include
+anything.
 
 worker/ is two rooms: worker/model/ (the model's layout, the model, the backends) below
 worker/training/ (trainer, cell loop, groups, checkpoints, the cell driver on top). In
@@ -37,8 +39,10 @@ import tempfile
 
 import linter
 
-LAYERS = ["base", "kernels", "experiments", "worker", "results", "coordinator", "slurm", "app"]
-RANK = {d: i for i, d in enumerate(LAYERS)}
+TIERS = [["base"], ["kernels"], ["experiments"], ["worker", "results"], ["coordinator"], ["slurm"], ["app"]]
+LAYERS = [d for tier in TIERS for d in tier]
+RANK = {d: i for i, tier in enumerate(TIERS) for d in tier}
+STACK = " <- ".join("{" + ", ".join(t) + "}" if len(t) > 1 else t[0] for t in TIERS)
 # Checked for circles but not ranked: the emulated CUDA device (linked below kernels/).
 OTHER_SOURCES = ["emulator"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]*)"')
@@ -56,7 +60,7 @@ FLOORS = {
         ["model", "gpu_memory"],  # the model over a backend; the GPU memory estimate
     ],
     "worker/training": [
-        ["train_config", "prefetch", "progress", "cell_result"],
+        ["train_config", "prefetch", "progress"],
         ["trainer"],           # the step, the optimiser, the schedule
         ["checkpoint"],        # save / resume a trainer's state
         ["cell_loop"],         # one cell's loop: batches, logs, evals, checkpoints
@@ -189,7 +193,10 @@ def violations(root):
                 graph[mod].add(module(target))
             where = f"{rel}:{lineno}"
             if top in RANK and layer in RANK and RANK[layer] > RANK[top]:
-                out.append(f"{where}: {top}/ includes {layer}/, a higher layer ({' <- '.join(LAYERS)})")
+                out.append(f"{where}: {top}/ includes {layer}/, a higher layer ({STACK})")
+                continue
+            if top in RANK and layer in RANK and RANK[layer] == RANK[top] and layer != top:
+                out.append(f"{where}: {top}/ includes {layer}/, a layer beside it ({STACK})")
                 continue
             if top == "worker" and layer == "worker" and "cuda" in path and "cuda" not in name:
                 out.append(f"{where}: {name}, a generic file, includes worker/{path}, a CUDA one "
@@ -209,6 +216,7 @@ def violations(root):
 def self_test():
     plants = {
         "worker/training/x.cpp": '#include "results/cell_file.h"\n',
+        "results/y.cpp": '#include "worker/training/run_cell.h"\n#include "coordinator/grid.h"\n',
         "worker/model/model.cpp": '#include "worker/model/cuda_thing.h"\n#include "worker/training/trainer.h"\n',
         "worker/training/trainer.cpp": '#include "worker/training/run_cell.h"\n',
         "coordinator/grid.cpp": '#include "coordinator/json_text.h"\n',
@@ -220,7 +228,10 @@ def self_test():
         "base/options.h": 'inline const char* get(const char* n) { return std::getenv(n); }\n',
     }
     want = [
-        "worker/training/x.cpp:1: worker/ includes results/",
+        "worker/training/x.cpp:1: worker/ includes results/, a layer beside it",
+        "results/y.cpp: stands on no floor",
+        "results/y.cpp:1: results/ includes worker/, a layer beside it",
+        "results/y.cpp:2: results/ includes coordinator/, a higher layer",
         "worker/training/x.cpp: stands on no floor",
         "worker/model/model.cpp:1: model.cpp, a generic file, includes worker/model/cuda_thing.h",
         "worker/model/model.cpp:2: worker/model/ includes worker/training/trainer.h",
@@ -238,7 +249,7 @@ def self_test():
         _, v = violations(tmp)
     missing = [w for w in want if not any(w in line for line in v)]
     ok = not missing and len(v) == len(want)
-    print(("ok: " if ok else "FAIL: ") + f"{len(want)} planted violations (an upward layer, a file on no floor, a "
+    print(("ok: " if ok else "FAIL: ") + f"{len(want)} planted violations (an upward layer, a layer beside, a file on no floor, a "
           "generic file including a CUDA one, the model room including the training room, an include of a "
           "higher floor, two circles of modules, a getenv outside the options module) are reported, and nothing else")
     for line in v:

@@ -8,8 +8,8 @@
 #include <functional>
 #include <string>
 
+#include "experiments/cell_result.h"
 #include "experiments/task.h"
-#include "worker/training/cell_result.h"
 
 namespace attnsweep {
 

@@ -1,7 +1,9 @@
 // What one cell produced. CellSummary is the part every reader needs (the result file's
 // root attributes and /final: what `run` resumes from, `status` counts and aggregate's
 // rows and index hold); CellResult adds the datasets and provenance that run_cell makes
-// and results/cell_file.h writes (worker/ writes no result file itself).
+// and results/cell_file.h writes (worker/ writes no result file itself). It sits here,
+// below both: worker/ makes results, results/ writes and reads them, and neither includes
+// the other.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "worker/training/cell_result.h"
+#include "experiments/cell_result.h"
 
 #include <cmath>
 #include <limits>
