@@ -38,6 +38,7 @@ struct Guarded {
   const char* what;  // "cudaMalloc", "dynamic shared memory"
 };
 
+#ifndef ATTNSWEEP_EMU_SANITIZER  // under ASan the memory is plain heap memory: no guard pages, no handler
 // By the user pointer. Its own mutex, held only to insert, erase and look up (never while
 // a kernel runs), so the fault handler can take it.
 std::mutex g_mutex;
@@ -109,7 +110,6 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 }
 
 void install_handler() {
-#ifndef ATTNSWEEP_EMU_SANITIZER
   static std::once_flag once;
   std::call_once(once, [] {
     struct sigaction sa {};
@@ -129,8 +129,8 @@ void install_handler() {
     return ss.ss_sp && sigaltstack(&ss, nullptr) == 0;
   }();
   (void)has_stack;
-#endif
 }
+#endif  // ATTNSWEEP_EMU_SANITIZER
 
 }  // namespace
 
