@@ -25,6 +25,16 @@
 // of a chunk in flight, a read of a chunk another warp wrote in the same interval, and a
 // cp.async over a chunk another warp read or wrote in the same interval are races,
 // reported with both lines (compute-sanitizer's racecheck reports the same hazards).
+//
+// Racecheck and initcheck of every other shared-memory access (sharedcheck): the CUDA
+// sources are compiled with GCC's ThreadSanitizer instrumentation, whose calls
+// (sharedcheck.cpp) bring each load and store inside the running block's shared memory
+// here. Each byte keeps its last write and a read not yet ordered before the present
+// (thread, barrier interval, the warp's collectives so far, the line): a read of a byte
+// no thread of the block wrote, a read of another thread's write and a write over another
+// thread's read or write are errors unless a __syncthreads (or, within a warp, a warp
+// collective) lies between them, whatever the values and whatever the order the threads
+// ran in.
 #include "emulator/emu.h"
 
 #include <cuda_bf16.h>
@@ -32,9 +42,14 @@
 #include <sys/mman.h>
 #include <boost/context/detail/fcontext.hpp>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -126,6 +141,18 @@ struct ChunkAccess {
   std::source_location read_at;
 };
 
+// The sharedcheck's record of one access to one byte of shared memory.
+struct ByteAccess {
+  uint32_t block = 0;       // the block run it belongs to (0: none; see Block::run)
+  uint32_t interval = 0;    // the block's barrier interval then
+  uint32_t warp_epoch = 0;  // collectives its warp had completed then
+  int32_t thread = -1;
+  const void* pc = nullptr;  // the instruction (nullptr: the emulator, at `loc`)
+  std::source_location loc;
+};
+struct ByteShadow {
+  ByteAccess write, read;
+};
 struct Fiber;
 
 struct Thread {
@@ -152,7 +179,7 @@ struct Fiber {
 };
 
 struct Block;
-thread_local Block* t_block = nullptr;
+thread_local Block* t_block __attribute__((tls_model("initial-exec"))) = nullptr;
 
 struct Block {
   const LaunchSite* site = nullptr;
@@ -162,6 +189,9 @@ struct Block {
   std::vector<int> next_unstarted;                    // per warp: its first thread not started yet
   int interval = 0;                                   // barriers released so far in this block
   std::unordered_map<uintptr_t, ChunkAccess> chunks;  // racecheck, by 16-byte chunk
+  uint32_t run = 0;                                   // this block run's number (sharedcheck)
+  std::vector<uint32_t> warp_epoch;                   // per warp: collectives completed
+  std::vector<ByteShadow> shadow[3];                  // sharedcheck: a byte of t_shared_spans[k] each
   uint3 index{};                                      // blockIdx
   std::vector<std::unique_ptr<Fiber>> fibers;         // every fiber made so far (reused across blocks)
   std::vector<Fiber*> free_fibers;
@@ -343,12 +373,109 @@ std::string race_on_read(Block& b, int warp, const void* p, std::source_location
   return race;
 }
 
+// ---- sharedcheck (every other load and store of shared memory) --------------------------
+
+std::atomic<uint32_t> g_block_runs{0};
+
+// The shadow of the byte at `a` and of the *n - 1 after it in the same span (n clipped to
+// the span's end), or nullptr outside the running block's shared memory.
+ByteShadow* shadow_of(Block& b, uintptr_t a, size_t* n) {
+  for (int k = 0; k < 3; ++k) {
+    const SharedSpan& s = t_shared_spans[k];
+    if (a - s.begin < s.size) {
+      *n = std::min<size_t>(*n, s.size - (a - s.begin));
+      return b.shadow[k].data() + (a - s.begin);
+    }
+  }
+  return nullptr;
+}
+
+SharedSpan span(char* begin, char* end) {
+  if (!begin || end <= begin) return {};
+  return {reinterpret_cast<uintptr_t>(begin), static_cast<uintptr_t>(end - begin)};
+}
+
+// Whether the sharedcheck watches this launch of `kernel`: one of its first
+// kSharedcheckShapes grid shapes of the process, at the first launch of each.
+constexpr size_t kSharedcheckShapes = 4;
+bool new_grid_shape(const void* kernel, dim3 grid, dim3 block) {
+  static std::mutex m;
+  static std::map<const void*, std::vector<std::array<unsigned, 6>>> seen;
+  const std::lock_guard<std::mutex> lock(m);
+  std::vector<std::array<unsigned, 6>>& shapes = seen[kernel];
+  const std::array<unsigned, 6> shape{grid.x, grid.y, grid.z, block.x, block.y, block.z};
+  if (shapes.size() >= kSharedcheckShapes || std::find(shapes.begin(), shapes.end(), shape) != shapes.end())
+    return false;
+  shapes.push_back(shape);
+  return true;
+}
+
+// Whether `a`, in this block run, happened before what thread `t` does now: a barrier was
+// released since, or `a` was in t's warp and the warp completed a collective since.
+bool ordered_before_now(const Block& b, const ByteAccess& a, int t) {
+  if (a.block != b.run || a.interval != static_cast<uint32_t>(b.interval)) return true;
+  const int warp = t / 32;
+  return a.thread / 32 == warp && a.warp_epoch != b.warp_epoch[static_cast<size_t>(warp)];
+}
+
+ByteAccess access_now(const Block& b, int t, const void* pc, std::source_location loc) {
+  return {b.run, static_cast<uint32_t>(b.interval), b.warp_epoch[static_cast<size_t>(t / 32)], t, pc, loc};
+}
+
+std::string line_of(const ByteAccess& a) {
+  return a.pc ? code_line(a.pc) : "the emulator's cp.async at " + where(a.loc);
+}
+
+std::string shared_place(const Block& b, uintptr_t a) {
+  const auto dyn = reinterpret_cast<uintptr_t>(b.dyn);
+  if (b.dyn && a >= dyn) return "dynamic shared memory at byte " + std::to_string(a - dyn);
+  return "static __shared__ memory";
+}
+
+// Records thread t's access to the `bytes` bytes at `a`: "" or the hazard it makes.
+std::string shared_hazard(Block& b, int t, uintptr_t a, size_t bytes, bool write, const ByteAccess& now) {
+  ByteShadow* shadow = shadow_of(b, a, &bytes);
+  if (!shadow) return "";
+  for (size_t i = 0; i < bytes; ++i) {
+    ByteShadow& s = shadow[i];
+    const auto who = [&] {  // only for a report: it runs addr2line
+      return thread_name(t) + (write ? " writes " : " reads ") + std::to_string(bytes) + " bytes of " +
+             shared_place(b, a) + " at " + line_of(now);
+    };
+    if (!write && s.write.block != b.run) {
+      const auto c = b.chunks.find((a + i) & ~uintptr_t{15});
+      if (c != b.chunks.end() && c->second.in_flight)
+        return "initcheck: " + who() + ", which the cp.async of " + thread_name(c->second.writer) + " at " +
+               where(c->second.write_at) + " has in flight (not waited for)";
+      return "initcheck: " + who() + ", which no thread of this block has written";
+    }
+    if (s.write.block == b.run && s.write.thread != t && !ordered_before_now(b, s.write, t))
+      return "racecheck: " + who() + ", which " + thread_name(s.write.thread) + " wrote at " + line_of(s.write) +
+             " with no __syncthreads between (" + (write ? "write after write)" : "read after write)");
+    if (write && s.read.block == b.run && s.read.thread != t && !ordered_before_now(b, s.read, t))
+      return "racecheck: " + who() + ", which " + thread_name(s.read.thread) + " read at " + line_of(s.read) +
+             " with no __syncthreads between (write after read)";
+    if (write) {
+      s.write = now;
+    } else if (s.read.block != b.run || s.read.thread == t || ordered_before_now(b, s.read, t)) {
+      s.read = now;  // an unordered read of another thread stays: a later write must see it
+    }
+  }
+  return "";
+}
+
 void land(Block& b, const CpAsyncCopy& c) {
   std::memcpy(c.dst, c.src, static_cast<size_t>(c.bytes));
   std::memset(static_cast<char*>(c.dst) + c.bytes, 0, 16 - static_cast<size_t>(c.bytes));
   ChunkAccess& a = chunk_of(b, c.dst);
   a.in_flight = false;
   a.write_interval = b.interval;
+  if (sharedcheck_on()) {  // the plain loads after it see the bytes written by its thread
+    const int t = a.writer;
+    size_t n = 16;
+    if (ByteShadow* shadow = shadow_of(b, reinterpret_cast<uintptr_t>(c.dst), &n))
+      for (size_t i = 0; i < n; ++i) shadow[i].write = access_now(b, t, nullptr, a.write_at);
+  }
 }
 
 void check_ldmatrix_address(Block& b, const Thread& t, const void* p) {
@@ -488,6 +615,7 @@ bool resolve_warp(Block& b, int w) {
   }
   compute_warp(b, lanes);
   if (!b.error.empty()) throw BlockError(b.error + " at " + where(first->loc));
+  ++b.warp_epoch[static_cast<size_t>(w)];  // orders its lanes' shared-memory accesses
   for (Thread* t : lanes) t->state = State::ready;
   return true;
 }
@@ -547,6 +675,8 @@ void run_block(Block& b) {
   for (int w = 0; w < warps; ++w) b.next_unstarted[static_cast<size_t>(w)] = 32 * w;
   b.interval = 0;
   b.chunks.clear();
+  b.run = g_block_runs.fetch_add(1) + 1;  // 0 means none (a wrap after 2^32 runs: harmless)
+  b.warp_epoch.assign(static_cast<size_t>(warps), 0);
   const dim3 g = b.threads.front().lane.grid_dim;
   const bool descending = (b.index.x + g.x * (b.index.y + g.y * b.index.z)) % 2 == 1;
   do {
@@ -590,6 +720,15 @@ void warp_collective(WarpOp op, uint32_t mask, uint32_t arg, const void* in, voi
   t.out = out;
   t.loc = loc;
   yield(b);  // until the scheduler wakes it
+}
+
+void shared_access(const void* p, size_t bytes, bool write, const void* pc) {
+  Block* b = t_block;
+  if (!b || !b->current || !b->current->thread || !sharedcheck_on()) return;
+  const int t = b->current->thread->lane.linear;
+  const std::string hazard =
+      shared_hazard(*b, t, reinterpret_cast<uintptr_t>(p), bytes, write, access_now(*b, t, pc, {}));
+  if (!hazard.empty()) kernel_fault(hazard);
 }
 
 void* dynamic_shared() {
@@ -674,6 +813,21 @@ std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block_dim, size_t d
     std::memset(site.shared_begin, 0xff, static_cast<size_t>(site.shared_end - site.shared_begin));
   // Dynamic shared memory: one guarded buffer for the launch, poisoned for each block.
   b.dyn = dynamic_smem ? guarded_alloc(dynamic_smem, "the launch's dynamic shared memory") : nullptr;
+  const bool check = sharedcheck_on();
+  const SharedSpan spans[3] = {span(site.shared_begin, site.shared_end), span(site.bss_begin, site.bss_end),
+                               span(static_cast<char*>(b.dyn), static_cast<char*>(b.dyn) + dynamic_smem)};
+  if (check)
+    for (int k = 0; k < 3; ++k)  // grown, never shrunk: a record of an earlier block run is no record
+      if (b.shadow[k].size() < spans[k].size) b.shadow[k].resize(spans[k].size);
+  // The blocks it watches (all with ATTNSWEEP_EMU_SHAREDCHECK=all): in the first grid
+  // shapes of each kernel, the first two blocks (one runs its warps in ascending order, one
+  // in descending), the last of the first row (a partial tile in x) and the last.
+  const bool every = sharedcheck_every_block();
+  const bool this_grid = check && (every || new_grid_shape(site.func, grid, block_dim));
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  auto watched = [&](uint64_t linear) {
+    return this_grid && (every || linear < 2 || linear + 1 == grid.x || linear + 1 == blocks);
+  };
   std::string result;
   for (unsigned bz = 0; bz < grid.z && result.empty(); ++bz)
     for (unsigned by = 0; by < grid.y && result.empty(); ++by)
@@ -687,6 +841,8 @@ std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block_dim, size_t d
         }
         b.index = uint3{bx, by, bz};
         if (b.dyn) std::memset(b.dyn, 0xff, dynamic_smem);
+        const bool watch = watched(bx + uint64_t{grid.x} * (by + uint64_t{grid.y} * bz));
+        for (int k = 0; k < 3; ++k) t_shared_spans[k] = watch ? spans[k] : SharedSpan{};
         try {
           run_block(b);
         } catch (const BlockError& e) {
@@ -698,6 +854,7 @@ std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block_dim, size_t d
           b.free_fibers.clear();
         }
       }
+  for (SharedSpan& s : t_shared_spans) s = {};
   if (std::string before = guarded_free(b.dyn); !before.empty() && result.empty())
     result = "kernel " + b.kernel() + ": " + before;
   if (result.empty())  // the bytes just before every allocation, still as they were

@@ -28,6 +28,10 @@
 // The linker's bounds of this binary's static __shared__ variables.
 extern "C" char __start_attnsweep_emu_shared[] __attribute__((weak));
 extern "C" char __stop_attnsweep_emu_shared[] __attribute__((weak));
+// The executable's zero-initialised data, where GCC puts a template's static __shared__
+// variables (each in a comdat section of its own: the section attribute does not hold).
+extern "C" char __bss_start[] __attribute__((weak));
+extern "C" char _end[] __attribute__((weak));
 
 #define threadIdx (::attnsweep::emu::t_lane->thread_idx)
 #define blockIdx (::attnsweep::emu::t_lane->block_idx)
@@ -125,7 +129,7 @@ Launcher<P...> make_launcher(void (*fn)(P...), dim3 grid, dim3 block, size_t sme
                              const char* name, const char* file, int line) {
   return Launcher<P...>{fn,
                         LaunchSite{reinterpret_cast<const void*>(fn), name, file, line, __start_attnsweep_emu_shared,
-                                   __stop_attnsweep_emu_shared},
+                                   __stop_attnsweep_emu_shared, __bss_start, _end},
                         grid,
                         block,
                         smem,

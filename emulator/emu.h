@@ -79,6 +79,37 @@ std::string running_thread();
 // the hardware would report as an illegal address).
 [[noreturn]] void kernel_fault(const std::string& what);
 
+// ---- sharedcheck (block.cpp, sharedcheck.cpp) ----------------------------------------
+// Racecheck and initcheck of plain shared-memory loads and stores. The CUDA sources of
+// the emulated build are compiled with GCC's ThreadSanitizer instrumentation
+// (-fsanitize=thread at compile time only): every load and store calls an entry point
+// that sharedcheck.cpp defines (no ThreadSanitizer runtime is linked). While a block
+// runs, an access inside one of these spans goes to shared_access (block.cpp says what
+// it checks); any other access returns at once.
+struct SharedSpan {
+  uintptr_t begin = 0;
+  uintptr_t size = 0;  // 0: none
+};
+// Static __shared__, the executable's zero-initialised data (a template's static
+// __shared__), the launch's dynamic shared memory; all empty outside a launch.
+extern thread_local SharedSpan t_shared_spans[3] __attribute__((tls_model("initial-exec")));
+// A load (write false) or store of `bytes` at `p` by the running kernel thread, made by
+// the instruction before `pc`: a hazard ends the block with a racecheck or initcheck error.
+void shared_access(const void* p, size_t bytes, bool write, const void* pc);
+// Whether the kernels were compiled with the instrumentation (their modules' constructors
+// say so) and ATTNSWEEP_EMU_SHAREDCHECK is not 0.
+bool sharedcheck_on();
+// ATTNSWEEP_EMU_SHAREDCHECK=all: every launch and block is watched. By default, the first
+// launch of each of a kernel's first 4 grid shapes in the process, and in it the first two
+// blocks, the last of the first row and the last: a race is in the code every block runs,
+// or in a partial tile at an edge, and a watched block runs several times slower.
+bool sharedcheck_every_block();
+// Turns it on or off from now (the emulator's own tests of what a kernel reads without it).
+void set_sharedcheck(bool on);
+// "file:line" of the instruction before `pc` (addr2line over the binary's line table), or
+// the binary and the offset where it has none.
+std::string code_line(const void* pc);
+
 // ---- numerics (numerics.cpp) -----------------------------------------------------------
 // ATTNSWEEP_EMULATED_NUMERICS: exact (default) or hardware (numerics.cpp says what each is).
 enum class Numerics { exact, hardware };
@@ -116,6 +147,8 @@ struct LaunchSite {
   int line;
   char* shared_begin;  // this binary's static __shared__ section, poisoned at each launch
   char* shared_end;
+  char* bss_begin;  // its zero-initialised data (a template's static __shared__ lies there)
+  char* bss_end;
 };
 // Checks the configuration (an error is what cudaGetLastError returns next), then
 // enqueues every block of the grid on `stream`; `thread` runs the kernel body for t_lane.

@@ -43,6 +43,7 @@ BREAKAGES=(
   "carver_pieces_unaligned|kernels/scratch.h|s.replace('used_ += (count * sizeof(T) + 255) / 256 * 256;', 'used_ += count * sizeof(T);', 1)|CrossBackendOps.*:OpsCuda.*:ReadoutAlgebraCuda.CellsInOneCall*:Shapes/AttentionCuda.RefAndFusedMatchCpu/softmax_q129_k129_d64_mask_causal"
   "bf16_store_round_toward_zero|kernels/cuda/attention_fused.cuh|s.replace('*p = __float2bfloat16(v);', '*p = __float2bfloat16_rz(v);', 1)|Shapes/AttentionCuda.*"
   "block_reduce_last_barrier_removed|kernels/cuda/attention_ref.cu|s.replace('  const T r = scratch[0];\n  __syncthreads();\n', '  const T r = scratch[0];\n', 1)|Shapes/AttentionCuda.*"
+  "readout_pred_barrier_removed|kernels/cuda/readout.cu|s.replace('  __syncthreads();\n  if (!a.train) return;\n', '  if (!a.train) return;\n', 1)|ReadoutAlgebraCuda.*"
   "pinned_batch_overwritten_before_its_copy|worker/model/backend_cuda.cpp|s.replace('    cuda_check(cudaEventSynchronize(s.copied), \"cudaEventSynchronize\");\n', '', 1)|CudaBackendInputs.*:CudaTrainerTest.MatchesCpuTrajectoryFor50Steps"
 )
 

@@ -44,6 +44,13 @@ std::vector<float> to_host(const float* d, size_t n) {
   return v;
 }
 
+// Reads what a kernel sees without the sharedcheck (its poison and its warp order), which
+// would otherwise end these launches first.
+struct WithoutSharedcheck {
+  WithoutSharedcheck() { attnsweep::emu::set_sharedcheck(false); }
+  ~WithoutSharedcheck() { attnsweep::emu::set_sharedcheck(true); }
+};
+
 // ---- synccheck ----------------------------------------------------------------------------
 __global__ void divergent_barrier_kernel() {
   if (threadIdx.x < 16) {
@@ -106,6 +113,7 @@ __global__ void publish_unsynced_dynamic_kernel(float* out) {
 }
 
 TEST(EmulatorChecks, AMissingSyncthreadsReadsPoison) {
+  WithoutSharedcheck off;
   float* out = device_floats(64);
   ATTN_LAUNCH(1, 64, 0, nullptr, publish_synced_kernel)(out);
   std::vector<float> r = to_host(out, 64);
@@ -127,6 +135,7 @@ __global__ void publish_across_warps_kernel(float* out) {
 }
 
 TEST(EmulatorChecks, AWarpRunsAheadOfTheOthersUpToABarrier) {
+  WithoutSharedcheck off;
   float* out = device_floats(128);
   ATTN_LAUNCH(2, 64, 64 * sizeof(float), nullptr, publish_across_warps_kernel)(out);
   const std::vector<float> r = to_host(out, 128);
@@ -140,6 +149,72 @@ TEST(EmulatorChecks, AWarpRunsAheadOfTheOthersUpToABarrier) {
     }
   }
   cudaFree(out);
+}
+
+// ---- sharedcheck: every plain load and store of shared memory ---------------------------
+// Equal values: the second phase writes what the first wrote, so the result is right in
+// any order, and only the shadow of each byte shows that thread t reads its neighbour's
+// element while the neighbour writes it (write after read).
+__global__ void equal_value_race_kernel(float* out) {
+  __shared__ float s[64];
+  s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+  s[threadIdx.x] = 1.0f;  // no barrier since the neighbour's read
+}
+// Within a warp: lane t reads lane t^1's element, ordered by a warp collective or not.
+template <bool kCollective>
+__global__ void warp_publish_kernel(float* out) {
+  __shared__ float s[32];  // a template's static __shared__ (not in the poisoned section)
+  s[threadIdx.x] = static_cast<float>(threadIdx.x);
+  float v = 0.0f;
+  if (kCollective) v = __shfl_xor_sync(0xffffffffu, v, 1);
+  out[threadIdx.x] = s[threadIdx.x ^ 1u] + v;
+}
+__global__ void unwritten_template_shared_kernel(float* out) {
+  __shared__ float s[8];
+  out[threadIdx.x] = s[threadIdx.x];
+}
+
+std::string launch_error(void (*kernel)(float*), int threads) {
+  float* out = device_floats(64);
+  ATTN_LAUNCH(1, threads, 0, nullptr, kernel)(out);
+  std::string m = fault_after_sync();
+  return m;
+}
+
+TEST(EmulatorChecks, SharedcheckReportsRacesOfEqualValuesNamingBothLines) {
+  {
+    WithoutSharedcheck off;  // what the emulator saw before: nothing
+    EXPECT_EQ(launch_error(equal_value_race_kernel, 64), "");
+  }
+  const std::string m = launch_error(equal_value_race_kernel, 64);
+  EXPECT_NE(m.find("racecheck: thread 1 (warp 0) writes 4 bytes of static __shared__ memory at "
+                   "emulator/test_checks.cu:"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("which thread 0 (warp 0) read at emulator/test_checks.cu:"), std::string::npos) << m;
+  EXPECT_NE(m.find("(write after read)"), std::string::npos) << m;
+}
+
+TEST(EmulatorChecks, SharedcheckOrdersTheLanesOfAWarpByItsCollectivesOnly) {
+  EXPECT_EQ(launch_error(warp_publish_kernel<true>, 32), "");
+  // Lane 0 runs first and reads lane 1's element before lane 1 ran: never written yet.
+  std::string m = launch_error(warp_publish_kernel<false>, 32);
+  EXPECT_NE(m.find("initcheck: thread 0 (warp 0) reads 4 bytes of static __shared__ memory at "
+                   "emulator/test_checks.cu:"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("which no thread of this block has written"), std::string::npos) << m;
+}
+
+TEST(EmulatorChecks, SharedcheckReportsAReadOfSharedMemoryNeverWrittenInATemplate) {
+  {
+    WithoutSharedcheck off;  // a template's static __shared__ is not poisoned: it reads 0
+    EXPECT_EQ(launch_error(unwritten_template_shared_kernel, 8), "");
+  }
+  const std::string m = launch_error(unwritten_template_shared_kernel, 8);
+  EXPECT_NE(m.find("initcheck: thread 0 (warp 0) reads 4 bytes"), std::string::npos) << m;
 }
 
 // ---- racecheck: cp.async writes and ldmatrix reads of shared memory ------------------------
@@ -215,6 +290,7 @@ __global__ void cp_async_early_read_kernel(const float* src, float* out) {
 }
 
 TEST(EmulatorChecks, ACpAsyncDestinationReadBeforeItsWaitIsPoison) {
+  WithoutSharedcheck off;
   float* src = device_floats(128);
   float* out = device_floats(64);
   std::vector<float> h(128, 3.0f);
@@ -227,6 +303,19 @@ TEST(EmulatorChecks, ACpAsyncDestinationReadBeforeItsWaitIsPoison) {
   }
   cudaFree(src);
   cudaFree(out);
+}
+
+TEST(EmulatorChecks, SharedcheckReportsAReadOfACpAsyncDestinationInFlight) {
+  float* src = device_floats(128);
+  float* out = device_floats(64);
+  ATTN_LAUNCH(1, 32, 0, nullptr, cp_async_early_read_kernel)(src, out);
+  const std::string m = fault_after_sync();
+  EXPECT_NE(m.find("initcheck: thread 0 (warp 0) reads 4 bytes of static __shared__ memory at "
+                   "emulator/test_checks.cu:"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("which the cp.async of thread 0 (warp 0) at emulator/test_checks.cu:"), std::string::npos) << m;
+  EXPECT_NE(m.find("has in flight (not waited for)"), std::string::npos) << m;
 }
 
 // ---- launches -------------------------------------------------------------------------------
