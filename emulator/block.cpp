@@ -1,7 +1,7 @@
 // A thread block of the emulated device: its threads are fibers (Boost.Context's
 // fcontext) on the host thread that runs the grid, one block at a time.
-// About 710 lines: the block's schedule, its barriers and collectives, and the checks
-// that watch them (synccheck, racecheck) share the per-thread state; one file keeps that
+// About 870 lines: the block's schedule, its barriers and collectives, and the checks
+// that watch them (synccheck, racecheck, sharedcheck) share the per-thread state; one file keeps that
 // state private.
 //
 // One warp runs at a time, as far as it can: its threads start in lane order on a fiber
