@@ -84,6 +84,9 @@ std::string code_line(const void* pc) {
 
 }  // namespace attnsweep::emu
 
+// Under a sanitizer the compiler declares these entry points itself (and nothing calls
+// them: the sanitizer builds have no sharedcheck).
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 using attnsweep::emu::check_access;
 
 extern "C" {
@@ -131,3 +134,4 @@ void __tsan_init() {
 }
 
 }  // extern "C"
+#endif
