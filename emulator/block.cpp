@@ -1,7 +1,7 @@
 // A thread block of the emulated device: its threads are fibers (Boost.Context's
 // fcontext) on the host thread that runs the grid, one block at a time.
-// About 870 lines: the block's schedule, its barriers and collectives, and the checks
-// that watch them (synccheck, racecheck, sharedcheck) share the per-thread state; one file keeps that
+// About 980 lines: the block's schedule, its barriers and collectives, and the checks
+// that watch them (synccheck, racecheck, sharedcheck, hostcheck) share the per-thread state; one file keeps that
 // state private.
 //
 // One warp runs at a time, as far as it can: its threads start in lane order on a fiber
@@ -39,6 +39,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <boost/context/detail/fcontext.hpp>
 
@@ -166,6 +167,7 @@ struct Thread {
   Fiber* fiber = nullptr;
   std::vector<CpAsyncCopy> copies;
   int groups_committed = 0;
+  bool in_body = false;  // its arguments are copied: the hostcheck looks at its accesses
 };
 
 struct Fiber {
@@ -192,6 +194,8 @@ struct Block {
   uint32_t run = 0;                                   // this block run's number (sharedcheck)
   std::vector<uint32_t> warp_epoch;                   // per warp: collectives completed
   std::vector<ByteShadow> shadow[3];                  // sharedcheck: a byte of t_shared_spans[k] each
+  size_t static_written = 0;                          // sharedcheck: static bytes this block run wrote
+  SharedSpan reachable;                               // hostcheck: the device allocation found last
   uint3 index{};                                      // blockIdx
   std::vector<std::unique_ptr<Fiber>> fibers;         // every fiber made so far (reused across blocks)
   std::vector<Fiber*> free_fibers;
@@ -209,7 +213,7 @@ struct Block {
 #endif
 
   std::string kernel() const {
-    return std::string(site->name) + " (launched at " + short_path(site->file) + ":" + std::to_string(site->line) + ")";
+    return kernel_name(*site);
   }
 };
 
@@ -426,6 +430,47 @@ std::string line_of(const ByteAccess& a) {
   return a.pc ? code_line(a.pc) : "the emulator's cp.async at " + where(a.loc);
 }
 
+// ---- hostcheck (the other loads and stores of a watched block) ---------------------------
+
+// The loaded binaries' segments (their code, constants, data: a kernel reads its
+// __constant__ and __device__ variables there), read again once when an address is in none.
+bool in_loaded_image(uintptr_t a) {
+  static std::mutex m;
+  static std::vector<SharedSpan> images;
+  const std::lock_guard<std::mutex> lock(m);
+  const auto find = [&] {
+    return std::any_of(images.begin(), images.end(), [a](const SharedSpan& s) { return a - s.begin < s.size; });
+  };
+  if (find()) return true;
+  images.clear();
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        for (int i = 0; i < info->dlpi_phnum; ++i)
+          if (info->dlpi_phdr[i].p_type == PT_LOAD)
+            static_cast<std::vector<SharedSpan>*>(out)->push_back(
+                {info->dlpi_addr + info->dlpi_phdr[i].p_vaddr, info->dlpi_phdr[i].p_memsz});
+        return 0;
+      },
+      &images);
+  return find();
+}
+
+bool in_dynamic(const Block& b, uintptr_t a) {
+  return b.dyn && a - reinterpret_cast<uintptr_t>(b.dyn) < t_shared_spans[2].size;
+}
+
+// A block's shared memory on sm_90: static and dynamic together at most 227 KiB, the static
+// at most 48 KiB (nvcc refuses more). The static is counted as the bytes a watched block
+// wrote (a read of one never written already fails), so it may be less than the kernel's.
+constexpr size_t kMaxSmem = 232448, kMaxStaticSmem = 48 * 1024;
+std::string shared_size_check(const Block& b, size_t dynamic_smem) {
+  if (b.static_written <= kMaxStaticSmem && b.static_written + dynamic_smem <= kMaxSmem) return "";
+  return "sharedcheck: the block wrote " + std::to_string(b.static_written) +
+         " bytes of static __shared__ memory, and the launch gave it " + std::to_string(dynamic_smem) +
+         " bytes of dynamic shared memory: above sm_90's limits (static at most " + std::to_string(kMaxStaticSmem) +
+         ", both together at most " + std::to_string(kMaxSmem) + ")";
+}
+
 std::string shared_place(const Block& b, uintptr_t a) {
   const auto dyn = reinterpret_cast<uintptr_t>(b.dyn);
   if (b.dyn && a >= dyn) return "dynamic shared memory at byte " + std::to_string(a - dyn);
@@ -456,6 +501,7 @@ std::string shared_hazard(Block& b, int t, uintptr_t a, size_t bytes, bool write
       return "racecheck: " + who() + ", which " + thread_name(s.read.thread) + " read at " + line_of(s.read) +
              " with no __syncthreads between (write after read)";
     if (write) {
+      b.static_written += s.write.block != b.run && !in_dynamic(b, a + i);
       s.write = now;
     } else if (s.read.block != b.run || s.read.thread == t || ordered_before_now(b, s.read, t)) {
       s.read = now;  // an unordered read of another thread stays: a later write must see it
@@ -474,7 +520,10 @@ void land(Block& b, const CpAsyncCopy& c) {
     const int t = a.writer;
     size_t n = 16;
     if (ByteShadow* shadow = shadow_of(b, reinterpret_cast<uintptr_t>(c.dst), &n))
-      for (size_t i = 0; i < n; ++i) shadow[i].write = access_now(b, t, nullptr, a.write_at);
+      for (size_t i = 0; i < n; ++i) {
+        b.static_written += shadow[i].write.block != b.run && !in_dynamic(b, reinterpret_cast<uintptr_t>(c.dst) + i);
+        shadow[i].write = access_now(b, t, nullptr, a.write_at);
+      }
   }
 }
 
@@ -676,6 +725,8 @@ void run_block(Block& b) {
   b.interval = 0;
   b.chunks.clear();
   b.run = g_block_runs.fetch_add(1) + 1;  // 0 means none (a wrap after 2^32 runs: harmless)
+  b.static_written = 0;
+  b.reachable = {};
   b.warp_epoch.assign(static_cast<size_t>(warps), 0);
   const dim3 g = b.threads.front().lane.grid_dim;
   const bool descending = (b.index.x + g.x * (b.index.y + g.y * b.index.z)) % 2 == 1;
@@ -729,6 +780,56 @@ void shared_access(const void* p, size_t bytes, bool write, const void* pc) {
   const std::string hazard =
       shared_hazard(*b, t, reinterpret_cast<uintptr_t>(p), bytes, write, access_now(*b, t, pc, {}));
   if (!hazard.empty()) kernel_fault(hazard);
+}
+
+void kernel_body_starts() {
+  if (Block* b = t_block; b && b->current && b->current->thread) b->current->thread->in_body = true;
+}
+
+// Set while host_access works: the C++ library's templates it runs (strings, vectors) may be
+// the instrumented copies of the kernels' binary, which call it again.
+thread_local bool t_hostcheck_busy __attribute__((tls_model("initial-exec"))) = false;
+
+// Instructions that are not the kernels' own: the C++ library's templates and the
+// emulator's inline functions, instrumented where a CUDA source instantiated them and
+// run by the emulator for a kernel thread (its errors, its bookkeeping). Named by
+// addr2line the first time one reaches host memory, then remembered.
+bool not_kernel_code(const void* pc) {
+  static std::mutex m;
+  static std::unordered_map<const void*, bool> known;
+  const std::lock_guard<std::mutex> lock(m);
+  auto it = known.find(pc);
+  if (it == known.end()) {
+    // Its qualified name, after the return type addr2line prints for a template.
+    std::string f = code_function(pc);
+    f = " " + f.substr(0, std::min(f.find('<'), f.find('(')));
+    bool library = false;
+    for (const char* space : {" std::", " __gnu_cxx::", " attnsweep::emu::", " operator new", " operator delete"})
+      library = library || f.find(space) != std::string::npos;
+    it = known.emplace(pc, library).first;
+  }
+  return it->second;
+}
+
+void host_access(const void* p, size_t bytes, bool write, const void* pc) {
+  Block* b = t_block;
+  if (t_hostcheck_busy || !b || !b->current || !b->current->thread || !b->current->thread->in_body) return;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const Stack& stack = *b->current->stack;  // the thread's locals
+  if (a - reinterpret_cast<uintptr_t>(stack.bottom()) < stack.size) return;
+  const auto lanes = reinterpret_cast<uintptr_t>(b->threads.data());  // threadIdx and co.
+  if (a - lanes < b->threads.size() * sizeof(Thread)) return;
+  if (a - reinterpret_cast<uintptr_t>(&t_lane) < sizeof t_lane) return;
+  if (a - b->reachable.begin < b->reachable.size) return;  // the allocation found last
+  t_hostcheck_busy = true;
+  std::string what;
+  if (!in_loaded_image(a)) what = device_reachable(p, bytes, &b->reachable);  // not a __device__ variable, a literal
+  if (!what.empty() && !not_kernel_code(pc)) {
+    const int t = b->current->thread->lane.linear;
+    kernel_fault("hostcheck: " + thread_name(t) + (write ? " writes " : " reads ") + std::to_string(bytes) +
+                 " bytes at " + code_line(pc) + " (" + code_function(pc) + ") at " + what);  // never returns
+  }
+  t_hostcheck_busy = false;
 }
 
 void* dynamic_shared() {
@@ -837,14 +938,19 @@ std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block_dim, size_t d
           t.fiber = nullptr;
           t.copies.clear();
           t.groups_committed = 0;
+          t.in_body = false;
           t.lane.block_idx = uint3{bx, by, bz};
         }
         b.index = uint3{bx, by, bz};
         if (b.dyn) std::memset(b.dyn, 0xff, dynamic_smem);
         const bool watch = watched(bx + uint64_t{grid.x} * (by + uint64_t{grid.y} * bz));
         for (int k = 0; k < 3; ++k) t_shared_spans[k] = watch ? spans[k] : SharedSpan{};
+        t_watched = watch;
+        t_hostcheck_busy = false;
         try {
           run_block(b);
+          if (watch)
+            if (std::string e = shared_size_check(b, dynamic_smem); !e.empty()) throw BlockError(e);
         } catch (const BlockError& e) {
           std::ostringstream s;
           s << "kernel " << b.kernel() << ", block (" << bx << "," << by << "," << bz << "): " << e.what();
@@ -855,6 +961,7 @@ std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block_dim, size_t d
         }
       }
   for (SharedSpan& s : t_shared_spans) s = {};
+  t_watched = false;
   if (std::string before = guarded_free(b.dyn); !before.empty() && result.empty())
     result = "kernel " + b.kernel() + ": " + before;
   if (result.empty())  // the bytes just before every allocation, still as they were
@@ -863,6 +970,10 @@ std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block_dim, size_t d
   b.dyn = nullptr;
   t_block = saved;
   return result;
+}
+
+std::string kernel_name(const LaunchSite& site) {
+  return std::string(site.name) + " (launched at " + short_path(site.file) + ":" + std::to_string(site.line) + ")";
 }
 
 }  // namespace attnsweep::emu

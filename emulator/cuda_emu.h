@@ -9,7 +9,12 @@
 
 #define ATTNSWEEP_CUDA_EMULATED 1
 #define __shared__ __attribute__((section("attnsweep_emu_shared"))) static
-#define __launch_bounds__(...)
+// __launch_bounds__(max threads[, min blocks]): the kernel begins with as many one-byte
+// nops as its bound (GCC's patchable_function_entry; sizeof folds a constexpr name, which
+// the attribute needs), and the launch counts them (emulator/runtime.cpp, launch_bound).
+#define ATTNSWEEP_EMU_FIRST(a, ...) a
+#define __launch_bounds__(...) \
+  __attribute__((patchable_function_entry(sizeof(char[ATTNSWEEP_EMU_FIRST(__VA_ARGS__, 0)]))))
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -120,8 +125,23 @@ struct Launcher {
   void operator()(A&&... a) const {
     static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong number of arguments");
     std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
+    PointerArgs pointers;
+    int index = 0;
+    std::apply([&](const auto&... x) { (note_pointer(pointers, index++, x), ...); }, args);
     auto f = fn;
-    (void)launch(site, grid, block, smem, stream, [f, args]() { std::apply(f, args); });
+    (void)launch(
+        site, grid, block, smem, stream,
+        [f, args]() {
+          auto own = args;  // each thread's copy, on its own stack
+          kernel_body_starts();
+          std::apply(f, own);
+        },
+        std::move(pointers));
+  }
+  template <class T>
+  static void note_pointer(PointerArgs& out, int index, const T& x) {
+    if constexpr (std::is_pointer_v<T> && !std::is_function_v<std::remove_pointer_t<T>>)
+      out.emplace_back(index, static_cast<const void*>(x));
   }
 };
 template <class... P>

@@ -14,6 +14,7 @@
 #include <memory>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnsweep::emu {
@@ -96,6 +97,17 @@ extern thread_local SharedSpan t_shared_spans[3] __attribute__((tls_model("initi
 // A load (write false) or store of `bytes` at `p` by the running kernel thread, made by
 // the instruction before `pc`: a hazard ends the block with a racecheck or initcheck error.
 void shared_access(const void* p, size_t bytes, bool write, const void* pc);
+// Set while a watched block runs: every other access of it goes to host_access
+// (block.cpp), which ends the block when the address is host memory the device cannot
+// reach (the hostcheck).
+extern thread_local bool t_watched __attribute__((tls_model("initial-exec")));
+void host_access(const void* p, size_t bytes, bool write, const void* pc);
+// Called by each kernel thread once its arguments are copied (cuda_emu.h's launcher):
+// from here on its accesses are the kernel's own.
+void kernel_body_starts();
+// For the hostcheck (runtime.cpp): "" where [p, p + n) lies in a device allocation or in
+// pinned host memory (*span: that allocation), else what the address is.
+std::string device_reachable(const void* p, size_t n, SharedSpan* span);
 // Whether the kernels were compiled with the instrumentation (their modules' constructors
 // say so) and ATTNSWEEP_EMU_SHAREDCHECK is not 0.
 bool sharedcheck_on();
@@ -109,6 +121,8 @@ void set_sharedcheck(bool on);
 // "file:line" of the instruction before `pc` (addr2line over the binary's line table), or
 // the binary and the offset where it has none.
 std::string code_line(const void* pc);
+// The function of that instruction, demangled (the innermost inlined one), or "".
+std::string code_function(const void* pc);
 
 // ---- numerics (numerics.cpp) -----------------------------------------------------------
 // ATTNSWEEP_EMULATED_NUMERICS: exact (default) or hardware (numerics.cpp says what each is).
@@ -150,13 +164,18 @@ struct LaunchSite {
   char* bss_begin;  // its zero-initialised data (a template's static __shared__ lies there)
   char* bss_end;
 };
+// A kernel's pointer parameters (index, value), checked when it runs: each null or in
+// memory the device reaches (a device allocation, pinned host memory).
+using PointerArgs = std::vector<std::pair<int, const void*>>;
 // Checks the configuration (an error is what cudaGetLastError returns next), then
 // enqueues every block of the grid on `stream`; `thread` runs the kernel body for t_lane.
 cudaError_t launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream,
-                   std::function<void()> thread);
+                   std::function<void()> thread, PointerArgs pointers = {});
 
 // Runs one grid now (block.cpp; the runtime calls it when the launch's turn comes).
 // Returns "" or what went wrong, naming the kernel and the line.
+// "kernel_expression (launched at dir/file.cu:line)", as every report names a kernel.
+std::string kernel_name(const LaunchSite& site);
 std::string run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_smem,
                      const std::function<void()>& thread);
 

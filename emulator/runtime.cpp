@@ -7,7 +7,7 @@
 // poison or stale memory, and a pinned source reused before its copy ran is copied new.
 // Memory from cudaMalloc is host memory filled with 0xff bytes (NaN), registered, and
 // every copy's kind and range is checked against it.
-// About 1080 lines: the C entry points of one runtime (memory, streams, events, graphs,
+// About 1150 lines: the C entry points of one runtime (memory, streams, events, graphs,
 // launches) over one queue of operations; each needs the queue's internals, which stay
 // private to this file.
 #include "emulator/emu.h"
@@ -530,8 +530,69 @@ bool is_capturing(cudaStream_t stream) {
   return resolve(stream)->capture != nullptr;
 }
 
+// A kernel's __launch_bounds__ maximum, 0 where it has none: the count of one-byte nops
+// (0x90) it begins with, after an endbr64 where the build has one (cuda_emu.h).
+int launch_bound(const void* func) {
+  const auto* code = static_cast<const unsigned char*>(func);
+  static constexpr unsigned char endbr64[] = {0xf3, 0x0f, 0x1e, 0xfa};
+  if (std::memcmp(code, endbr64, sizeof endbr64) == 0) code += sizeof endbr64;
+  int n = 0;
+  while (n <= 1024 && code[n] == 0x90) ++n;
+  return n;
+}
+
+const char* allocation_name(const Alloc& a) {
+  return a.pinned ? "a pinned host allocation" : "a device allocation";
+}
+
+std::string device_reachable(const void* p, size_t n, SharedSpan* span) {
+  Lock lock(g_mutex);
+  uintptr_t base = 0;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (const Alloc* al = find_alloc(p, &base)) {
+    if (a + n <= base + al->bytes) {
+      *span = {base, al->bytes};
+      return "";
+    }
+  }
+  std::ostringstream m;
+  // Past the end of the allocation below it (in its last 16-byte granule, before the
+  // guard page), or into the canary before one.
+  auto below = g_allocs.upper_bound(a);
+  if (below != g_allocs.begin()) {
+    --below;
+    const uintptr_t end = below->first + below->second.bytes;
+    if (a + n > end && a < end + 4096) {
+      m << "byte " << a - below->first << " of " << allocation_name(below->second) << " of " << below->second.bytes
+        << " bytes, past its end";
+      return m.str();
+    }
+  }
+  if (auto above = g_allocs.upper_bound(a); above != g_allocs.end() && above->first - a <= 4096) {
+    m << "byte -" << above->first - a << " of " << allocation_name(above->second) << " of " << above->second.bytes
+      << " bytes, before its start";
+    return m.str();
+  }
+  m << p << ", host memory (neither a device allocation nor pinned host memory)";
+  return m.str();
+}
+
+// "" or why a pointer parameter of a kernel is not memory the device reaches (a host
+// pointer: on a GPU, the kernel's first access through it faults). One past the end of
+// an allocation is a pointer into it.
+std::string host_pointer_argument(const PointerArgs& pointers) {
+  for (const auto& [index, p] : pointers) {
+    if (!p || find_alloc(p, nullptr) || find_alloc(static_cast<const char*>(p) - 1, nullptr)) continue;
+    std::ostringstream m;
+    m << "memcheck: its parameter " << index << " is " << p
+      << ", host memory (neither a device allocation nor pinned host memory): a GPU faults at its first access";
+    return m.str();
+  }
+  return "";
+}
+
 cudaError_t launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dyn, cudaStream_t stream,
-                   std::function<void()> thread) {
+                   std::function<void()> thread, PointerArgs pointers) {
   Lock lock(g_mutex);
   if (sticky()) return t_last_error = sticky();
   Stream* s = resolve(stream);
@@ -544,6 +605,11 @@ cudaError_t launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dyn, cu
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.z > 64)
     return fail(cudaErrorInvalidConfiguration, m.str() + std::to_string(threads) + " threads a block (1..1024)");
+  // As on a GPU, a launch with more threads than the kernel was compiled for fails.
+  if (const int bound = launch_bound(site.func); bound > 0 && threads > static_cast<uint64_t>(bound))
+    return fail(cudaErrorLaunchOutOfResources, m.str() + std::to_string(threads) +
+                                                   " threads a block, above the kernel's __launch_bounds__ of " +
+                                                   std::to_string(bound));
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u)
     return fail(cudaErrorInvalidConfiguration, m.str() + "grid dimensions out of range");
   int limit = 48 * 1024;
@@ -555,9 +621,11 @@ cudaError_t launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dyn, cu
   LaunchSite copy = site;
   auto body = std::make_shared<std::function<void()>>(std::move(thread));
   std::string what = std::string("kernel ") + site.name;
-  return push(s, what, [copy, grid, block, dyn, body] {
+  return push(s, what, [copy, grid, block, dyn, body, pointers = std::move(pointers)] {
     log_launch(copy);
-    const std::string err = run_grid(copy, grid, block, dyn, *body);
+    std::string err = host_pointer_argument(pointers);
+    if (!err.empty()) err = "kernel " + kernel_name(copy) + ": " + err;
+    if (err.empty()) err = run_grid(copy, grid, block, dyn, *body);
     if (!err.empty()) device_fault(err);
   });
 }

@@ -19,6 +19,7 @@
 namespace attnsweep::emu {
 
 thread_local SharedSpan t_shared_spans[3] __attribute__((tls_model("initial-exec")));
+thread_local bool t_watched __attribute__((tls_model("initial-exec"))) = false;
 
 namespace {
 
@@ -31,6 +32,7 @@ inline void check_access(const volatile void* p, size_t bytes, bool write, const
       shared_access(const_cast<const void*>(p), bytes, write, pc);
       return;
     }
+  if (t_watched) host_access(const_cast<const void*>(p), bytes, write, pc);
 }
 
 std::string hex(uintptr_t v) {
@@ -59,27 +61,43 @@ void set_sharedcheck(bool on) {
   g_enabled = on;
 }
 
-std::string code_line(const void* pc) {
+// addr2line's first line for the instruction before `pc` (with `flags`), or "" and *where
+// set to the binary and offset.
+std::string addr2line(const void* pc, const char* flags, std::string* where) {
   Dl_info info{};
-  if (!dladdr(pc, &info) || !info.dli_fbase) return hex(reinterpret_cast<uintptr_t>(pc));
+  if (!dladdr(pc, &info) || !info.dli_fbase) {
+    *where = hex(reinterpret_cast<uintptr_t>(pc));
+    return "";
+  }
   const std::string binary = info.dli_fname && *info.dli_fname ? info.dli_fname : "/proc/self/exe";
   const uintptr_t offset = reinterpret_cast<uintptr_t>(pc) - 1 - reinterpret_cast<uintptr_t>(info.dli_fbase);
-  const std::string where = binary + "+" + hex(offset);
-  // addr2line over the line table (-g1): the innermost inlined function's line comes first.
-  const std::string cmd = "addr2line -i -e '" + binary + "' " + hex(offset) + " 2>/dev/null";
+  *where = binary + "+" + hex(offset);
+  const std::string cmd = std::string("addr2line ") + flags + " -e '" + binary + "' " + hex(offset) + " 2>/dev/null";
   FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return where;
+  if (!f) return "";
   std::array<char, 4096> line{};
   const bool got = std::fgets(line.data(), static_cast<int>(line.size()), f) != nullptr;
   pclose(f);
   std::string s = got ? std::string(line.data()) : "";
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  if (s.empty() || s[0] == '?') return where;
+  return s.empty() || s[0] == '?' ? "" : s;
+}
+
+std::string code_line(const void* pc) {
+  // Over the line table (-g1): the innermost inlined function's line comes first.
+  std::string where;
+  std::string s = addr2line(pc, "-i", &where);
+  if (s.empty()) return where;
   if (auto k = s.find(" (discriminator"); k != std::string::npos) s.resize(k);
   // By its last two components, as every other line the emulator names.
   if (auto k = s.rfind('/'); k != std::string::npos && k > 0)
     if (auto k2 = s.rfind('/', k - 1); k2 != std::string::npos) s = s.substr(k2 + 1);
   return s;
+}
+
+std::string code_function(const void* pc) {
+  std::string where;
+  return addr2line(pc, "-f -C -i", &where);
 }
 
 }  // namespace attnsweep::emu

@@ -341,6 +341,119 @@ TEST(EmulatorChecks, DynamicSharedMemoryAboveItsLimitIsRefused) {
   cudaFree(out);
 }
 
+constexpr int kBound = 64;
+template <int Scale>
+__global__ void __launch_bounds__(kBound, 2) bounded_kernel(float* out) {
+  out[threadIdx.x] = Scale * 1.0f;
+}
+__global__ void unbounded_kernel(float* out) {
+  out[threadIdx.x] = 1.0f;
+}
+
+// As on a GPU: a kernel compiled for at most kBound threads a block does not launch with
+// more (cudaErrorLaunchOutOfResources, "too many resources requested for launch").
+TEST(EmulatorChecks, ALaunchAboveTheKernelsLaunchBoundsIsRefused) {
+  float* out = device_floats(1024);
+  ATTN_LAUNCH(1, kBound, 0, nullptr, bounded_kernel<2>)(out);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  ATTN_LAUNCH(1, kBound + 1, 0, nullptr, bounded_kernel<2>)(out);
+  const cudaError_t e = cudaGetLastError();
+  EXPECT_EQ(e, cudaErrorLaunchOutOfResources);
+  EXPECT_NE(std::string(cudaGetErrorString(e)).find("65 threads a block, above the kernel's __launch_bounds__ of 64"),
+            std::string::npos)
+      << cudaGetErrorString(e);
+  // A kernel without bounds takes up to 1024.
+  ATTN_LAUNCH(1, 1024, 0, nullptr, unbounded_kernel)(out);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaFree(out);
+}
+
+__global__ void static_and_dynamic_kernel(float* out, int static_floats) {
+  __shared__ float table[12 * 1024];  // 48 KiB, the most nvcc allows
+  ATTN_DYNAMIC_SHARED(float, dyn);
+  for (int i = threadIdx.x; i < static_floats; i += blockDim.x) table[i] = 1.0f;
+  dyn[threadIdx.x] = 2.0f;
+  __syncthreads();
+  out[threadIdx.x] = table[threadIdx.x] + dyn[threadIdx.x];
+}
+
+// sm_90 gives a block at most 232,448 bytes of shared memory, static and dynamic together:
+// what the static part takes is counted as the bytes the block wrote (the sharedcheck).
+TEST(EmulatorChecks, StaticAndDynamicSharedMemoryAreSummedAgainstTheLimit) {
+  float* out = device_floats(256);
+  const int dyn = 220 * 1024;
+  ASSERT_EQ(cudaFuncSetAttribute(static_and_dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn),
+            cudaSuccess);
+  ATTN_LAUNCH(1, 256, dyn, nullptr, static_and_dynamic_kernel)(out, 1024);  // 4 KiB + 220 KiB
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaFree(out);
+  out = device_floats(256);
+  ATTN_LAUNCH(2, 256, dyn, nullptr, static_and_dynamic_kernel)(out, 4096);  // 16 KiB + 220 KiB
+  const std::string msg = fault_after_sync();
+  EXPECT_NE(msg.find("the block wrote 16384 bytes of static __shared__ memory, and the launch gave it 225280 bytes "
+                     "of dynamic shared memory: above sm_90's limits"),
+            std::string::npos)
+      << msg;
+}
+
+__global__ void read_first_kernel(const float* in, float* out, const float* unused) {
+  if (threadIdx.x == 0 && in) out[0] = in[0] + (unused ? 1.0f : 0.0f);
+}
+
+// A kernel given a pointer to host memory (not pinned): a GPU faults at its first access
+// through it; the emulated device at the kernel's start, naming the parameter.
+TEST(EmulatorChecks, AKernelGivenAHostPointerFails) {
+  float* out = device_floats(4);
+  float* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 4 * sizeof(float)), cudaSuccess);
+  pinned[0] = 3.0f;
+  ATTN_LAUNCH(1, 32, 0, nullptr, read_first_kernel)(pinned, out, out + 4);  // one past the end: a pointer into it
+  ATTN_LAUNCH(1, 32, 0, nullptr, read_first_kernel)(nullptr, out, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(to_host(out, 1)[0], 4.0f);
+  const std::vector<float> host(4, 1.0f);
+  ATTN_LAUNCH(1, 32, 0, nullptr, read_first_kernel)(host.data(), out, nullptr);
+  const std::string msg = fault_after_sync();
+  EXPECT_NE(msg.find("read_first_kernel (launched at emulator/test_checks.cu:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("memcheck: its parameter 0 is 0x"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(", host memory (neither a device allocation nor pinned host memory)"), std::string::npos) << msg;
+  cudaFreeHost(pinned);
+}
+
+struct ReadThrough {
+  const float* in;
+  float* out;
+  __device__ void operator()(int i) const { out[i] = in[i]; }
+};
+template <class F>
+__global__ void functor_kernel(F f, int first, int n) {
+  if (static_cast<int>(threadIdx.x) < n) f(first + static_cast<int>(threadIdx.x));
+}
+
+// The hostcheck: in a watched block, a load or store that is not the block's own (its
+// locals, shared memory, the binaries' data) must lie in a device allocation or pinned
+// host memory, wherever the pointer came from (here a member of a functor, which the
+// check of pointer parameters cannot see). Each launch has a grid shape of its own, so
+// that each is watched.
+TEST(EmulatorChecks, HostcheckReportsAKernelReachingHostMemoryOrPastItsBuffer) {
+  float* in = device_floats(31);  // 124 bytes: 4 poisoned ones before the guard page
+  float* out = device_floats(32);
+  ATTN_LAUNCH(1, 32, 0, nullptr, functor_kernel<ReadThrough>)(ReadThrough{in, out}, 0, 31);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> host(32, 1.0f);
+  ATTN_LAUNCH(1, 33, 0, nullptr, functor_kernel<ReadThrough>)(ReadThrough{host.data(), out}, 0, 32);
+  std::string msg = fault_after_sync();
+  EXPECT_NE(msg.find("hostcheck: thread 0 (warp 0) reads 4 bytes at emulator/test_checks.cu:"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(", host memory (neither a device allocation nor pinned host memory)"), std::string::npos) << msg;
+  in = device_floats(31);
+  out = device_floats(32);
+  ATTN_LAUNCH(1, 34, 0, nullptr, functor_kernel<ReadThrough>)(ReadThrough{in, out}, 31, 1);  // in[31]
+  msg = fault_after_sync();
+  EXPECT_NE(msg.find("at byte 124 of a device allocation of 124 bytes, past its end"), std::string::npos) << msg;
+}
+
 // ---- streams: a forgotten event wait shows -------------------------------------------------
 __global__ void fill_kernel(float* p, float v, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) p[i] = v;
