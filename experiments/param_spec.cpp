@@ -1,6 +1,7 @@
 #include "experiments/param_spec.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -209,24 +210,22 @@ json activation_registry_json() {
 }
 
 ActivationSpec activation_spec_of(const json& config) {
-  ActivationSpec spec;
-  const std::string act = config.at("activation").get<std::string>();
-  const std::optional<Activation> id = activation_from_name(act);
-  if (!id) throw std::runtime_error("activation: unknown value \"" + act + "\"");
-  spec.activation = *id;
-  spec.degree = config.value("degree", 1);  // absent when the activation takes none (then unused)
-  if (config.contains("scale")) {
-    const json& s = config["scale"];
-    if (s.is_number()) {
-      spec.scale = ScaleKind::value;
-      spec.scale_value = s.get<double>();
+  // Through the one parser of a spec (kernels/activation.h), which the attention command
+  // and the PyTorch op use too: a numeric scale as its shortest exact decimal.
+  std::string scale = "none";
+  if (auto it = config.find("scale"); it != config.end()) {
+    if (it->is_number()) {
+      char buf[32];
+      const auto end = std::to_chars(buf, buf + sizeof buf, it->get<double>()).ptr;
+      scale.assign(buf, end);
     } else {
-      const std::string name = s.get<std::string>();
-      const std::optional<ScaleKind> kind = scale_from_name(name);
-      if (!kind) throw std::runtime_error("scale: unknown value \"" + name + "\"");
-      spec.scale = *kind;
+      scale = it->get<std::string>();
     }
   }
+  ActivationSpec spec;
+  const std::string problem =
+      parse_activation_spec(config.at("activation").get<std::string>(), config.value("degree", 1), scale, &spec);
+  if (!problem.empty()) throw std::runtime_error(problem);
   return spec;
 }
 

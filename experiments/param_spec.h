@@ -105,7 +105,8 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 json activation_registry_json();
 
 // The activation spec of an effective cell config: its activation, degree and scale keys
-// (declared above), read back. Throws std::runtime_error on a name the registry lacks.
+// (declared above), read back by parse_activation_spec. Throws std::runtime_error with its
+// message ("activation: expected softmax, ... got \"tanh\"") on a value it refuses.
 ActivationSpec activation_spec_of(const json& config);
 
 }  // namespace attnsweep

@@ -6,8 +6,11 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "experiments/param_spec.h"
 #include "kernels/activation.h"
 
 using namespace attnsweep;
@@ -134,4 +137,32 @@ TEST(Activation, SoftmaxBoundsOnRandomAndAdversarialRows) {
   }
   EXPECT_NEAR(worst_jac, 0.25, 1e-9);
   EXPECT_NEAR(worst_attn, 1.0, 1e-9);
+}
+
+// A cell config's activation keys go through the one parser of a spec
+// (parse_activation_spec), as the attention command's and the PyTorch op's do: a numeric
+// scale exactly, a refused value with the parser's message.
+TEST(Activation, CellConfigIsReadByTheOneSpecParser) {
+  const ActivationSpec a = activation_spec_of(json{{"activation", "relu"}, {"scale", 0.1}});
+  EXPECT_EQ(a.activation, Activation::relu);
+  EXPECT_EQ(a.scale, ScaleKind::value);
+  EXPECT_EQ(a.scale_value, 0.1);  // the shortest decimal of a double reads back to it
+  const ActivationSpec b = activation_spec_of(json{{"activation", "poly"}, {"degree", 3}, {"scale", "inv_n"}});
+  EXPECT_EQ(b.activation, Activation::poly);
+  EXPECT_EQ(b.degree, 3);
+  EXPECT_EQ(b.scale, ScaleKind::inv_n);
+  const ActivationSpec c = activation_spec_of(json{{"activation", "softmax"}});
+  EXPECT_EQ(c.scale, ScaleKind::none);
+  EXPECT_EQ(c.degree, 1);
+  for (const auto& [config, message] :
+       {std::pair{json{{"activation", "tanh"}}, std::string("activation: expected softmax, ")},
+        std::pair{json{{"activation", "relu"}, {"scale", -2}}, std::string("scale: expected none, inv_sqrt_n, inv_n")},
+        std::pair{json{{"activation", "poly"}, {"degree", 17}}, std::string("degree: expected an integer in 1..16")}}) {
+    try {
+      (void)activation_spec_of(config);
+      ADD_FAILURE() << config.dump() << " was accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(message, 0), 0u) << e.what();
+    }
+  }
 }
