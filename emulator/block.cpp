@@ -303,6 +303,11 @@ Fiber* new_fiber(Block& b) {
   }
   f->finished = false;
   f->thread = nullptr;
+#ifdef ATTNSWEEP_EMU_ASAN
+  // A reused stack, or one mapped where an abandoned fiber's was, keeps the redzones of
+  // frames that never returned.
+  __asan_unpoison_memory_region(f->stack->bottom(), f->stack->size);
+#endif
   f->ctx = fc::make_fcontext(f->stack->top(), f->stack->size, fiber_main);
   return f;
 }
