@@ -464,6 +464,12 @@ bool in_dynamic(const Block& b, uintptr_t a) {
   return b.dyn && a - reinterpret_cast<uintptr_t>(b.dyn) < t_shared_spans[2].size;
 }
 
+// Byte `a`'s write in this block run, counted once if it is static shared memory.
+void note_write(Block& b, ByteShadow& s, uintptr_t a, const ByteAccess& now) {
+  b.static_written += s.write.block != b.run && !in_dynamic(b, a);
+  s.write = now;
+}
+
 // A block's shared memory on sm_90: static and dynamic together at most 227 KiB, the static
 // at most 48 KiB (nvcc refuses more). The static is counted as the bytes a watched block
 // wrote (a read of one never written already fails), so it may be less than the kernel's.
@@ -506,8 +512,7 @@ std::string shared_hazard(Block& b, int t, uintptr_t a, size_t bytes, bool write
       return "racecheck: " + who() + ", which " + thread_name(s.read.thread) + " read at " + line_of(s.read) +
              " with no __syncthreads between (write after read)";
     if (write) {
-      b.static_written += s.write.block != b.run && !in_dynamic(b, a + i);
-      s.write = now;
+      note_write(b, s, a + i, now);
     } else if (s.read.block != b.run || s.read.thread == t || ordered_before_now(b, s.read, t)) {
       s.read = now;  // an unordered read of another thread stays: a later write must see it
     }
@@ -525,10 +530,8 @@ void land(Block& b, const CpAsyncCopy& c) {
     const int t = a.writer;
     size_t n = 16;
     if (ByteShadow* shadow = shadow_of(b, reinterpret_cast<uintptr_t>(c.dst), &n))
-      for (size_t i = 0; i < n; ++i) {
-        b.static_written += shadow[i].write.block != b.run && !in_dynamic(b, reinterpret_cast<uintptr_t>(c.dst) + i);
-        shadow[i].write = access_now(b, t, nullptr, a.write_at);
-      }
+      for (size_t i = 0; i < n; ++i)
+        note_write(b, shadow[i], reinterpret_cast<uintptr_t>(c.dst) + i, access_now(b, t, nullptr, a.write_at));
   }
 }
 

@@ -129,22 +129,21 @@ struct Launcher {
     int index = 0;
     std::apply([&](const auto&... x) { (note_pointer(pointers, index++, x), ...); }, args);
     auto f = fn;
-#ifdef __SANITIZE_ADDRESS__
-    // No hostcheck under ASan (no instrumentation to call it), so no copy on the fiber's
-    // stack either: ASan saw stale redzones there (a stack-buffer-underflow at its first
-    // CI run, 2026-12-07).
-    (void)launch(
-        site, grid, block, smem, stream, [f, args]() { std::apply(f, args); }, std::move(pointers));
-#else
     (void)launch(
         site, grid, block, smem, stream,
         [f, args]() {
+#ifdef __SANITIZE_ADDRESS__
+          // No hostcheck under ASan (no instrumentation to call it), so no copy on the fiber's
+          // stack either: ASan saw stale redzones there (a stack-buffer-underflow at its first
+          // CI run, 2026-12-07).
+          std::apply(f, args);
+#else
           auto own = args;  // each thread's copy, on its own stack
           kernel_body_starts();
           std::apply(f, own);
+#endif
         },
         std::move(pointers));
-#endif
   }
   template <class T>
   static void note_pointer(PointerArgs& out, int index, const T& x) {

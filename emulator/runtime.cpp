@@ -541,6 +541,8 @@ int launch_bound(const void* func) {
   return n;
 }
 
+constexpr const char* kHostMemory = "host memory (neither a device allocation nor pinned host memory)";
+
 const char* allocation_name(const Alloc& a) {
   return a.pinned ? "a pinned host allocation" : "a device allocation";
 }
@@ -573,7 +575,7 @@ std::string device_reachable(const void* p, size_t n, SharedSpan* span) {
       << " bytes, before its start";
     return m.str();
   }
-  m << p << ", host memory (neither a device allocation nor pinned host memory)";
+  m << p << ", " << kHostMemory;
   return m.str();
 }
 
@@ -584,8 +586,8 @@ std::string host_pointer_argument(const PointerArgs& pointers) {
   for (const auto& [index, p] : pointers) {
     if (!p || find_alloc(p, nullptr) || find_alloc(static_cast<const char*>(p) - 1, nullptr)) continue;
     std::ostringstream m;
-    m << "memcheck: its parameter " << index << " is " << p
-      << ", host memory (neither a device allocation nor pinned host memory): a GPU faults at its first access";
+    m << "memcheck: its parameter " << index << " is " << p << ", " << kHostMemory
+      << ": a GPU faults at its first access";
     return m.str();
   }
   return "";
