@@ -1,6 +1,6 @@
 // A thread block of the emulated device: its threads are fibers (Boost.Context's
 // fcontext) on the host thread that runs the grid, one block at a time.
-// About 980 lines: the block's schedule, its barriers and collectives, and the checks
+// About 1070 lines: the block's schedule, its barriers and collectives, and the checks
 // that watch them (synccheck, racecheck, sharedcheck, hostcheck) share the per-thread state; one file keeps that
 // state private.
 //
@@ -41,7 +41,9 @@
 #include <cuda_fp16.h>
 #include <link.h>
 #include <sys/mman.h>
+#if !defined(__x86_64__)
 #include <boost/context/detail/fcontext.hpp>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -72,7 +74,84 @@ thread_local Lane* t_lane __attribute__((tls_model("initial-exec"))) = nullptr;
 
 namespace {
 
+// ---- the context switch ---------------------------------------------------------------
+// On x86-64 our own, Boost.Context's fcontext elsewhere (the same interface). Boost's saves
+// and restores the x87 and SSE control words at every switch (fnstcw/fldcw/stmxcsr/
+// ldmxcsr, which serialise the core): a quarter of the emulated suite's time went there.
+// The emulated kernels and the emulator never change the floating-point environment
+// (nothing here calls fesetround), so ours keeps only what the SysV ABI has the callee
+// keep: rbx, rbp, r12-r15 and the stack pointer.
+#if defined(__x86_64__)
+namespace fc {
+using fcontext_t = void*;
+struct transfer_t {
+  fcontext_t fctx;
+  void* data;
+};
+extern "C" transfer_t attnsweep_emu_jump(fcontext_t to, void* data);
+extern "C" void attnsweep_emu_trampoline();
+
+// A switched-out context is its stack pointer, below six saved registers and the address
+// to go on at: [rsp] r12, r13, r14, r15, rbx, rbp, [rsp+48] where to go on.
+asm(R"(
+  .text
+  .p2align 4
+  .globl attnsweep_emu_jump
+  .hidden attnsweep_emu_jump
+  .type attnsweep_emu_jump,@function
+attnsweep_emu_jump:
+  leaq -0x30(%rsp), %rsp
+  movq %r12, 0x00(%rsp)
+  movq %r13, 0x08(%rsp)
+  movq %r14, 0x10(%rsp)
+  movq %r15, 0x18(%rsp)
+  movq %rbx, 0x20(%rsp)
+  movq %rbp, 0x28(%rsp)
+  movq %rsp, %rax
+  movq %rdi, %rsp
+  movq 0x00(%rsp), %r12
+  movq 0x08(%rsp), %r13
+  movq 0x10(%rsp), %r14
+  movq 0x18(%rsp), %r15
+  movq 0x20(%rsp), %rbx
+  movq 0x28(%rsp), %rbp
+  movq 0x30(%rsp), %r8
+  leaq 0x38(%rsp), %rsp
+  movq %rsi, %rdx
+  movq %rax, %rdi
+  jmp *%r8
+  .size attnsweep_emu_jump,.-attnsweep_emu_jump
+
+  .p2align 4
+  .globl attnsweep_emu_trampoline
+  .hidden attnsweep_emu_trampoline
+  .type attnsweep_emu_trampoline,@function
+attnsweep_emu_trampoline:
+  pushq %rbp
+  jmpq *%rbx
+  .size attnsweep_emu_trampoline,.-attnsweep_emu_trampoline
+)");
+
+inline transfer_t jump_fcontext(fcontext_t to, void* data) {
+  return attnsweep_emu_jump(to, data);
+}
+
+// A fresh context on [.., top): its first jump lands in the trampoline with rbx = fn and
+// the transfer (the jumper's context, the data) in rdi/rsi, as fn's argument; the
+// trampoline pushes rbp (0: fn never returns) as fn's return address, which leaves the
+// stack pointer 8 below a multiple of 16 at fn's entry, as after a call (the jump leaves it
+// at sp + 56, the push at sp + 48 = top - 24).
+inline fcontext_t make_fcontext(void* top, size_t, void (*fn)(transfer_t)) {
+  auto* sp = reinterpret_cast<uintptr_t*>((reinterpret_cast<uintptr_t>(top) & ~uintptr_t{15}) - 72);
+  std::memset(sp, 0, 72);
+  sp[4] = reinterpret_cast<uintptr_t>(fn);                         // rbx
+  sp[6] = reinterpret_cast<uintptr_t>(&attnsweep_emu_trampoline);  // where to go on
+  return sp;
+}
+}  // namespace fc
+#else
 namespace fc = boost::context::detail;
+#endif
 
 // What ends a block early: thrown on the scheduler's stack, never across a fiber.
 struct BlockError : std::runtime_error {
@@ -119,7 +198,16 @@ struct Stack {
   }
   ~Stack() { munmap(base, size + 4096); }
   char* bottom() const { return base + 4096; }
-  char* top() const { return base + 4096 + size; }
+  // Where the fiber starts, below the mapping's end by a colour: the mappings end on page
+  // boundaries, so the hot top frames of every fiber would share the same few sets of
+  // the L1 cache (which sets a line takes is its address within the page), and each
+  // switch would miss; 64 colours of a cache line spread them over all the sets.
+  char* top() const { return base + 4096 + size - colour * 64; }
+  size_t colour = next_colour();
+  static size_t next_colour() {
+    static std::atomic<size_t> n{0};
+    return (n++ * 37) % 64;
+  }
 };
 
 enum class State : uint8_t { unstarted, running, ready, at_barrier, at_warp, done };
