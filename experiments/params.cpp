@@ -18,8 +18,8 @@ namespace {
 bool activation_takes(const json& cfg, bool ActivationInfo::*what) {
   auto it = cfg.find("activation");
   if (it == cfg.end() || !it->is_string()) return false;
-  const std::optional<Activation> a = activation_from_name(it->get_ref<const std::string&>());
-  return a && activation_info(*a).*what;
+  const std::optional<ActivationNames> a = look_up_activation(it->get_ref<const std::string&>());
+  return a && activation_info(a->activation).*what;
 }
 
 // The prompt length against what the cell's task can make (registry.h).

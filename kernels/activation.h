@@ -447,11 +447,13 @@ inline const char* activation_name(Activation a) {
   return activation_info(a).name;
 }
 
+namespace detail {
 inline std::optional<Activation> activation_from_name(std::string_view name) {
   for (const ActivationInfo& i : kActivations)
     if (name == i.name) return i.id;
   return std::nullopt;
 }
+}  // namespace detail
 
 inline std::vector<std::string> activation_names() {
   std::vector<std::string> v;
@@ -468,16 +470,36 @@ struct ScaleInfo {
 inline constexpr std::array<ScaleInfo, 3> kScales = {
     {{ScaleKind::none, "none", ""}, {ScaleKind::inv_sqrt_n, "inv_sqrt_n", "/√N"}, {ScaleKind::inv_n, "inv_n", "/N"}}};
 
+namespace detail {
 inline std::optional<ScaleKind> scale_from_name(std::string_view name) {
   for (const ScaleInfo& s : kScales)
     if (name == s.name) return s.id;
   return std::nullopt;
 }
+}  // namespace detail
 
 inline std::vector<std::string> scale_names() {
   std::vector<std::string> v;
   for (const ScaleInfo& s : kScales) v.emplace_back(s.name);
   return v;
+}
+
+// The activation is parsed here only (tests/integration/include_layers.py): a name becomes
+// the registry's type through parse_activation_spec (a whole spec, strictly: the cells,
+// the `attention` command, the PyTorch op) or look_up_activation (leniently, for labels,
+// the order of a table and the check of one key).
+
+// The registry's entries that a cell's keys name: nullopt where `name` names no
+// activation; `scale` set where `scale_name` is a scale's name (a number written as text,
+// or no scale, leaves it unset).
+struct ActivationNames {
+  Activation activation;
+  std::optional<ScaleKind> scale;
+};
+inline std::optional<ActivationNames> look_up_activation(std::string_view name, std::string_view scale_name = {}) {
+  const std::optional<Activation> id = detail::activation_from_name(name);
+  if (!id) return std::nullopt;
+  return ActivationNames{*id, detail::scale_from_name(scale_name)};
 }
 
 // A spec from the names the `attention` command and the PyTorch op take: an activation's
@@ -492,14 +514,14 @@ inline std::string parse_activation_spec(const std::string& act, int64_t degree,
     return s;
   };
   ActivationSpec a;
-  const std::optional<Activation> id = activation_from_name(act);
+  const std::optional<Activation> id = detail::activation_from_name(act);
   if (!id) return "activation: expected " + list(activation_names(), " or ") + ", got \"" + act + "\"";
   a.activation = *id;
   if (degree < kMinDegree || degree > kMaxDegree)
     return "degree: expected an integer in " + std::to_string(kMinDegree) + ".." + std::to_string(kMaxDegree) +
            ", got " + std::to_string(degree);
   a.degree = static_cast<int32_t>(degree);
-  if (const std::optional<ScaleKind> kind = scale_from_name(scale)) {
+  if (const std::optional<ScaleKind> kind = detail::scale_from_name(scale)) {
     a.scale = *kind;
   } else {
     char* end = nullptr;

@@ -22,9 +22,11 @@ struct Spec {
 std::optional<Spec> spec_of(const std::map<std::string, json>& params) {
   auto it = params.find("activation");
   if (it == params.end() || !it->second.is_string()) return std::nullopt;
-  auto id = activation_from_name(it->second.get<std::string>());
-  if (!id) return std::nullopt;
-  const ActivationInfo& info = activation_info(*id);
+  auto c = params.find("scale");
+  const std::string scale_name = c != params.end() && c->second.is_string() ? c->second.get<std::string>() : "";
+  const std::optional<ActivationNames> names = look_up_activation(it->second.get<std::string>(), scale_name);
+  if (!names) return std::nullopt;
+  const ActivationInfo& info = activation_info(names->activation);
   Spec s;
   s.label = "activation=" + std::string(info.name);
   double degree = 0, scale_value = 0;
@@ -36,19 +38,16 @@ std::optional<Spec> spec_of(const std::map<std::string, json>& params) {
       if (d->second.is_number()) degree = d->second.get<double>();
     }
   }
-  if (info.takes_scale) {
-    auto c = params.find("scale");
-    if (c != params.end()) {
-      s.label += " scale=" + label_value(c->second);
-      if (c->second.is_number()) {
-        scale_rank = static_cast<int32_t>(kScales.size());
-        scale_value = c->second.get<double>();
-      } else if (c->second.is_string()) {
-        if (auto k = scale_from_name(c->second.get<std::string>())) scale_rank = static_cast<int32_t>(*k);
-      }
+  if (info.takes_scale && c != params.end()) {
+    s.label += " scale=" + label_value(c->second);
+    if (c->second.is_number()) {
+      scale_rank = static_cast<int32_t>(kScales.size());
+      scale_value = c->second.get<double>();
+    } else if (names->scale) {
+      scale_rank = static_cast<int32_t>(*names->scale);
     }
   }
-  s.order = {static_cast<int32_t>(*id), degree, scale_rank, scale_value};
+  s.order = {static_cast<int32_t>(names->activation), degree, scale_rank, scale_value};
   return s;
 }
 

@@ -66,9 +66,11 @@ std::string group_label(const std::map<std::string, nlohmann::json>& params,
 std::string activation_label(const std::map<std::string, nlohmann::json>& params) {
   auto it = params.find("activation");
   if (it == params.end() || !it->second.is_string()) return {};
-  const std::optional<Activation> id = activation_from_name(it->second.get<std::string>());
-  if (!id) return {};
-  const ActivationInfo& info = activation_info(*id);
+  auto c = params.find("scale");
+  const std::string scale_name = c != params.end() && c->second.is_string() ? c->second.get<std::string>() : "";
+  const std::optional<ActivationNames> names = look_up_activation(it->second.get<std::string>(), scale_name);
+  if (!names) return {};
+  const ActivationInfo& info = activation_info(names->activation);
   std::string s;
   if (info.takes_degree) {  // s^p: the papers' name of the polynomial
     static constexpr const char* kSuperscript[] = {"⁰", "¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹"};
@@ -82,11 +84,9 @@ std::string activation_label(const std::map<std::string, nlohmann::json>& params
     s.append(info.label);
   }
   if (info.takes_scale) {
-    auto c = params.find("scale");
     if (c != params.end() && c->second.is_string()) {
-      const std::optional<ScaleKind> k = scale_from_name(c->second.get<std::string>());
-      if (k) {
-        s += kScales[static_cast<size_t>(*k)].label;
+      if (names->scale) {
+        s += kScales[static_cast<size_t>(*names->scale)].label;
       } else {
         s += ' ';
         s += c->second.get_ref<const std::string&>();

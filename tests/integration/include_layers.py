@@ -29,6 +29,11 @@ The environment is read in one place: no source file of the layers calls getenv 
 base/options.h, the options module (its typed toggles and launcher_env). The emulated
 device (emulator/) reads its own variables, as a CUDA driver does.
 
+The activation is parsed in one place: no source file of the layers turns a name into the
+registry's type (a call of activation_from_name or scale_from_name, a string compared
+with an activation's name) but kernels/activation.h, the registry and its two readers
+(parse_activation_spec, strict; look_up_activation, lenient).
+
 usage: include_layers.py ROOT          check the tree; exit 1 naming each violation
        include_layers.py --self-test   plant each kind of violation in a scratch tree, expect it caught
 """
@@ -49,6 +54,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]*)"')
 SOURCES = (".h", ".hpp", ".cpp", ".cu", ".cuh", ".in")
 GETENV = re.compile(r"\bgetenv\s*\(")
 OPTIONS_MODULE = "base/options.h"
+ACTIVATION_PARSER = "kernels/activation.h"
+NAME_LOOKUP = re.compile(r"\b(activation_from_name|scale_from_name)\s*\(")
+REGISTERED_NAME = re.compile(r'static constexpr const char\* name = "([a-z0-9_]+)";')
 
 # The floors of each room, lowest first (modules: a file's name without its extension).
 FLOORS = {
@@ -119,6 +127,28 @@ def getenv_calls(root, rel):
                 yield lineno
 
 
+def activation_names(root):
+    """The activations' names, as the registry declares them (none in a scratch tree)."""
+    path = os.path.join(root, ACTIVATION_PARSER)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return REGISTERED_NAME.findall(f.read())
+
+
+def activation_parses(root, rel, names):
+    """Lines of rel that parse an activation's name (comments aside), unless rel may."""
+    if rel == ACTIVATION_PARSER or rel.split("/")[0] not in RANK:
+        return
+    alternatives = "|".join(re.escape(n) for n in names)
+    compared = re.compile(rf'(==|!=)\s*"({alternatives})"|"({alternatives})"\s*(==|!=)') if names else None
+    with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            code = line.split("//")[0]
+            if NAME_LOOKUP.search(code) or (compared and compared.search(code)):
+                yield lineno
+
+
 def floor_of(rel):
     room = os.path.dirname(rel)
     if room not in FLOORS:
@@ -174,6 +204,7 @@ def circles(graph):
 
 def violations(root):
     out, files, graph = [], 0, {}
+    names = activation_names(root)
     for rel in source_files(root):
         files += 1
         top = rel.split("/")[0]
@@ -187,6 +218,9 @@ def violations(root):
         for lineno in getenv_calls(root, rel):
             out.append(f"{rel}:{lineno}: calls getenv: the environment is read in {OPTIONS_MODULE} only "
                        "(a typed accessor for an ATTNSWEEP_* toggle, launcher_env for what others set)")
+        for lineno in activation_parses(root, rel, names):
+            out.append(f"{rel}:{lineno}: parses an activation's name: it is parsed in {ACTIVATION_PARSER} only "
+                       "(parse_activation_spec for a spec, look_up_activation for a label or one key)")
         for lineno, layer, path in includes(root, rel):
             target = f"{layer}/{path}"
             if module(target) != mod:
@@ -226,6 +260,10 @@ def self_test():
         "kernels/b.h": "",
         "worker/model/backend.cpp": 'const char* v = std::getenv("ATTNSWEEP_X");  // getenv( in a comment is fine\n',
         "base/options.h": 'inline const char* get(const char* n) { return std::getenv(n); }\n',
+        "kernels/activation.h": 'struct Relu { static constexpr const char* name = "relu"; };\n'
+                                'auto a = detail::activation_from_name(n);\nbool r = n == "relu";\n',
+        "results/table.cpp": 'auto a = activation_from_name(s);  // activation_from_name( in a comment is fine\n'
+                             'auto k = look_up_activation(s);\nif (act != "relu") return;\n',
     }
     want = [
         "worker/training/x.cpp:1: worker/ includes results/, a layer beside it",
@@ -240,6 +278,8 @@ def self_test():
         "a circle of modules (each includes the next, through its header or source): kernels/a -> kernels/b",
         "coordinator/grid -> coordinator/json_text",
         "worker/model/backend.cpp:1: calls getenv",
+        "results/table.cpp:1: parses an activation's name",
+        "results/table.cpp:3: parses an activation's name",
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for rel, text in plants.items():
@@ -251,7 +291,8 @@ def self_test():
     ok = not missing and len(v) == len(want)
     print(("ok: " if ok else "FAIL: ") + f"{len(want)} planted violations (an upward layer, a layer beside, a file on no floor, a "
           "generic file including a CUDA one, the model room including the training room, an include of a "
-          "higher floor, two circles of modules, a getenv outside the options module) are reported, and nothing else")
+          "higher floor, two circles of modules, a getenv outside the options module, two parses of an activation's "
+          "name outside its parser) are reported, and nothing else")
     for line in v:
         print("  reported: " + line)
     for w in missing:
