@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/input_error.h"
+#include "base/errors.h"
 #include "experiments/params.h"
 #include "results/claims.h"
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/input_error.h"
+#include "base/errors.h"
 
 namespace attnsweep {
 

@@ -338,7 +338,7 @@ TaskOutput run_command_attempt(const json& config, const TaskContext& ctx);
 TaskOutput run_command(const json& config, const TaskContext& ctx) {
   try {
     return run_command_attempt(config, ctx);
-  } catch (const DeterministicFailure&) {
+  } catch (const DeterministicError&) {
     if (!ctx.checkpoint_path.empty()) {
       std::error_code ec;
       fs::remove_all(ctx.checkpoint_path, ec);
@@ -415,7 +415,7 @@ TaskOutput run_command_attempt(const json& config, const TaskContext& ctx) {
       if (const std::string bad = tail.look(ctx); !bad.empty()) {
         ::kill(pid, SIGKILL);  // it would only log more on a record that cannot be read
         while (reap_child(pid).pid != pid) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        throw DeterministicFailure(bad + " (the program was stopped at this line)");
+        throw DeterministicError(bad + " (the program was stopped at this line)");
       }
       next_look = clock::now() + std::chrono::milliseconds(500);
     }
@@ -455,9 +455,9 @@ TaskOutput run_command_attempt(const json& config, const TaskContext& ctx) {
                              " (its output is above in this log)");
   Metrics m = read_metrics(metrics);
   if (!m.final)
-    throw DeterministicFailure("the program exited 0 without a final record: " + metrics + " has " +
-                               std::to_string(m.steps.size()) +
-                               " logged steps and no line {\"final\": {...}} (attnsweep_cell.final(...))");
+    throw DeterministicError("the program exited 0 without a final record: " + metrics + " has " +
+                             std::to_string(m.steps.size()) +
+                             " logged steps and no line {\"final\": {...}} (attnsweep_cell.final(...))");
   return output_of(m);
 }
 

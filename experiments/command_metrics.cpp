@@ -24,7 +24,7 @@ namespace {
 double metric_value(const json& v, const std::string& where, const std::string& name) {
   if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();
   if (!v.is_number() || v.is_boolean())
-    throw DeterministicFailure(where + ": \"" + name + "\": expected a number or null, got " + describe_value(v));
+    throw DeterministicError(where + ": \"" + name + "\": expected a number or null, got " + describe_value(v));
   return v.get<double>();
 }
 
@@ -35,9 +35,8 @@ void check_name(const std::string& name, const std::string& where) {
   for (;;) {
     const size_t slash = name.find('/', start);
     if (!is_identifier(name.substr(start, slash == std::string::npos ? std::string::npos : slash - start)))
-      throw DeterministicFailure(
-          where + ": " + json(name).dump() +
-          ": expected a metric name of letters, digits and _, in parts joined by / (train/loss)");
+      throw DeterministicError(where + ": " + json(name).dump() +
+                               ": expected a metric name of letters, digits and _, in parts joined by / (train/loss)");
     if (slash == std::string::npos) return;
     start = slash + 1;
   }
@@ -87,14 +86,14 @@ void read_metrics_line(const std::string& line, const std::string& where, Metric
     try {
       rec = parse_metrics_json(line);
     } catch (const std::exception&) {
-      throw DeterministicFailure(where + ": not a JSON line: " + describe_value(json(line)) +
-                                 "; expected {\"step\": N, \"loss\": ...} or {\"final\": {...}}");
+      throw DeterministicError(where + ": not a JSON line: " + describe_value(json(line)) +
+                               "; expected {\"step\": N, \"loss\": ...} or {\"final\": {...}}");
     }
-    if (!rec.is_object()) throw DeterministicFailure(where + ": expected a JSON object, got " + describe_value(rec));
+    if (!rec.is_object()) throw DeterministicError(where + ": expected a JSON object, got " + describe_value(rec));
     if (rec.contains("final")) {
       if (!rec["final"].is_object() || rec.size() != 1)
-        throw DeterministicFailure(where + ": expected the final record {\"final\": {\"name\": number, ...}}, got " +
-                                   describe_value(json(line)));
+        throw DeterministicError(where + ": expected the final record {\"final\": {\"name\": number, ...}}, got " +
+                                 describe_value(json(line)));
       std::map<std::string, double> fin;
       for (auto it = rec["final"].begin(); it != rec["final"].end(); ++it) {
         check_name(it.key(), where);
@@ -104,8 +103,8 @@ void read_metrics_line(const std::string& line, const std::string& where, Metric
       return;
     }
     if (!rec.contains("step") || !rec["step"].is_number_integer() || rec["step"].get<int64_t>() < 0)
-      throw DeterministicFailure(where + ": \"step\": expected an integer >= 0, got " +
-                                 (rec.contains("step") ? describe_value(rec["step"]) : std::string("none")));
+      throw DeterministicError(where + ": \"step\": expected an integer >= 0, got " +
+                               (rec.contains("step") ? describe_value(rec["step"]) : std::string("none")));
     std::map<std::string, double> values;
     for (auto it = rec.begin(); it != rec.end(); ++it) {
       if (it.key() == "step") continue;

@@ -27,7 +27,7 @@ struct Metrics {
 };
 
 // One metrics line into m (its step's record, or the final record); a blank line is
-// skipped. Throws DeterministicFailure naming `where` (FILE:LINE) on a malformed line.
+// skipped. Throws DeterministicError naming `where` (FILE:LINE) on a malformed line.
 void read_metrics_line(const std::string& line, const std::string& where, Metrics& m);
 
 // Every line of a finished program's metrics file.
@@ -58,7 +58,7 @@ class MetricsTail {
       Metrics one;
       try {
         read_metrics_line(line, path_ + ":" + std::to_string(lineno_), one);
-      } catch (const DeterministicFailure& e) {
+      } catch (const DeterministicError& e) {
         return e.what();
       }
       if (!one.steps.empty()) {

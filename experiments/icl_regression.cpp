@@ -29,11 +29,10 @@ namespace attnsweep {
 
 IclSetup make_icl_setup(int64_t d, int64_t prompt_length, double rho, double noise_var, uint64_t seed) {
   if (d < 1 || d > kIclMaxD)
-    throw std::runtime_error("d: expected an integer in [1, " + std::to_string(kIclMaxD) + "], got " +
-                             std::to_string(d));
+    throw InputError({"d: expected an integer in [1, " + std::to_string(kIclMaxD) + "], got " + std::to_string(d)});
   if (prompt_length < 1)
-    throw std::runtime_error("prompt_length: expected an integer >= 1, got " + std::to_string(prompt_length));
-  if (!(noise_var >= 0)) throw std::runtime_error("noise_var: expected a number >= 0");
+    throw InputError({"prompt_length: expected an integer >= 1, got " + std::to_string(prompt_length)});
+  if (!(noise_var >= 0)) throw InputError({"noise_var: expected a number >= 0"});
   IclSetup s;
   s.d = d;
   s.prompt_length = prompt_length;
@@ -54,8 +53,8 @@ IclSetup make_icl_setup(int64_t d, int64_t prompt_length, double rho, double noi
         acc -= s.chol[static_cast<size_t>(i * d + k)] * s.chol[static_cast<size_t>(j * d + k)];
       if (i == j) {
         if (!(acc > 0))
-          throw std::runtime_error("rho: Sigma_ij = rho^|i-j| with rho = " + std::to_string(rho) +
-                                   " is not positive definite");
+          throw InputError(
+              {"rho: Sigma_ij = rho^|i-j| with rho = " + std::to_string(rho) + " is not positive definite"});
         s.chol[static_cast<size_t>(i * d + i)] = std::sqrt(acc);
       } else {
         s.chol[static_cast<size_t>(i * d + j)] = acc / s.chol[static_cast<size_t>(j * d + j)];
@@ -183,10 +182,10 @@ std::vector<double> icl_token_covariance(const IclSetup& s, const double* w) {
 
 ReadoutWeights readout_weights(const ModelWeights& weights) {
   auto it = weights.tensors.find("qkv_w");
-  if (it == weights.tensors.end()) throw std::runtime_error("icl_regression: the model has no qkv_w");
+  if (it == weights.tensors.end()) throw InternalError("icl_regression: the model has no qkv_w");
   const auto& sh = it->second.shape;
   if (sh.size() != 3 || sh[0] != 1 || sh[1] != 3 * sh[2])
-    throw std::runtime_error("icl_regression: qkv_w is not the read-out's (1, 3C, C)");
+    throw InternalError("icl_regression: qkv_w is not the read-out's (1, 3C, C)");
   ReadoutWeights W;
   W.C = sh[2];
   const size_t n = static_cast<size_t>(W.C * W.C);
@@ -259,7 +258,7 @@ bool icl_limit_defined(const ActivationSpec& act) {
 
 void readout_limit_output(const ActivationSpec& act, const ReadoutWeights& W, const double* gamma, const double* z,
                           double* out) {
-  if (!icl_limit_defined(act)) throw std::runtime_error("icl_regression: no large-prompt limit for this activation");
+  if (!icl_limit_defined(act)) throw InternalError("icl_regression: no large-prompt limit for this activation");
   const int64_t C = W.C;
   const std::vector<double> a = score_direction(W, z);
   std::vector<double> ga(static_cast<size_t>(C));
@@ -315,7 +314,7 @@ std::shared_ptr<const IclTestSet> icl_test_set(const IclSetup& s, int64_t n) {
 double icl_limit_sq_error(const IclSetup& s, const IclTestSet& test, const ActivationSpec& act,
                           const ReadoutWeights& W) {
   const int64_t C = s.d + 1, L = s.prompt_length, n_prompts = test.n, per = (L + 1) * C;
-  if (W.C != C) throw std::runtime_error("icl_regression: model width " + std::to_string(W.C) + " is not d + 1");
+  if (W.C != C) throw InternalError("icl_regression: model width " + std::to_string(W.C) + " is not d + 1");
   std::vector<double> err(static_cast<size_t>(n_prompts));
   // Threads only when there is work enough to pay for waking them.
 #pragma omp parallel if (n_prompts * (L + 1) > 16384)
@@ -373,8 +372,8 @@ json weights_json(const ReadoutWeights& W) {
 ReadoutWeights weights_of_file(const std::string& path, int64_t C) {
   std::ifstream f(path);
   if (!f)
-    throw DeterministicFailure("weights_from: " + path + ": cannot read (a cell's readout_weights.json, " +
-                               "written by a cell with save_weights: true under DIR/outputs/<id>/)");
+    throw DeterministicError("weights_from: " + path + ": cannot read (a cell's readout_weights.json, " +
+                             "written by a cell with save_weights: true under DIR/outputs/<id>/)");
   json j;
   try {
     j = json::parse(f);
@@ -385,11 +384,11 @@ ReadoutWeights weights_of_file(const std::string& path, int64_t C) {
     W.V = j.at("V").get<std::vector<double>>();
     const size_t n = static_cast<size_t>(W.C * W.C);
     if (W.C != C || W.Q.size() != n || W.K.size() != n || W.V.size() != n)
-      throw std::runtime_error("weights of width " + std::to_string(W.C) + " for a read-out of width " +
-                               std::to_string(C) + " (d + 1)");
+      throw InputError(
+          {"weights of width " + std::to_string(W.C) + " for a read-out of width " + std::to_string(C) + " (d + 1)"});
     return W;
   } catch (const std::exception& e) {
-    throw DeterministicFailure("weights_from: " + path + ": " + e.what());
+    throw DeterministicError("weights_from: " + path + ": " + e.what());
   }
 }
 
@@ -403,7 +402,7 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
   // weights of another cell (save_weights), evaluated here without training.
   if (const std::string from = config.value("weights_from", std::string()); !from.empty()) {
     if (!icl_limit_defined(act))
-      throw DeterministicFailure("weights_from: the activation has no known large-prompt limit to measure against");
+      throw DeterministicError("weights_from: the activation has no known large-prompt limit to measure against");
     const ReadoutWeights W = weights_of_file(from, C);
     TaskOutput out;
     const double e = icl_limit_sq_error(*setup,
@@ -415,7 +414,7 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
     out.series.push_back(result_series("/icl/limit_sq_error", {1}, std::vector<double>{e}));
     return out;
   }
-  if (!ctx.train) throw std::runtime_error("task icl_regression: no trainer supplied (run it through attnsweep train)");
+  if (!ctx.train) throw InternalError("task icl_regression: no trainer supplied (run it through attnsweep train)");
   const json model_config = icl_model_config(config);
 
   TrainingData data;
@@ -468,7 +467,7 @@ TaskOutput run_icl_regression(const json& config, const TaskContext& ctx) {
       std::filesystem::create_directories(dir);
       std::ofstream f(dir / "readout_weights.json");
       f << weights_json(*last).dump() << "\n";
-      if (!f.flush()) throw std::runtime_error("save_weights: cannot write " + (dir / "readout_weights.json").string());
+      if (!f.flush()) throw TransientError("save_weights: cannot write " + (dir / "readout_weights.json").string());
     }
   }
   return out;

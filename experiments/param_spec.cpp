@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "base/errors.h"
+
 namespace attnsweep {
 namespace {
 
@@ -225,7 +227,7 @@ ActivationSpec activation_spec_of(const json& config) {
   ActivationSpec spec;
   const std::string problem =
       parse_activation_spec(config.at("activation").get<std::string>(), config.value("degree", 1), scale, &spec);
-  if (!problem.empty()) throw std::runtime_error(problem);
+  if (!problem.empty()) throw InputError({problem});
   return spec;
 }
 

@@ -2,6 +2,7 @@
 // of files, MPI or slots: the worker writes what they return.
 #pragma once
 
+#include "base/errors.h"
 #include "experiments/cell_status.h"
 #include "kernels/activation.h"
 
@@ -129,10 +130,8 @@ inline constexpr int kExitInterrupted = 75;
 // `attnsweep train`'s exit code for a failure another attempt would repeat (a command
 // cell's malformed metrics line): the cell fails without its retries.
 inline constexpr int kExitFailedNoRetry = 65;
-// Thrown by a task for such a failure; run_cell exits kExitFailedNoRetry with its message.
-struct DeterministicFailure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// A task throws a DeterministicError, an InputError or an InternalError (base/errors.h)
+// for such a failure; run_cell exits kExitFailedNoRetry with its message.
 // A command cell's metrics lines live next to its checkpoint, at checkpoint + this, so the
 // steps logged before a requeue are kept; removed with the checkpoint once the result is written.
 inline constexpr const char kCommandMetricsSuffix[] = ".metrics.jsonl";

@@ -77,7 +77,7 @@ FLOORS = {
         ["cuda_trainer", "cell_group", "run_cell"],  # the CUDA instantiation; a group's rendezvous; a cell's run
     ],
     "coordinator": [
-        ["input_error", "run_options", "messages", "rundir", "scheduler", "liveness", "wakeup", "gpu_binding"],
+        ["run_options", "messages", "rundir", "scheduler", "liveness", "wakeup", "gpu_binding"],
         ["json_text", "heartbeat", "shared_dir"],
         ["grid"],
         ["grid_schema", "fusion", "local_slots", "resume", "status", "train_command"],

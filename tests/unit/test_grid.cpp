@@ -486,12 +486,6 @@ TEST(GridErrors, CrossFieldProblemPointsAtTheAxisElement) {
   EXPECT_EQ(q[0], "grid.json: include[1].prompt_length: missing; task norm_probe needs it: an integer >= 1");
 }
 
-TEST(GridErrors, InputErrorJoinsProblems) {
-  InputError e({"a.json: x: one", "a.json: y: two"});
-  EXPECT_EQ(std::string(e.what()), "a.json: x: one\na.json: y: two");
-  EXPECT_EQ(e.problems.size(), 2u);
-}
-
 TEST(DidYouMean, ClosestMatch) {
   const std::vector<std::string> keys = {"activation", "degree", "scale", "prompt_length", "seed"};
   EXPECT_EQ(closest_match("activaton", keys), "activation");

@@ -61,7 +61,7 @@
 #include <utility>
 #include <vector>
 
-#include "experiments/task.h"  // DeterministicFailure
+#include "base/errors.h"
 #include "kernels/attention.h"
 #include "kernels/model_ops.h"
 #include "kernels/op_list.h"
@@ -311,8 +311,8 @@ class CpuBackend {
   // would fail alike: the cell fails once, without its retries.
   void set_precision(Precision p) {
     if (p != Precision::fp32)
-      throw DeterministicFailure(std::string("precision \"") + precision_name(p) +
-                                 "\": the CPU trains in fp32 only; bf16 and tf32 need a CUDA device (--device cuda)");
+      throw DeterministicError(std::string("precision \"") + precision_name(p) +
+                               "\": the CPU trains in fp32 only; bf16 and tf32 need a CUDA device (--device cuda)");
   }
   // Nothing beside the model's own buffers (the CPU's scratch is per call).
   void reserve(const ModelConfig&, int64_t) {}

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/errors.h"
 #include "experiments/params.h"
 
 namespace attnsweep {
@@ -20,8 +21,8 @@ ModelConfig model_config_of(const nlohmann::json& c, const DataShape& data) {
   else if (data.targets_per_sample == data.tokens)
     mc.head = Head::token_regress;
   else
-    throw std::runtime_error("training data: targets_per_sample " + std::to_string(data.targets_per_sample) +
-                             " is neither 1 nor the token count " + std::to_string(data.tokens));
+    throw InternalError("training data: targets_per_sample " + std::to_string(data.targets_per_sample) +
+                        " is neither 1 nor the token count " + std::to_string(data.tokens));
   mc.pad_id = data.pad_id;
   mc.tokens = data.tokens;
   mc.in_dim = data.in_dim;
@@ -41,23 +42,22 @@ ModelConfig model_config_of(const nlohmann::json& c, const DataShape& data) {
 
 std::vector<TensorInfo> parameter_layout(const ModelConfig& cfg) {
   if (cfg.dim <= 0 || cfg.heads <= 0 || cfg.dim % cfg.heads != 0)
-    throw std::runtime_error("model: heads " + std::to_string(cfg.heads) + " must divide dim " +
-                             std::to_string(cfg.dim));
+    throw InputError({"model: heads " + std::to_string(cfg.heads) + " must divide dim " + std::to_string(cfg.dim)});
   const int64_t C = cfg.dim, L = cfg.layers, T = cfg.seq(), in = cfg.in_dim, F = cfg.mlp_ratio * cfg.dim;
   int64_t K = cfg.classes;
   const bool tf = cfg.head != Head::readout;  // the transformer (classify, token_regress)
   if (cfg.head == Head::token_regress) {
-    if (cfg.cls) throw std::runtime_error("token_regress model: predicts every token; no CLS token");
-    if (cfg.pad_id >= 0) throw std::runtime_error("token_regress model: no padding mask (pad_id must be -1)");
+    if (cfg.cls) throw InputError({"token_regress model: predicts every token; no CLS token"});
+    if (cfg.pad_id >= 0) throw InputError({"token_regress model: no padding mask (pad_id must be -1)"});
     K = 1;  // one value per token
   }
   if (cfg.pad_id >= 0 && (cfg.vocab <= 0 || cfg.pad_id >= cfg.vocab))
-    throw std::runtime_error("model: pad_id " + std::to_string(cfg.pad_id) + " needs token ids (vocab " +
-                             std::to_string(cfg.vocab) + " > pad_id)");
+    throw InputError({"model: pad_id " + std::to_string(cfg.pad_id) + " needs token ids (vocab " +
+                      std::to_string(cfg.vocab) + " > pad_id)"});
   if (!tf) {
-    if (cfg.in_dim != cfg.dim) throw std::runtime_error("readout model: in_dim must equal dim (no embedding)");
-    if (cfg.layers != 1) throw std::runtime_error("readout model: one attention layer");
-    if (cfg.tokens < 2) throw std::runtime_error("readout model: needs at least one prompt token and the query");
+    if (cfg.in_dim != cfg.dim) throw InputError({"readout model: in_dim must equal dim (no embedding)"});
+    if (cfg.layers != 1) throw InputError({"readout model: one attention layer"});
+    if (cfg.tokens < 2) throw InputError({"readout model: needs at least one prompt token and the query"});
   }
   struct Row {
     const char* name;

@@ -102,12 +102,12 @@ int run_cell(const std::string& cell_id, const json& config, const RunCellOption
   TaskOutput out;
   try {
     out = run_task(config, ctx);
-  } catch (const DeterministicFailure& e) {
-    std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), e.what());
-    return kExitFailedNoRetry;
   } catch (const std::exception& e) {
-    add_attempt_time(opt.checkpoint, before, res.started, seconds());
+    // The kind decides (base/errors.h): only a transient failure is worth another attempt,
+    // which then starts from the time this one took.
     std::fprintf(stderr, "attnsweep train: cell %s failed: %s\n", cell_id.c_str(), e.what());
+    if (!worth_retrying(error_kind(e))) return kExitFailedNoRetry;
+    add_attempt_time(opt.checkpoint, before, res.started, seconds());
     return 1;
   }
   if (out.status == CellStatus::interrupted) {

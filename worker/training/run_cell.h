@@ -33,9 +33,9 @@ struct RunCellOptions {
 };
 
 // Runs the cell. Returns 0 with *result filled (complete or diverged), 75 when
-// interrupted by a signal (a training task leaves its checkpoint), 1 on a failure, 65 on
-// one another attempt would repeat (a DeterministicFailure; message on stderr): the exit
-// statuses of `attnsweep train`.
+// interrupted by a signal (a training task leaves its checkpoint), 1 on a transient
+// failure, 65 on one another attempt would repeat (an input, deterministic or internal
+// error: base/errors.h; message on stderr): the exit statuses of `attnsweep train`.
 int run_cell(const std::string& cell_id, const json& config, const RunCellOptions& opt, CellResult* result);
 
 // The time a cell's earlier attempts took, kept next to its checkpoint (at checkpoint +

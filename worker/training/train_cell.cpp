@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/errors.h"
 #include "experiments/registry.h"
 #include "kernels/device.h"
 #include "worker/training/cell_group_loop.h"
@@ -34,14 +35,14 @@ void check_alike(const std::vector<GroupMember>& members) {
   const json& first = *members[0].config;
   const json want = fusion_identity(first);
   if (want.is_null())
-    throw std::runtime_error("task " + first.value("task", std::string("?")) + " does not train cells as one group");
+    throw InternalError("task " + first.value("task", std::string("?")) + " does not train cells as one group");
   for (const GroupMember& m : members) {
     const json got = fusion_identity(*m.config);
     if (got == want) continue;
     for (const auto& [k, v] : want.items())
       if (!got.contains(k) || got[k] != v)
-        throw std::runtime_error("cells of a group must agree on \"" + k + "\" (may differ: the task's fusion keys)");
-    throw std::runtime_error("cells of a group must have the same keys");
+        throw InternalError("cells of a group must agree on \"" + k + "\" (may differ: the task's fusion keys)");
+    throw InternalError("cells of a group must have the same keys");
   }
 }
 
@@ -54,8 +55,8 @@ void train_group(const std::vector<GroupMember>& members) {
     gpu = cuda_device_index(members[0].ctx->device);
     for (const GroupMember& m : members)
       if (cuda_device_index(m.ctx->device) != gpu)
-        throw std::runtime_error("cells of a group train on one device, not on " + members[0].ctx->device + " and " +
-                                 m.ctx->device);
+        throw InternalError("cells of a group train on one device, not on " + members[0].ctx->device + " and " +
+                            m.ctx->device);
     if (gpu >= 0) check_cuda_devices(members[0].ctx->device, gpu, train_config_of(*members[0].config).devices);
   } catch (...) {
     for (const GroupMember& m : members) *m.error = std::current_exception();

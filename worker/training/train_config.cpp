@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "base/errors.h"
 #include "experiments/params.h"
 
 namespace attnsweep {
@@ -30,14 +31,14 @@ TrainConfig train_config_of(const json& c) {
   tc.init_seed = c.at("init_seed").get<uint64_t>();
   tc.init_std = c.at("init_std").get<double>();
   tc.devices = c.at("devices").get<int64_t>();
-  if (tc.devices < 1) throw std::runtime_error("devices: expected an integer >= 1, got " + std::to_string(tc.devices));
+  if (tc.devices < 1) throw InputError({"devices: expected an integer >= 1, got " + std::to_string(tc.devices)});
   if (tc.batch % tc.devices != 0)
-    throw std::runtime_error("batch " + std::to_string(tc.batch) + " is not divisible by devices " +
-                             std::to_string(tc.devices));
+    throw InputError(
+        {"batch " + std::to_string(tc.batch) + " is not divisible by devices " + std::to_string(tc.devices)});
   if (tc.optimizer != "adamw" && tc.optimizer != "sgd")
-    throw std::runtime_error("optimizer: expected adamw or sgd, got \"" + tc.optimizer + "\"");
+    throw InputError({"optimizer: expected adamw or sgd, got \"" + tc.optimizer + "\""});
   if (tc.lr_schedule != "cosine" && tc.lr_schedule != "constant")
-    throw std::runtime_error("lr_schedule: expected cosine or constant, got \"" + tc.lr_schedule + "\"");
+    throw InputError({"lr_schedule: expected cosine or constant, got \"" + tc.lr_schedule + "\""});
   return tc;
 }
 
