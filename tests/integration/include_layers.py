@@ -3,7 +3,7 @@ folders below it, never one above (docs/architecture.md):
 
     base <- kernels <- experiments <- {worker, results} <- coordinator <- slurm <- app
 
-base/ holds the utilities every layer uses (atomic file writes, process-start CPU settings,
+base/ holds the utilities every layer uses (atomic file writes, the kinds of error, process-start CPU settings,
 SHA-256, child processes, the clock as text).
 
 worker/ and results/ stand side by side, and neither includes the other: worker/ trains
