@@ -1,5 +1,5 @@
 // Every environment variable attnsweep reads, in one place (docs/command-line.md lists
-// them for users). Nothing else calls getenv (tests/integration/include_layers.py). Two kinds:
+// them for users). Nothing else calls getenv (tests/lint/include_layers.py). Two kinds:
 //
 //  - attnsweep's own toggles (ATTNSWEEP_*), each with a typed accessor below: opt-ins for
 //    what has not run on a GPU yet, A/B switches for timing, overrides for machines and

@@ -484,7 +484,7 @@ inline std::vector<std::string> scale_names() {
   return v;
 }
 
-// The activation is parsed here only (tests/integration/include_layers.py): a name becomes
+// The activation is parsed here only (tests/lint/include_layers.py): a name becomes
 // the registry's type through parse_activation_spec (a whole spec, strictly: the cells,
 // the `attention` command, the PyTorch op) or look_up_activation (leniently, for labels,
 // the order of a table and the check of one key).

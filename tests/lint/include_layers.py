@@ -214,7 +214,7 @@ def violations(root):
         room, floor = floor_of(rel)
         if floor == -1:
             out.append(f"{rel}: stands on no floor of {room}/ (add {os.path.basename(mod)} to FLOORS in "
-                       f"tests/integration/include_layers.py and to docs/architecture.md)")
+                       f"tests/lint/include_layers.py and to docs/architecture.md)")
         for lineno in getenv_calls(root, rel):
             out.append(f"{rel}:{lineno}: calls getenv: the environment is read in {OPTIONS_MODULE} only "
                        "(a typed accessor for an ATTNSWEEP_* toggle, launcher_env for what others set)")

@@ -2,8 +2,8 @@
 """Every Markdown document a source file names (a comment's "docs/results-schema.md",
 "science.md") is in the repository, so that a reader can follow it.
 
-usage: /usr/bin/python3 tests/integration/doc_citations.py ROOT       check the tree; exit 1 naming each
-       /usr/bin/python3 tests/integration/doc_citations.py --self-test  a planted citation of a missing
+usage: /usr/bin/python3 tests/lint/doc_citations.py ROOT       check the tree; exit 1 naming each
+       /usr/bin/python3 tests/lint/doc_citations.py --self-test  a planted citation of a missing
                                                                         document must be caught
 
 A name with a folder (docs/x.md) must exist at that path from the root (or beside the

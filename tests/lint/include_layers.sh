@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # No source file includes a higher layer, a higher floor of its room, forms a circle of
-# modules or calls getenv outside base/options.h (tests/integration/include_layers.py), and
+# modules or calls getenv outside base/options.h (tests/lint/include_layers.py), and
 # the check itself catches a planted violation. An ATTNSWEEP_* name given to
 # options::launcher_env (meant for what the launcher sets) does not compile.
-source "$(dirname "$0")/lib.bash"
-check "the checker reports a planted violation" $PY "$SRC/tests/integration/include_layers.py" --self-test
+source "$(dirname "$0")/../integration/lib.bash"
+check "the checker reports a planted violation" $PY "$SRC/tests/lint/include_layers.py" --self-test
 check "no layer, room or floor includes a higher one, no circle of modules, getenv in the options module only" \
-  $PY "$SRC/tests/integration/include_layers.py" "$SRC"
+  $PY "$SRC/tests/lint/include_layers.py" "$SRC"
 foreign() {  # foreign NAME: compiles options::launcher_env("NAME")
   printf '#include "base/options.h"\nconst char* v() { return attnsweep::options::launcher_env("%s"); }\n' "$1" |
     ${CXX:-c++} -std=c++20 -fsyntax-only -I"$SRC" -x c++ - 2>"$WORK/compile.err"

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Every relative link of the repository's Markdown resolves inside the repository.
 
-usage: /usr/bin/python3 tests/integration/doc_links.py [ROOT]   (ROOT: the repository, default ../..)
+usage: /usr/bin/python3 tests/lint/doc_links.py [ROOT]   (ROOT: the repository, default ../..)
 
 Checks every *.md under ROOT (skipping build*/, hidden folders, demo/ and __pycache__/):
 - a relative link [text](path) or [text](path#anchor), an image, or a reference

@@ -1,4 +1,4 @@
-"""The command line every source-tree linter of tests/integration/ shares:
+"""The command line every source-tree linter of tests/lint/ shares:
 
     LINTER.py ROOT          check the tree; exit 1 naming each violation
     LINTER.py --self-test   plant each kind of violation in a scratch tree, expect it caught
