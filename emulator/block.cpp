@@ -283,7 +283,8 @@ struct Block {
   std::vector<uint32_t> warp_epoch;                   // per warp: collectives completed
   std::vector<ByteShadow> shadow[3];                  // sharedcheck: a byte of t_shared_spans[k] each
   size_t static_written = 0;                          // sharedcheck: static bytes this block run wrote
-  SharedSpan reachable;                               // hostcheck: the device allocation found last
+  std::array<SharedSpan, 4> reachable;                // hostcheck: the reaches found last (a piece each)
+  size_t reachable_next = 0;                          // the one replaced next
   uint3 index{};                                      // blockIdx
   std::vector<std::unique_ptr<Fiber>> fibers;         // every fiber made so far (reused across blocks)
   std::vector<Fiber*> free_fibers;
@@ -823,6 +824,7 @@ void run_block(Block& b) {
   b.run = g_block_runs.fetch_add(1) + 1;  // 0 means none (a wrap after 2^32 runs: harmless)
   b.static_written = 0;
   b.reachable = {};
+  b.reachable_next = 0;
   b.warp_epoch.assign(static_cast<size_t>(warps), 0);
   const dim3 g = b.threads.front().lane.grid_dim;
   const bool descending = (b.index.x + g.x * (b.index.y + g.y * b.index.z)) % 2 == 1;
@@ -916,10 +918,17 @@ void host_access(const void* p, size_t bytes, bool write, const void* pc) {
   const auto lanes = reinterpret_cast<uintptr_t>(b->threads.data());  // threadIdx and co.
   if (a - lanes < b->threads.size() * sizeof(Thread)) return;
   if (a - reinterpret_cast<uintptr_t>(&t_lane) < sizeof t_lane) return;
-  if (a - b->reachable.begin < b->reachable.size) return;  // the allocation found last
+  // The reaches found last (a device allocation, or the piece of one between two carved
+  // guards: kernels often read two or three pieces in turn).
+  for (const SharedSpan& r : b->reachable)
+    if (a - r.begin < r.size && a - r.begin + bytes <= r.size) return;
   t_hostcheck_busy = true;
   std::string what;
-  if (!in_loaded_image(a)) what = device_reachable(p, bytes, &b->reachable);  // not a __device__ variable, a literal
+  if (!in_loaded_image(a)) {  // not a __device__ variable, a literal
+    SharedSpan found;
+    what = device_reachable(p, bytes, &found);
+    if (what.empty()) b->reachable[b->reachable_next++ % b->reachable.size()] = found;
+  }
   if (!what.empty() && !not_kernel_code(pc)) {
     const int t = b->current->thread->lane.linear;
     kernel_fault("hostcheck: " + thread_name(t) + (write ? " writes " : " reads ") + std::to_string(bytes) +

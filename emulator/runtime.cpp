@@ -7,7 +7,7 @@
 // poison or stale memory, and a pinned source reused before its copy ran is copied new.
 // Memory from cudaMalloc is host memory filled with 0xff bytes (NaN), registered, and
 // every copy's kind and range is checked against it.
-// About 1150 lines: the C entry points of one runtime (memory, streams, events, graphs,
+// About 1210 lines: the C entry points of one runtime (memory, streams, events, graphs,
 // launches) over one queue of operations; each needs the queue's internals, which stay
 // private to this file.
 #include "emulator/emu.h"
@@ -126,6 +126,25 @@ std::vector<Device>& devices() {
 }
 
 std::map<uintptr_t, Alloc> g_allocs;
+
+// The guards between the pieces carved from a workspace (kernels/scratch.h's Carver, which
+// in the emulated build leaves 256 bytes more after each piece and names each piece here
+// as it cuts it: attnsweep_emu_carved). The bytes after a piece, up to the next one, are
+// its guard: in a watched block, an access there is an error, as past the end of an
+// allocation (device_reachable). A launch sees the guards as they were when it was
+// queued: a later carve of the workspace, for another op, may put a piece where this
+// launch's guard was. Begin -> end; each version immutable, shared by the launches
+// queued while it was the latest.
+using Guards = std::map<uintptr_t, uintptr_t>;
+std::shared_ptr<const Guards> g_guards = std::make_shared<const Guards>();
+thread_local const Guards* t_guards = nullptr;  // the running launch's
+
+// Guards overlapping [begin, end) taken out of *g.
+void erase_guards(Guards* g, uintptr_t begin, uintptr_t end) {
+  auto it = g->upper_bound(begin);
+  if (it != g->begin() && std::prev(it)->second > begin) --it;
+  while (it != g->end() && it->first < end) it = g->erase(it);
+}
 
 // The GPU emulated: an H100 80GB's memory by default (the GPU machine's default kind),
 // an H200's with ATTNSWEEP_EMULATED_GPU=h200, as cudaGetDeviceProperties reports them
@@ -551,13 +570,28 @@ std::string device_reachable(const void* p, size_t n, SharedSpan* span) {
   Lock lock(g_mutex);
   uintptr_t base = 0;
   const auto a = reinterpret_cast<uintptr_t>(p);
+  std::ostringstream m;
   if (const Alloc* al = find_alloc(p, &base)) {
     if (a + n <= base + al->bytes) {
-      *span = {base, al->bytes};
+      uintptr_t lo = base, hi = base + al->bytes;  // the reach between the guards around it
+      if (t_guards && !t_guards->empty()) {
+        auto next = t_guards->upper_bound(a + n - 1);
+        if (next != t_guards->begin()) {
+          const auto& [begin, end] = *std::prev(next);
+          if (end > a) {
+            m << "byte " << a - begin << " of the " << end - begin << "-byte guard after a piece carved from "
+              << allocation_name(*al) << " of " << al->bytes << " bytes (its byte " << a - base
+              << "; kernels/scratch.h's Carver), past the end of the piece";
+            return m.str();
+          }
+          lo = std::max(lo, end);
+        }
+        if (next != t_guards->end()) hi = std::min(hi, next->first);
+      }
+      *span = {lo, hi - lo};
       return "";
     }
   }
-  std::ostringstream m;
   // Past the end of the allocation below it (in its last 16-byte granule, before the
   // guard page), or into the canary before one.
   auto below = g_allocs.upper_bound(a);
@@ -623,11 +657,13 @@ cudaError_t launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dyn, cu
   LaunchSite copy = site;
   auto body = std::make_shared<std::function<void()>>(std::move(thread));
   std::string what = std::string("kernel ") + site.name;
-  return push(s, what, [copy, grid, block, dyn, body, pointers = std::move(pointers)] {
+  return push(s, what, [copy, grid, block, dyn, body, pointers = std::move(pointers), guards = g_guards] {
     log_launch(copy);
     std::string err = host_pointer_argument(pointers);
     if (!err.empty()) err = "kernel " + kernel_name(copy) + ": " + err;
+    t_guards = guards.get();
     if (err.empty()) err = run_grid(copy, grid, block, dyn, *body);
+    t_guards = nullptr;
     if (!err.empty()) device_fault(err);
   });
 }
@@ -637,6 +673,31 @@ cudaError_t launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dyn, cu
 using namespace attnsweep::emu;
 
 extern "C" {
+
+// ---- the guards of carved pieces (g_guards) ------------------------------------------------
+
+// kernels/scratch.h's Carver cut the piece [piece, piece + bytes) and left the `guard`
+// bytes after it free; `first`: the first piece of a new layout of the workspace, whose
+// old guards from here to the allocation's end go (bytes and guard 0: the workspace is
+// handed to a new user, who may not carve it). Memory that is no device allocation (a
+// host buffer carved alike) has none.
+void attnsweep_emu_carved(const void* piece, size_t bytes, size_t guard, int first) {
+  Lock lock(g_mutex);
+  uintptr_t base = 0;
+  const Alloc* al = find_alloc(piece, &base);
+  if (!al || al->pinned) return;
+  const auto p = reinterpret_cast<uintptr_t>(piece);
+  const uintptr_t end = base + al->bytes, clear = first ? end : std::min(end, p + bytes + guard);
+  if (guard == 0) {  // nothing to add: a new version only when one goes
+    auto it = g_guards->upper_bound(p);
+    if (it != g_guards->begin() && std::prev(it)->second > p) --it;
+    if (it == g_guards->end() || it->first >= clear) return;
+  }
+  auto next = std::make_shared<Guards>(*g_guards);
+  erase_guards(next.get(), p, clear);
+  if (guard > 0 && p + bytes < end) (*next)[p + bytes] = std::min(end, p + bytes + guard);
+  g_guards = std::move(next);
+}
 
 // ---- errors and devices ----------------------------------------------------------------
 
@@ -821,6 +882,11 @@ static cudaError_t free_now(void* p, bool pinned, const char* what) {
   if (it == g_allocs.end() || it->second.pinned != pinned)
     return fail(cudaErrorInvalidValue, std::string(what) + " of a pointer it did not allocate");
   if (!pinned) g_in_use[static_cast<size_t>(it->second.device)] -= it->second.bytes;
+  if (!g_guards->empty()) {  // a later allocation at the same address starts without them
+    auto kept = std::make_shared<Guards>(*g_guards);
+    erase_guards(kept.get(), it->first, it->first + it->second.bytes);
+    g_guards = std::move(kept);
+  }
   g_allocs.erase(it);
   if (const std::string before = guarded_free(p); !before.empty()) {
     device_fault(std::string(what) + ": " + before);

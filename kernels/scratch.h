@@ -10,25 +10,53 @@
 #include <cstddef>
 #include <cstdint>
 
+#if defined(ATTNSWEEP_CUDA_EMULATED)
+// The emulated device's record of a carved piece and the guard after it (emulator/runtime.cpp).
+extern "C" void attnsweep_emu_carved(const void* piece, size_t bytes, size_t guard, int first);
+#endif
+
 namespace attnsweep {
 
 // Carves 256-byte aligned pieces out of one allocation: first a sizing pass (base ==
-// nullptr, every pointer null), then the real one.
+// nullptr, every pointer null), then the real one. On the emulated device each piece is
+// followed by 256 bytes more, and the device is told where each piece ends: a kernel that
+// reaches past its piece into the next (which no allocation's guard would see) then fails
+// in a watched block (docs/cuda-emulator.md, "memcheck").
 class Carver {
  public:
+#if defined(ATTNSWEEP_CUDA_EMULATED)
+  static constexpr size_t kGuardBytes = 256;
+#else
+  static constexpr size_t kGuardBytes = 0;
+#endif
   explicit Carver(char* base) : base_(base) {}
   template <class T>
   T* take(size_t count) {
     T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
-    used_ += (count * sizeof(T) + 255) / 256 * 256;
+    const size_t bytes = count * sizeof(T), taken = (bytes + 255) / 256 * 256 + kGuardBytes;
+#if defined(ATTNSWEEP_CUDA_EMULATED)
+    if (base_) attnsweep_emu_carved(p, bytes, taken - bytes, used_ == 0);
+#endif
+    used_ += taken;
     return p;
   }
-  size_t used() const { return used_; }
+  size_t used() const {
+    return used_;
+  }
 
  private:
   char* base_;
   size_t used_ = 0;
 };
+
+// The workspace at `base` is handed to a new user (AttentionCudaWorkspace::reserve): the
+// guards of the layout carved from it last go, since a kernel may take it whole, without
+// a Carver (kernels/cuda/reduce.cuh's column sums).
+inline void workspace_handed_over([[maybe_unused]] char* base) {
+#if defined(ATTNSWEEP_CUDA_EMULATED)
+  if (base) attnsweep_emu_carved(base, 0, 0, 1);
+#endif
+}
 
 // The bytes of a scratch layout S for these arguments (S::carve's sizing pass).
 template <class S, class... A>

@@ -170,6 +170,7 @@ char* AttentionCudaWorkspace::reserve(size_t n) {
     bytes = grown;
     ++epoch;
   }
+  workspace_handed_over(static_cast<char*>(buffer));
   return static_cast<char*>(buffer);
 }
 

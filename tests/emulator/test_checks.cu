@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/ptx.cuh"
+#include "kernels/scratch.h"
 
 extern "C" {
 int ncclCommInitAll(void** comms, int ndev, const int* devlist);
@@ -452,6 +453,48 @@ TEST(EmulatorChecks, HostcheckReportsAKernelReachingHostMemoryOrPastItsBuffer) {
   ATTN_LAUNCH(1, 34, 0, nullptr, functor_kernel<ReadThrough>)(ReadThrough{in, out}, 31, 1);  // in[31]
   msg = fault_after_sync();
   EXPECT_NE(msg.find("at byte 124 of a device allocation of 124 bytes, past its end"), std::string::npos) << msg;
+}
+
+// The pieces carved from one workspace (kernels/scratch.h's Carver) have a guard between
+// them: in a watched block, a read one past a piece fails, though it lies in the same
+// allocation. A launch keeps the layout it was queued with when the workspace is carved
+// anew for another op before it runs.
+// (A kernel is watched in its first 4 grid shapes: a functor of its own for each part.)
+template <int Part>
+struct ReadPiece {
+  const float* in;
+  float* out;
+  __device__ void operator()(int i) const { out[i] = in[i]; }
+};
+
+TEST(EmulatorChecks, AKernelReachingPastACarvedPieceFailsInItsGuard) {
+  char* ws = nullptr;
+  float* out = device_floats(128);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&ws), 4096), cudaSuccess);
+  attnsweep::Carver layout(ws);
+  float* a = layout.take<float>(31);  // bytes 0..123; its guard 124..511
+  float* b = layout.take<float>(32);  // bytes 512..639
+  ATTN_LAUNCH(1, 35, 0, nullptr, functor_kernel<ReadPiece<1>>)(ReadPiece<1>{a, out}, 0, 31);
+  ATTN_LAUNCH(1, 36, 0, nullptr, functor_kernel<ReadPiece<1>>)(ReadPiece<1>{b, out}, 0, 32);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ATTN_LAUNCH(1, 37, 0, nullptr, functor_kernel<ReadPiece<1>>)(ReadPiece<1>{a, out}, 31, 1);  // a[31]
+  std::string msg = fault_after_sync();
+  EXPECT_NE(msg.find("hostcheck: thread 0 (warp 0) reads 4 bytes at emulator/test_checks.cu:"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("at byte 0 of the 388-byte guard after a piece carved from a device allocation of 4096 bytes "
+                     "(its byte 124; kernels/scratch.h's Carver), past the end of the piece"),
+            std::string::npos)
+      << msg;
+
+  out = device_floats(128);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&ws), 4096), cudaSuccess);
+  float* whole = attnsweep::Carver(ws).take<float>(128);  // bytes 0..511, no slack
+  ATTN_LAUNCH(1, 128, 0, nullptr, functor_kernel<ReadPiece<2>>)(ReadPiece<2>{whole, out}, 0, 128);
+  float* small = attnsweep::Carver(ws).take<float>(8);  // queued after: bytes 32..511 are now a guard
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "the launch read its piece of the layout it was queued with";
+  ATTN_LAUNCH(1, 38, 0, nullptr, functor_kernel<ReadPiece<2>>)(ReadPiece<2>{small, out}, 8, 1);  // small[8]
+  msg = fault_after_sync();
+  EXPECT_NE(msg.find("at byte 0 of the 480-byte guard after a piece carved from"), std::string::npos) << msg;
 }
 
 // ---- streams: a forgotten event wait shows -------------------------------------------------
