@@ -6,6 +6,7 @@
 #include "coordinator/grid.h"
 #include "experiments/registry.h"
 #include "experiments/task.h"
+#include "kernels/scratch.h"
 #include "worker/model/gpu_memory.h"
 #include "worker/model/model.h"
 #include "worker/model/model_layout.h"
@@ -103,10 +104,12 @@ TEST(GpuMemory, HandCountOfOneSmallImageCell) {
   EXPECT_EQ(m.inputs, 4 * 16 * 49 * 4 + 4 * 4);
   // Workspace: head width 4 takes the materialising attention, whose backward needs the
   // scores and dP, B H N N floats each (2 * 8 * 256 * 4 bytes), and the key prefix
-  // (4 * 16 int32): 16640 bytes, grown to 1.25x.
-  EXPECT_EQ(m.workspace, 16640 + 16640 / 4);
+  // (4 * 16 int32): 16640 bytes, grown to 1.25x. On the emulated device each of the three
+  // pieces has its guard after it (kernels/scratch.h's Carver::kGuardBytes, 0 elsewhere).
+  const int64_t scratch = 16640 + 3 * static_cast<int64_t>(Carver::kGuardBytes);
+  EXPECT_EQ(m.workspace, scratch + scratch / 4);
   EXPECT_EQ(m.context, kCudaContextBytes);
-  EXPECT_EQ(m.total(), kCudaContextBytes + 4936 + 4936 + 9872 + 70496 + 12560 + 20800);
+  EXPECT_EQ(m.total(), kCudaContextBytes + 4936 + 4936 + 9872 + 70496 + 12560 + scratch + scratch / 4);
   // bf16: the matmuls' two bfloat16 input copies, each up to max(B T 64, 49) x the widest
   // side (in_dim 49): 2 * 64 * 49 * 2 bytes; head width 4 takes float32 attention: no
   // attention copies. fp32 has none.
