@@ -139,11 +139,14 @@ using Guards = std::map<uintptr_t, uintptr_t>;
 std::shared_ptr<const Guards> g_guards = std::make_shared<const Guards>();
 thread_local const Guards* t_guards = nullptr;  // the running launch's
 
-// Guards overlapping [begin, end) taken out of *g.
-void erase_guards(Guards* g, uintptr_t begin, uintptr_t end) {
-  auto it = g->upper_bound(begin);
-  if (it != g->begin() && std::prev(it)->second > begin) --it;
-  while (it != g->end() && it->first < end) it = g->erase(it);
+// g_guards without those overlapping [begin, end): a new version only when one goes.
+void drop_guards(uintptr_t begin, uintptr_t end) {
+  auto first = g_guards->upper_bound(begin);
+  if (first != g_guards->begin() && std::prev(first)->second > begin) --first;
+  if (first == g_guards->end() || first->first >= end) return;
+  auto next = std::make_shared<Guards>(*g_guards);
+  next->erase(next->find(first->first), next->lower_bound(end));
+  g_guards = std::move(next);
 }
 
 // The GPU emulated: an H100 80GB's memory by default (the GPU machine's default kind),
@@ -687,15 +690,11 @@ void attnsweep_emu_carved(const void* piece, size_t bytes, size_t guard, int fir
   const Alloc* al = find_alloc(piece, &base);
   if (!al || al->pinned) return;
   const auto p = reinterpret_cast<uintptr_t>(piece);
-  const uintptr_t end = base + al->bytes, clear = first ? end : std::min(end, p + bytes + guard);
-  if (guard == 0) {  // nothing to add: a new version only when one goes
-    auto it = g_guards->upper_bound(p);
-    if (it != g_guards->begin() && std::prev(it)->second > p) --it;
-    if (it == g_guards->end() || it->first >= clear) return;
-  }
+  const uintptr_t end = base + al->bytes;
+  drop_guards(p, first ? end : std::min(end, p + bytes + guard));
+  if (guard == 0 || p + bytes >= end) return;
   auto next = std::make_shared<Guards>(*g_guards);
-  erase_guards(next.get(), p, clear);
-  if (guard > 0 && p + bytes < end) (*next)[p + bytes] = std::min(end, p + bytes + guard);
+  (*next)[p + bytes] = std::min(end, p + bytes + guard);
   g_guards = std::move(next);
 }
 
@@ -882,11 +881,7 @@ static cudaError_t free_now(void* p, bool pinned, const char* what) {
   if (it == g_allocs.end() || it->second.pinned != pinned)
     return fail(cudaErrorInvalidValue, std::string(what) + " of a pointer it did not allocate");
   if (!pinned) g_in_use[static_cast<size_t>(it->second.device)] -= it->second.bytes;
-  if (!g_guards->empty()) {  // a later allocation at the same address starts without them
-    auto kept = std::make_shared<Guards>(*g_guards);
-    erase_guards(kept.get(), it->first, it->first + it->second.bytes);
-    g_guards = std::move(kept);
-  }
+  drop_guards(it->first, it->first + it->second.bytes);  // a later allocation there starts without them
   g_allocs.erase(it);
   if (const std::string before = guarded_free(p); !before.empty()) {
     device_fault(std::string(what) + ": " + before);

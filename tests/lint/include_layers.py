@@ -136,12 +136,18 @@ def activation_names(root):
         return REGISTERED_NAME.findall(f.read())
 
 
-def activation_parses(root, rel, names):
+def name_comparison(names):
+    """A string compared with one of `names` (None when there are none)."""
+    if not names:
+        return None
+    alternatives = "|".join(re.escape(n) for n in names)
+    return re.compile(rf'(==|!=)\s*"({alternatives})"|"({alternatives})"\s*(==|!=)')
+
+
+def activation_parses(root, rel, compared):
     """Lines of rel that parse an activation's name (comments aside), unless rel may."""
     if rel == ACTIVATION_PARSER or rel.split("/")[0] not in RANK:
         return
-    alternatives = "|".join(re.escape(n) for n in names)
-    compared = re.compile(rf'(==|!=)\s*"({alternatives})"|"({alternatives})"\s*(==|!=)') if names else None
     with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             code = line.split("//")[0]
@@ -204,7 +210,7 @@ def circles(graph):
 
 def violations(root):
     out, files, graph = [], 0, {}
-    names = activation_names(root)
+    compared = name_comparison(activation_names(root))
     for rel in source_files(root):
         files += 1
         top = rel.split("/")[0]
@@ -218,7 +224,7 @@ def violations(root):
         for lineno in getenv_calls(root, rel):
             out.append(f"{rel}:{lineno}: calls getenv: the environment is read in {OPTIONS_MODULE} only "
                        "(a typed accessor for an ATTNSWEEP_* toggle, launcher_env for what others set)")
-        for lineno in activation_parses(root, rel, names):
+        for lineno in activation_parses(root, rel, compared):
             out.append(f"{rel}:{lineno}: parses an activation's name: it is parsed in {ACTIVATION_PARSER} only "
                        "(parse_activation_spec for a spec, look_up_activation for a label or one key)")
         for lineno, layer, path in includes(root, rel):
